@@ -1,0 +1,313 @@
+/*
+ * tsock: one data-loading pipeline shared by several training processes.
+ *
+ * A producer fills the slots of a rolling buffer (host shared memory, or GPU memory with the
+ * CUDA backend) and announces each filled slot to every connected consumer over ZeroMQ.
+ * Consumers read the batch in place, without copying it, and release it when done; a slot is
+ * refilled only after every consumer it was given to has released it.
+ *
+ * This header is the reference manual. Conventions that hold for every function:
+ *  - Functions that can fail return int: 0 (or a count) on success, a negative errno value or a
+ *    TSOCK_E_* code on failure. tsock_strerror() names every code.
+ *  - Handles are opaque. Each *_create has a *_destroy; destroying NULL does nothing.
+ *  - Options are set with setters after *_create and before *_start.
+ *  - The library never prints, exits or aborts. Diagnostics go to the log callback.
+ *  - A producer handle is used by one thread at a time; so is a consumer handle. Each runs one
+ *    internal service thread of its own for the socket, heartbeats and liveness, so a caller
+ *    that is busy (decoding, training) for a long time is never taken for dead.
+ */
+#ifndef TSOCK_TSOCK_H
+#define TSOCK_TSOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tsock/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TSOCK_API __attribute__((visibility("default")))
+#else
+#define TSOCK_API
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Errors, version, logging                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/* tsock's own error codes. They live in a range no errno value reaches; every other negative
+ * return value is a negated errno (for example -ETIMEDOUT, -EINVAL, -ENOMEM). */
+enum tsock_error {
+    TSOCK_E_BASE = -10000,
+    TSOCK_E_PROTOCOL = -10001,        /* a peer sent a malformed or unexpected message */
+    TSOCK_E_VERSION = -10002,         /* the peer speaks another protocol version */
+    TSOCK_E_PRODUCER_LOST = -10003,   /* the producer stopped answering (heartbeat timeout) */
+    TSOCK_E_PRODUCER_STOPPED = -10004, /* the producer shut down before the stream ended */
+    TSOCK_E_END = -10005,             /* the stream ended: the producer published its last batch */
+    TSOCK_E_STATE = -10006,           /* the call is not allowed in the handle's current state */
+    TSOCK_E_LAYOUT = -10007,          /* a batch layout is empty, too large or inconsistent */
+    TSOCK_E_FULL = -10008,            /* the producer has no room for another consumer */
+    TSOCK_E_REJECTED = -10009,        /* the producer refused this consumer (see the log) */
+    TSOCK_E_NOT_HELD = -10010,        /* releasing a batch that is not held */
+    TSOCK_E_BUSY_ENDPOINT = -10011,   /* another live producer already serves this endpoint */
+    TSOCK_E_LAST = -10012
+};
+
+/* A static, human-readable description of any return code (0, a negated errno, TSOCK_E_*).
+ * Never returns NULL. Any thread. */
+TSOCK_API const char *tsock_strerror(int code);
+
+/* The library's version as TSOCK_VERSION_NUMBER and as a static string. Any thread. */
+TSOCK_API int tsock_version(void);
+TSOCK_API const char *tsock_version_string(void);
+
+enum tsock_log_level {
+    TSOCK_LOG_ERROR = 0,
+    TSOCK_LOG_WARN = 1,
+    TSOCK_LOG_INFO = 2,
+    TSOCK_LOG_DEBUG = 3
+};
+
+/* Receives every log line the library writes. `message` is valid only during the call and has
+ * no trailing newline. The callback may be called from any thread, including the internal
+ * service threads, so it must be thread-safe and must not call back into tsock. */
+typedef void (*tsock_log_fn)(void *user, int level, const char *message);
+
+/* Installs the process-wide log callback (NULL: discard everything, the default) and the most
+ * verbose level to pass on. Call it before creating handles; any thread. */
+TSOCK_API void tsock_set_log(tsock_log_fn fn, void *user, int max_level);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Batch layout                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum tsock_dtype {
+    TSOCK_UINT8 = 1,
+    TSOCK_INT8 = 2,
+    TSOCK_INT16 = 3,
+    TSOCK_INT32 = 4,
+    TSOCK_INT64 = 5,
+    TSOCK_FLOAT16 = 6,
+    TSOCK_FLOAT32 = 7,
+    TSOCK_FLOAT64 = 8,
+    TSOCK_UINT16 = 9,
+    TSOCK_UINT32 = 10,
+    TSOCK_UINT64 = 11,
+    TSOCK_BFLOAT16 = 12
+} tsock_dtype;
+
+/* Bytes per element of `dtype`, or 0 for an unknown dtype. Any thread. */
+TSOCK_API size_t tsock_dtype_size(int dtype);
+/* A short name such as "uint8" or "float32", or "unknown". Any thread. */
+TSOCK_API const char *tsock_dtype_name(int dtype);
+
+/* Where a tensor's data lives. */
+typedef enum tsock_device {
+    TSOCK_DEVICE_CPU = 0,
+    TSOCK_DEVICE_CUDA = 1
+} tsock_device;
+
+/* The most tensors a layout may hold, and the most dimensions one sample may have. */
+#define TSOCK_MAX_TENSORS 16
+#define TSOCK_MAX_DIMS 8
+/* The longest tensor name, in bytes, without the terminating NUL. */
+#define TSOCK_MAX_NAME 63
+
+/* A batch layout: the named tensors every batch holds, each with a dtype and the shape of one
+ * sample. A batch of n samples has, for each tensor, shape [n, sample_shape...]. */
+typedef struct tsock_layout tsock_layout;
+
+/* Creates an empty layout. Returns 0 and sets *out, or -ENOMEM. The caller owns the layout. */
+TSOCK_API int tsock_layout_create(tsock_layout **out);
+
+/* Appends a tensor. `name` is copied (1..TSOCK_MAX_NAME bytes, unique in the layout);
+ * `sample_shape` has `ndim` (0..TSOCK_MAX_DIMS) positive dimensions and is copied.
+ * Returns the new tensor's index (0, 1, ...) or -EINVAL / TSOCK_E_LAYOUT. */
+TSOCK_API int tsock_layout_add(tsock_layout *layout, const char *name, int dtype, int ndim,
+                               const int64_t *sample_shape);
+
+/* Destroys a layout; NULL does nothing. A producer copies the layout, so it may be destroyed
+ * right after tsock_producer_create. */
+TSOCK_API void tsock_layout_destroy(tsock_layout *layout);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Producer                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct tsock_producer tsock_producer;
+typedef struct tsock_slot tsock_slot;
+
+/* Creates a producer that will serve `endpoint` with batches of at most `batch_size` samples
+ * laid out as `layout`, in a ring of `slots` slots (2 or more). `endpoint` is a ZeroMQ address
+ * ("ipc:///path", "tcp://127.0.0.1:5555") or NULL for the default ipc endpoint in the per-user
+ * directory (see tsock_default_endpoint). Nothing is bound or allocated until tsock_producer_start.
+ * Returns 0 and sets *out, or -EINVAL, -ENOMEM, TSOCK_E_LAYOUT. The caller owns the producer. */
+TSOCK_API int tsock_producer_create(tsock_producer **out, const char *endpoint,
+                                    const tsock_layout *layout, uint32_t batch_size,
+                                    uint32_t slots);
+
+/* Heartbeat interval and the silence after which a consumer is declared dead and its slots
+ * are reclaimed. Defaults: 250 ms and 3000 ms. Returns 0, -EINVAL, or TSOCK_E_STATE after start. */
+TSOCK_API int tsock_producer_set_heartbeat(tsock_producer *p, int interval_ms, int timeout_ms);
+
+/* Lets the library choose which samples go into each batch: a dataset of `samples` samples,
+ * visited in epochs; epoch e is a permutation of 0..samples-1 derived from (seed, e) only.
+ * `epochs` = 0 means endless. Batches never straddle epochs: the last batch of an epoch may be
+ * short. Without this call the producer is in free mode: the caller decides what each batch
+ * holds and how many samples it has. Returns 0, -EINVAL, or TSOCK_E_STATE after start. */
+TSOCK_API int tsock_producer_set_sampler(tsock_producer *p, uint64_t samples, uint64_t seed,
+                                         uint64_t epochs);
+
+/* Creates the shared-memory ring (mode 0600), binds the endpoint (an ipc socket file is created
+ * with mode 0600 in a directory with mode 0700) and starts the service thread. Fails with
+ * TSOCK_E_BUSY_ENDPOINT when a live producer already serves the endpoint; a stale socket file
+ * or ring left by a dead producer is removed. Returns 0 or a negative code. */
+TSOCK_API int tsock_producer_start(tsock_producer *p);
+
+/* The endpoint the producer serves (the resolved default when created with NULL). Owned by
+ * the producer; valid until it is destroyed. */
+TSOCK_API const char *tsock_producer_endpoint(const tsock_producer *p);
+
+/* Waits until at least `count` consumers are connected, or `timeout_ms` passes (-1: forever).
+ * Returns the number connected, or -ETIMEDOUT. Caller's thread only. */
+TSOCK_API int tsock_producer_wait_consumers(tsock_producer *p, int count, int timeout_ms);
+
+/* Takes a free slot for filling. Blocks while every slot is still held by some consumer, up to
+ * `timeout_ms` (-1: forever, 0: do not block). On success sets *slot (owned by the producer,
+ * valid until published) and returns 0. Returns -ETIMEDOUT, TSOCK_E_END when the sampler has
+ * issued its last epoch, or TSOCK_E_STATE when a slot is already being filled. */
+TSOCK_API int tsock_producer_acquire(tsock_producer *p, int timeout_ms, tsock_slot **slot);
+
+/* Writable pointer to tensor `tensor` (a layout index) of an acquired slot: room for the
+ * producer's batch_size samples, sample after sample, C order. NULL for a bad index. */
+TSOCK_API void *tsock_slot_data(tsock_slot *slot, int tensor);
+
+/* With a sampler: how many samples this slot must hold, and their sample ids in batch order
+ * (owned by the slot). In free mode: 0 and NULL. */
+TSOCK_API uint32_t tsock_slot_planned(const tsock_slot *slot);
+TSOCK_API const uint64_t *tsock_slot_sample_ids(const tsock_slot *slot);
+/* With a sampler: the epoch this slot belongs to. In free mode: 0. */
+TSOCK_API uint64_t tsock_slot_epoch(const tsock_slot *slot);
+
+/* Announces the acquired slot, holding `samples` samples (1..batch_size; with a sampler it must
+ * equal tsock_slot_planned), to every consumer connected now. A slot published while no
+ * consumer is connected is free again at once. Returns 0 or -EINVAL, TSOCK_E_STATE. */
+TSOCK_API int tsock_producer_publish(tsock_producer *p, tsock_slot *slot, uint32_t samples);
+
+/* Statistic keys. Producer-wide keys take consumer index -1; per-consumer keys take an index
+ * 0..tsock_producer_consumer_count()-1 in join order (the list is read at the call). */
+typedef enum tsock_stat {
+    TSOCK_STAT_BATCHES = 1,      /* batches published (producer) or sent (consumer) */
+    TSOCK_STAT_SAMPLES = 2,      /* samples in those batches */
+    TSOCK_STAT_RELEASED = 3,     /* batches released (acknowledged) */
+    TSOCK_STAT_HELD = 4,         /* slots held right now */
+    TSOCK_STAT_CONSUMERS = 5,    /* producer: consumers connected now */
+    TSOCK_STAT_JOINED = 6,       /* producer: consumers that ever joined */
+    TSOCK_STAT_LOST = 7,         /* producer: consumers dropped after a heartbeat timeout */
+    TSOCK_STAT_BAD_MESSAGES = 8, /* malformed messages received and rejected */
+    TSOCK_STAT_WAIT_NS = 9,      /* producer: time blocked in acquire waiting for a free slot */
+    TSOCK_STAT_PID = 10,         /* consumer: its process id as it reported it */
+    TSOCK_STAT_ID = 11           /* consumer: its id, unique for the producer's lifetime */
+} tsock_stat;
+
+/* Number of consumers connected now. */
+TSOCK_API int tsock_producer_consumer_count(tsock_producer *p);
+
+/* Reads one statistic into *value. Returns 0, or -EINVAL (unknown key), -ENOENT (no such
+ * consumer index). Caller's thread. */
+TSOCK_API int tsock_producer_stat(tsock_producer *p, int consumer, int key, uint64_t *value);
+
+/* Tells every consumer the stream ended (they receive TSOCK_E_END after the batches already
+ * sent) and stops. A slot acquired but not published is dropped. Safe to call from the
+ * producer's thread only; returns 0. Destroy still has to be called. */
+TSOCK_API int tsock_producer_finish(tsock_producer *p);
+
+/* Stops the producer if running (consumers receive TSOCK_E_PRODUCER_STOPPED unless finish was
+ * called), removes its shared memory and socket file, and frees it. NULL does nothing. */
+TSOCK_API void tsock_producer_destroy(tsock_producer *p);
+
+/* Writes the default endpoint, "ipc://<runtime dir>/tsock/default.sock", into buf (creating
+ * the per-user directory with mode 0700). The runtime dir is $XDG_RUNTIME_DIR, or
+ * /tmp/tsock-<uid>. Returns the string length, or -ENAMETOOLONG / a negated errno. */
+TSOCK_API int tsock_default_endpoint(char *buf, size_t size);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Consumer                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct tsock_consumer tsock_consumer;
+typedef struct tsock_batch tsock_batch;
+
+/* Creates a consumer for `endpoint` (NULL: the default endpoint). Nothing is connected until
+ * tsock_consumer_start. Returns 0 and sets *out, or -ENOMEM, -EINVAL. */
+TSOCK_API int tsock_consumer_create(tsock_consumer **out, const char *endpoint);
+
+/* Heartbeat interval and the producer silence after which every call fails with
+ * TSOCK_E_PRODUCER_LOST. Defaults: 250 ms and 3000 ms. TSOCK_E_STATE after start. */
+TSOCK_API int tsock_consumer_set_heartbeat(tsock_consumer *c, int interval_ms, int timeout_ms);
+
+/* A name shown in the producer's statistics (copied, at most TSOCK_MAX_NAME bytes). */
+TSOCK_API int tsock_consumer_set_name(tsock_consumer *c, const char *name);
+
+/* Connects, introduces itself and maps the ring read-only. Waits up to `timeout_ms` (-1:
+ * forever) for the producer to answer. Returns 0, -ETIMEDOUT, TSOCK_E_VERSION, TSOCK_E_FULL,
+ * TSOCK_E_REJECTED or a negated errno from mapping the ring. */
+TSOCK_API int tsock_consumer_start(tsock_consumer *c, int timeout_ms);
+
+/* The next batch. Blocks up to `timeout_ms` (-1: forever, 0: poll). On success sets *batch
+ * (owned by the consumer, valid until released) and returns 0. A consumer may hold several
+ * batches at once, up to the producer's slot count. Returns -ETIMEDOUT; TSOCK_E_END once the
+ * stream ended and every batch sent before the end was returned; TSOCK_E_PRODUCER_LOST within
+ * the heartbeat timeout when the producer died; TSOCK_E_PRODUCER_STOPPED when it shut down. */
+TSOCK_API int tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch);
+
+/* Gives a batch back so its slot can be refilled. The batch pointer and its tensor pointers are
+ * invalid afterwards. Returns 0, or TSOCK_E_NOT_HELD for a batch this consumer does not hold.
+ * Releasing after the producer is gone succeeds and does nothing. */
+TSOCK_API int tsock_consumer_release(tsock_consumer *c, tsock_batch *batch);
+
+/* Figures of this consumer's own (TSOCK_STAT_BATCHES, _SAMPLES, _RELEASED, _HELD, _BAD_MESSAGES,
+ * TSOCK_STAT_WAIT_NS: time blocked in next). Returns 0 or -EINVAL. */
+TSOCK_API int tsock_consumer_stat(tsock_consumer *c, int key, uint64_t *value);
+
+/* The batch size and slot count the producer announced (valid after start). */
+TSOCK_API uint32_t tsock_consumer_batch_capacity(const tsock_consumer *c);
+TSOCK_API uint32_t tsock_consumer_slot_count(const tsock_consumer *c);
+
+/* Releases every held batch, says goodbye to the producer, unmaps the ring and frees the
+ * consumer. NULL does nothing. */
+TSOCK_API void tsock_consumer_destroy(tsock_consumer *c);
+
+/* ---- reading a batch (all pointers owned by the batch, valid until it is released) ---- */
+
+TSOCK_API uint32_t tsock_batch_samples(const tsock_batch *b); /* samples in this batch */
+TSOCK_API uint64_t tsock_batch_seq(const tsock_batch *b);     /* producer's batch number, from 0 */
+TSOCK_API uint64_t tsock_batch_epoch(const tsock_batch *b);   /* epoch (0 in free mode) */
+/* Position of this batch in its epoch, from 0, and a flag that it ends the epoch. */
+TSOCK_API uint64_t tsock_batch_index_in_epoch(const tsock_batch *b);
+TSOCK_API int tsock_batch_is_epoch_end(const tsock_batch *b);
+
+TSOCK_API int tsock_batch_tensor_count(const tsock_batch *b);
+/* Index of the tensor called `name`, or -ENOENT. */
+TSOCK_API int tsock_batch_find(const tsock_batch *b, const char *name);
+TSOCK_API const char *tsock_batch_tensor_name(const tsock_batch *b, int tensor);
+TSOCK_API int tsock_batch_tensor_dtype(const tsock_batch *b, int tensor);
+/* Number of dimensions including the leading batch dimension. */
+TSOCK_API int tsock_batch_tensor_ndim(const tsock_batch *b, int tensor);
+/* Size of dimension `dim` (dimension 0 is the batch's sample count), or -1. */
+TSOCK_API int64_t tsock_batch_tensor_dim(const tsock_batch *b, int tensor, int dim);
+/* Total bytes of the tensor in this batch. */
+TSOCK_API size_t tsock_batch_tensor_bytes(const tsock_batch *b, int tensor);
+/* Read-only pointer to the tensor's data (host shared memory mapped read-only, or device
+ * memory), C order, contiguous. NULL for a bad index. */
+TSOCK_API const void *tsock_batch_tensor_data(const tsock_batch *b, int tensor);
+TSOCK_API int tsock_batch_tensor_device(const tsock_batch *b, int tensor);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,43 @@
+/* Names of return codes, and the version query. */
+#include <string.h>
+
+#include "core/core.h"
+
+static const char *const tsock_messages[] = {
+    [0] = "tsock error",
+    [1] = "protocol error: malformed or unexpected message",
+    [2] = "protocol version mismatch between producer and consumer",
+    [3] = "producer lost: no heartbeat within the timeout",
+    [4] = "producer stopped before the end of the stream",
+    [5] = "end of stream: the producer published its last batch",
+    [6] = "call not allowed in the current state",
+    [7] = "invalid batch layout",
+    [8] = "producer has no room for another consumer",
+    [9] = "rejected by the producer",
+    [10] = "batch not held by this consumer",
+    [11] = "endpoint already served by a live producer",
+};
+
+const char *
+tsock_strerror(int code)
+{
+    if (code == 0)
+        return "success";
+    if (code <= TSOCK_E_BASE && code > TSOCK_E_LAST)
+        return tsock_messages[TSOCK_E_BASE - code];
+    if (code < 0 && code > -4096)
+        return strerror(-code);
+    return "unknown error code";
+}
+
+int
+tsock_version(void)
+{
+    return TSOCK_VERSION_NUMBER;
+}
+
+const char *
+tsock_version_string(void)
+{
+    return TSOCK_VERSION_STRING;
+}

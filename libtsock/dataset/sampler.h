@@ -1,0 +1,35 @@
+/* The sample stream: which sample ids go into each batch, epoch after epoch.
+ *
+ * Epoch e visits every sample id 0..n-1 exactly once, in a permutation that depends only on
+ * (seed, e), so a run is reproducible whatever the thread timing. Batches never straddle an
+ * epoch: the last batch of an epoch holds the remainder.
+ */
+#ifndef TSOCK_SAMPLER_H
+#define TSOCK_SAMPLER_H
+
+#include <stdint.h>
+
+struct tsock_sampler {
+    uint64_t samples;    /* dataset size n */
+    uint64_t seed;
+    uint64_t epochs;     /* 0: endless */
+    uint64_t epoch;      /* epoch of the next batch */
+    uint64_t position;   /* position of the next batch's first sample within its epoch */
+    uint64_t batch_in_epoch;
+    uint64_t *perm;      /* permutation of the current epoch, n entries */
+};
+
+/* Sets up the stream. Returns 0, -EINVAL (samples == 0 or too large), -ENOMEM. */
+int tsock__sampler_init(struct tsock_sampler *s, uint64_t samples, uint64_t seed, uint64_t epochs);
+void tsock__sampler_free(struct tsock_sampler *s);
+
+/* Fills ids[0..] with the next batch of at most `max` ids and reports its place.
+ * Returns the number of ids (>= 1), or 0 when every epoch has been issued. */
+uint32_t tsock__sampler_next(struct tsock_sampler *s, uint32_t max, uint64_t *ids, uint64_t *epoch,
+                             uint64_t *index_in_epoch, int *epoch_end);
+
+/* Writes the permutation of epoch `epoch` for (samples, seed) into perm[0..samples-1]: a
+ * Fisher-Yates shuffle driven by splitmix64 seeded from (seed, epoch). */
+void tsock__sampler_permutation(uint64_t samples, uint64_t seed, uint64_t epoch, uint64_t *perm);
+
+#endif

@@ -1,0 +1,833 @@
+/* The producer engine: owns the ring memory, the slot bookkeeping and the ROUTER socket.
+ *
+ * Two threads touch a producer. The caller's thread acquires, fills and publishes slots. The
+ * service thread owns the socket: it welcomes consumers, sends BATCH messages, applies
+ * releases, exchanges heartbeats and drops consumers that fell silent. Everything they share
+ * is guarded by `mu`; the caller wakes the service thread through an eventfd, and the service
+ * thread wakes the caller (waiting for a free slot or for consumers) through `cond`.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "backend/backend.h"
+#include "core/core.h"
+#include "core/layout.h"
+#include "core/sync.h"
+#include "dataset/sampler.h"
+#include "proto/proto.h"
+#include "ring/ring.h"
+#include "transport/transport.h"
+
+#define MAX_CONSUMERS TSOCK_RING_MAX_CONSUMERS
+
+struct consumer_rec {
+    int active;
+    uint8_t id[TSOCK_ROUTING_ID_MAX];
+    size_t id_len;
+    uint64_t consumer_id;
+    uint64_t join_order;
+    uint32_t pid;
+    char name[TSOCK_MAX_NAME + 1];
+    uint64_t last_heard_ns;
+    uint64_t batches, samples, released;
+};
+
+/* A published slot waiting for the service thread to announce it. */
+struct outgoing {
+    uint64_t holders;
+    struct tsock_msg_batch batch;
+};
+
+struct tsock_slot {
+    uint32_t index;
+    uint32_t planned;
+    uint64_t epoch;
+    uint64_t index_in_epoch;
+    int epoch_end;
+    uint64_t *ids;
+    uint8_t *base;
+    const size_t *offsets;
+    int tensor_count;
+};
+
+enum producer_state { P_CREATED, P_RUNNING, P_FINISHED, P_STOPPED };
+
+struct tsock_producer {
+    char endpoint[TSOCK_ENDPOINT_MAX];
+    char ipc_path[TSOCK_ENDPOINT_MAX];
+    ino_t ipc_inode;
+    tsock_layout layout;
+    size_t offsets[TSOCK_MAX_TENSORS];
+    size_t slot_stride;
+    uint32_t batch_size, slot_count;
+    int hb_interval_ms, hb_timeout_ms;
+
+    int use_sampler;
+    uint64_t sampler_samples, sampler_seed, sampler_epochs;
+    struct tsock_sampler sampler;
+    uint64_t *slot_ids; /* slot_count * batch_size sample ids */
+    struct tsock_slot current;
+    int filling;
+
+    struct tsock_region region;
+    void *zctx;
+    void *router;
+    int wake_fd;
+    pthread_t thread;
+    int thread_started;
+
+    /* Shared between the caller's thread and the service thread, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    enum producer_state state;
+    int stop_thread;
+    int shutdown_sent;
+    struct tsock_ring ring;
+    struct consumer_rec consumers[MAX_CONSUMERS];
+    int consumer_count;
+    uint64_t next_consumer_id;
+    struct outgoing *queue; /* ring buffer of slot_count entries */
+    uint32_t queue_head, queue_len;
+    uint64_t stat_batches, stat_samples, stat_released, stat_joined, stat_lost, stat_bad,
+        stat_wait_ns;
+
+    struct tsock_frame frame; /* service thread's receive buffer */
+};
+
+/* ---- creation and options ---------------------------------------------------------------- */
+
+int
+tsock_producer_create(tsock_producer **out, const char *endpoint, const tsock_layout *layout,
+                      uint32_t batch_size, uint32_t slots)
+{
+    if (!out || !layout || batch_size == 0 || slots < 2 || slots > TSOCK_RING_MAX_SLOTS)
+        return -EINVAL;
+    tsock_producer *p = calloc(1, sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    int err = 0;
+    if (endpoint) {
+        if (strlen(endpoint) >= sizeof p->endpoint)
+            err = -ENAMETOOLONG;
+        else
+            strcpy(p->endpoint, endpoint);
+    } else {
+        err = tsock_default_endpoint(p->endpoint, sizeof p->endpoint);
+    }
+    if (err >= 0)
+        err = tsock__layout_place(layout, batch_size, p->offsets, &p->slot_stride);
+    if (err < 0) {
+        free(p);
+        return err;
+    }
+    p->layout = *layout;
+    p->batch_size = batch_size;
+    p->slot_count = slots;
+    p->hb_interval_ms = 250;
+    p->hb_timeout_ms = 3000;
+    p->wake_fd = -1;
+    p->state = P_CREATED;
+    tsock__mutex_init(&p->mu);
+    tsock__cond_init(&p->cond);
+    *out = p;
+    return 0;
+}
+
+int
+tsock_producer_set_heartbeat(tsock_producer *p, int interval_ms, int timeout_ms)
+{
+    if (!p || interval_ms <= 0 || timeout_ms <= interval_ms)
+        return -EINVAL;
+    if (p->state != P_CREATED)
+        return TSOCK_E_STATE;
+    p->hb_interval_ms = interval_ms;
+    p->hb_timeout_ms = timeout_ms;
+    return 0;
+}
+
+int
+tsock_producer_set_sampler(tsock_producer *p, uint64_t samples, uint64_t seed, uint64_t epochs)
+{
+    if (!p || samples == 0)
+        return -EINVAL;
+    if (p->state != P_CREATED)
+        return TSOCK_E_STATE;
+    p->use_sampler = 1;
+    p->sampler_samples = samples;
+    p->sampler_seed = seed;
+    p->sampler_epochs = epochs;
+    return 0;
+}
+
+const char *
+tsock_producer_endpoint(const tsock_producer *p)
+{
+    return p ? p->endpoint : NULL;
+}
+
+/* ---- start ------------------------------------------------------------------------------- */
+
+static void *service_main(void *arg);
+
+static int
+bind_endpoint(tsock_producer *p)
+{
+    const char *path = tsock__ipc_path(p->endpoint);
+    if (path) {
+        int err = tsock__ipc_claim(path);
+        if (err < 0)
+            return err;
+    }
+    int err = 0;
+    p->router = tsock__router_open(p->zctx, p->endpoint, &err);
+    if (!p->router)
+        return err == -EADDRINUSE ? TSOCK_E_BUSY_ENDPOINT : err;
+    struct stat st;
+    if (path && path[0] != '@' && stat(path, &st) == 0) {
+        /* Only the owner may connect: consumers of other users cannot map the ring anyway. */
+        chmod(path, 0600);
+        snprintf(p->ipc_path, sizeof p->ipc_path, "%s", path);
+        p->ipc_inode = st.st_ino;
+    }
+    return 0;
+}
+
+static int
+allocate_ring(tsock_producer *p)
+{
+    size_t bytes;
+    if (tsock__mul_size(p->slot_stride, p->slot_count, &bytes) < 0)
+        return TSOCK_E_LAYOUT;
+    int err = tsock__ring_init(&p->ring, p->slot_count);
+    if (err < 0)
+        return err;
+    p->queue = calloc(p->slot_count, sizeof *p->queue);
+    if (!p->queue)
+        return -ENOMEM;
+    if (p->use_sampler) {
+        p->slot_ids = calloc((size_t)p->slot_count * p->batch_size, sizeof *p->slot_ids);
+        if (!p->slot_ids)
+            return -ENOMEM;
+        err = tsock__sampler_init(&p->sampler, p->sampler_samples, p->sampler_seed,
+                                  p->sampler_epochs);
+        if (err < 0)
+            return err;
+    }
+    tsock__shm_sweep_orphans();
+    return tsock__shm_create(&p->region, bytes);
+}
+
+int
+tsock_producer_start(tsock_producer *p)
+{
+    if (!p)
+        return -EINVAL;
+    if (p->state != P_CREATED || p->zctx)
+        return TSOCK_E_STATE;
+    int err = allocate_ring(p);
+    if (err < 0)
+        return err;
+    p->wake_fd = tsock__wake_open();
+    if (p->wake_fd < 0)
+        return p->wake_fd;
+    p->zctx = zmq_ctx_new();
+    if (!p->zctx)
+        return -ENOMEM;
+    err = bind_endpoint(p);
+    if (err < 0)
+        return err;
+    p->state = P_RUNNING;
+    err = pthread_create(&p->thread, NULL, service_main, p);
+    if (err) {
+        p->state = P_CREATED;
+        return -err;
+    }
+    p->thread_started = 1;
+    tsock__log(TSOCK_LOG_INFO, "producer on %s: %u slots of %zu bytes, ring %s", p->endpoint,
+               p->slot_count, p->slot_stride, p->region.name);
+    return 0;
+}
+
+/* ---- the caller's side: consumers, slots, publishing --------------------------------------- */
+
+int
+tsock_producer_wait_consumers(tsock_producer *p, int count, int timeout_ms)
+{
+    if (!p)
+        return -EINVAL;
+    uint64_t deadline = tsock__deadline(timeout_ms);
+    pthread_mutex_lock(&p->mu);
+    int err = 0;
+    while (p->consumer_count < count && err == 0)
+        err = tsock__cond_wait_until(&p->cond, &p->mu, deadline);
+    int n = p->consumer_count;
+    pthread_mutex_unlock(&p->mu);
+    return n >= count ? n : -ETIMEDOUT;
+}
+
+/* Waits (mu held) for a free slot and takes it. */
+static int
+take_free_slot(tsock_producer *p, int timeout_ms)
+{
+    uint64_t deadline = tsock__deadline(timeout_ms);
+    uint64_t started = tsock__now_ns();
+    int slot;
+    while ((slot = tsock__ring_acquire(&p->ring)) < 0) {
+        if (p->state != P_RUNNING)
+            return TSOCK_E_STATE;
+        if (tsock__cond_wait_until(&p->cond, &p->mu, deadline) != 0) {
+            slot = tsock__ring_acquire(&p->ring);
+            break;
+        }
+    }
+    p->stat_wait_ns += tsock__now_ns() - started;
+    return slot < 0 ? -ETIMEDOUT : slot;
+}
+
+/* Asks the sampler what the slot must hold. Returns 0, or TSOCK_E_END after the last epoch. */
+static int
+plan_slot(tsock_producer *p, struct tsock_slot *s)
+{
+    s->planned = 0;
+    s->epoch = 0;
+    s->index_in_epoch = 0;
+    s->epoch_end = 0;
+    s->ids = NULL;
+    if (!p->use_sampler)
+        return 0;
+    s->ids = p->slot_ids + (size_t)s->index * p->batch_size;
+    s->planned = tsock__sampler_next(&p->sampler, p->batch_size, s->ids, &s->epoch,
+                                     &s->index_in_epoch, &s->epoch_end);
+    return s->planned ? 0 : TSOCK_E_END;
+}
+
+int
+tsock_producer_acquire(tsock_producer *p, int timeout_ms, tsock_slot **slot)
+{
+    if (!p || !slot)
+        return -EINVAL;
+    if (p->filling)
+        return TSOCK_E_STATE;
+    pthread_mutex_lock(&p->mu);
+    int index = p->state == P_RUNNING ? take_free_slot(p, timeout_ms) : TSOCK_E_STATE;
+    pthread_mutex_unlock(&p->mu);
+    if (index < 0)
+        return index;
+    struct tsock_slot *s = &p->current;
+    s->index = (uint32_t)index;
+    s->base = p->region.base + (size_t)index * p->slot_stride;
+    s->offsets = p->offsets;
+    s->tensor_count = p->layout.count;
+    int err = plan_slot(p, s);
+    if (err < 0) {
+        pthread_mutex_lock(&p->mu);
+        tsock__ring_abandon(&p->ring, s->index);
+        pthread_cond_broadcast(&p->cond);
+        pthread_mutex_unlock(&p->mu);
+        return err;
+    }
+    p->filling = 1;
+    *slot = s;
+    return 0;
+}
+
+void *
+tsock_slot_data(tsock_slot *slot, int tensor)
+{
+    if (!slot || tensor < 0 || tensor >= slot->tensor_count)
+        return NULL;
+    return slot->base + slot->offsets[tensor];
+}
+
+uint32_t
+tsock_slot_planned(const tsock_slot *slot)
+{
+    return slot ? slot->planned : 0;
+}
+
+const uint64_t *
+tsock_slot_sample_ids(const tsock_slot *slot)
+{
+    return slot ? slot->ids : NULL;
+}
+
+uint64_t
+tsock_slot_epoch(const tsock_slot *slot)
+{
+    return slot ? slot->epoch : 0;
+}
+
+static uint64_t
+active_mask(const tsock_producer *p)
+{
+    uint64_t mask = 0;
+    for (int i = 0; i < MAX_CONSUMERS; i++)
+        if (p->consumers[i].active)
+            mask |= (uint64_t)1 << i;
+    return mask;
+}
+
+int
+tsock_producer_publish(tsock_producer *p, tsock_slot *slot, uint32_t samples)
+{
+    if (!p || slot != &p->current || !p->filling)
+        return p ? TSOCK_E_STATE : -EINVAL;
+    if (samples == 0 || samples > p->batch_size || (p->use_sampler && samples != slot->planned))
+        return -EINVAL;
+    pthread_mutex_lock(&p->mu);
+    uint64_t holders = active_mask(p), seq;
+    tsock__ring_publish(&p->ring, slot->index, holders, &seq);
+    p->stat_batches++;
+    p->stat_samples += samples;
+    if (holders) {
+        struct outgoing *o = &p->queue[(p->queue_head + p->queue_len++) % p->slot_count];
+        o->holders = holders;
+        o->batch = (struct tsock_msg_batch){
+            .slot = slot->index,
+            .samples = samples,
+            .seq = seq,
+            .epoch = slot->epoch,
+            .index_in_epoch = slot->index_in_epoch,
+            .flags = slot->epoch_end ? TSOCK_BATCH_EPOCH_END : 0,
+        };
+    } else {
+        pthread_cond_broadcast(&p->cond); /* the slot is free again */
+    }
+    pthread_mutex_unlock(&p->mu);
+    p->filling = 0;
+    if (holders)
+        tsock__wake_signal(p->wake_fd);
+    return 0;
+}
+
+/* ---- statistics -------------------------------------------------------------------------- */
+
+int
+tsock_producer_consumer_count(tsock_producer *p)
+{
+    if (!p)
+        return -EINVAL;
+    pthread_mutex_lock(&p->mu);
+    int n = p->consumer_count;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+static int
+producer_wide_stat(tsock_producer *p, int key, uint64_t *value)
+{
+    int held = 0;
+    switch (key) {
+    case TSOCK_STAT_BATCHES: *value = p->stat_batches; return 0;
+    case TSOCK_STAT_SAMPLES: *value = p->stat_samples; return 0;
+    case TSOCK_STAT_RELEASED: *value = p->stat_released; return 0;
+    case TSOCK_STAT_CONSUMERS: *value = (uint64_t)p->consumer_count; return 0;
+    case TSOCK_STAT_JOINED: *value = p->stat_joined; return 0;
+    case TSOCK_STAT_LOST: *value = p->stat_lost; return 0;
+    case TSOCK_STAT_BAD_MESSAGES: *value = p->stat_bad; return 0;
+    case TSOCK_STAT_WAIT_NS: *value = p->stat_wait_ns; return 0;
+    case TSOCK_STAT_PID: *value = (uint64_t)getpid(); return 0;
+    case TSOCK_STAT_HELD:
+        for (uint32_t i = 0; i < p->ring.count; i++)
+            held += p->ring.slots[i].state == TSOCK_SLOT_HELD;
+        *value = (uint64_t)held;
+        return 0;
+    default: return -EINVAL;
+    }
+}
+
+/* The n-th active consumer in join order, or NULL. */
+static struct consumer_rec *
+nth_consumer(tsock_producer *p, int n, int *index)
+{
+    for (int rank = 0; rank <= n; rank++) {
+        struct consumer_rec *best = NULL;
+        for (int i = 0; i < MAX_CONSUMERS; i++) {
+            struct consumer_rec *c = &p->consumers[i];
+            if (!c->active || (rank > 0 && c->join_order <= p->consumers[*index].join_order))
+                continue;
+            if (!best || c->join_order < best->join_order) {
+                best = c;
+                *index = i;
+            }
+        }
+        if (!best)
+            return NULL;
+        if (rank == n)
+            return best;
+    }
+    return NULL;
+}
+
+static int
+consumer_stat(tsock_producer *p, int n, int key, uint64_t *value)
+{
+    int index = 0;
+    struct consumer_rec *c = nth_consumer(p, n, &index);
+    if (!c)
+        return -ENOENT;
+    switch (key) {
+    case TSOCK_STAT_BATCHES: *value = c->batches; return 0;
+    case TSOCK_STAT_SAMPLES: *value = c->samples; return 0;
+    case TSOCK_STAT_RELEASED: *value = c->released; return 0;
+    case TSOCK_STAT_HELD: *value = (uint64_t)tsock__ring_held_by(&p->ring, (uint32_t)index); return 0;
+    case TSOCK_STAT_PID: *value = c->pid; return 0;
+    case TSOCK_STAT_ID: *value = c->consumer_id; return 0;
+    default: return -EINVAL;
+    }
+}
+
+int
+tsock_producer_stat(tsock_producer *p, int consumer, int key, uint64_t *value)
+{
+    if (!p || !value || consumer < -1)
+        return -EINVAL;
+    pthread_mutex_lock(&p->mu);
+    int err = consumer < 0 ? producer_wide_stat(p, key, value) : consumer_stat(p, consumer, key, value);
+    pthread_mutex_unlock(&p->mu);
+    return err;
+}
+
+/* ---- the service thread ------------------------------------------------------------------ */
+
+static void
+send_to(tsock_producer *p, int index, const struct tsock_msg *msg);
+
+static void
+drop_consumer(tsock_producer *p, int index, const char *why)
+{
+    struct consumer_rec *c = &p->consumers[index];
+    if (!c->active)
+        return;
+    int freed = tsock__ring_drop_consumer(&p->ring, (uint32_t)index);
+    tsock__log(TSOCK_LOG_INFO, "consumer %llu (pid %u) %s; %d slots reclaimed",
+               (unsigned long long)c->consumer_id, c->pid, why, freed < 0 ? 0 : freed);
+    c->active = 0;
+    p->consumer_count--;
+    pthread_cond_broadcast(&p->cond);
+}
+
+static void
+send_to(tsock_producer *p, int index, const struct tsock_msg *msg)
+{
+    struct consumer_rec *c = &p->consumers[index];
+    int err = tsock__send(p->router, c->id, c->id_len, msg);
+    if (err < 0) {
+        /* EHOSTUNREACH: its connection is gone. EAGAIN: it stopped reading a queue deep
+         * enough for thousands of messages. Either way it cannot be served any more. */
+        tsock__log(TSOCK_LOG_WARN, "sending %s to consumer %llu failed: %s",
+                   tsock__msg_type_name(msg->type), (unsigned long long)c->consumer_id,
+                   tsock_strerror(err));
+        drop_consumer(p, index, "is unreachable");
+    }
+}
+
+static void
+reply_raw(tsock_producer *p, const struct tsock_frame *f, const struct tsock_msg *msg)
+{
+    (void)tsock__send(p->router, f->id, f->id_len, msg); /* best effort to an unknown peer */
+}
+
+static int
+find_consumer(const tsock_producer *p, const struct tsock_frame *f)
+{
+    for (int i = 0; i < MAX_CONSUMERS; i++) {
+        const struct consumer_rec *c = &p->consumers[i];
+        if (c->active && c->id_len == f->id_len && memcmp(c->id, f->id, f->id_len) == 0)
+            return i;
+    }
+    return -1;
+}
+
+static void
+fill_welcome(const tsock_producer *p, const struct consumer_rec *c, struct tsock_msg *m)
+{
+    struct tsock_msg_welcome *w = &m->u.welcome;
+    memset(m, 0, sizeof *m);
+    m->type = TSOCK_MSG_WELCOME;
+    w->consumer_id = c->consumer_id;
+    w->batch_size = p->batch_size;
+    w->slot_count = p->slot_count;
+    w->slot_stride = p->slot_stride;
+    w->ring_bytes = p->region.bytes;
+    w->heartbeat_ms = (uint32_t)p->hb_interval_ms;
+    w->device = TSOCK_DEVICE_CPU;
+    snprintf(w->shm_name, sizeof w->shm_name, "%s", p->region.name);
+    w->tensor_count = (uint32_t)p->layout.count;
+    for (int t = 0; t < p->layout.count; t++) {
+        const struct tsock_layout_tensor *lt = &p->layout.tensors[t];
+        struct tsock_tensor_desc *d = &w->tensors[t];
+        memcpy(d->name, lt->name, sizeof d->name);
+        d->dtype = (uint8_t)lt->dtype;
+        d->ndim = (uint8_t)lt->ndim;
+        memcpy(d->sample_shape, lt->sample_shape, sizeof d->sample_shape);
+        d->offset = p->offsets[t];
+        d->sample_bytes = lt->sample_bytes;
+    }
+}
+
+static void
+reject(tsock_producer *p, const struct tsock_frame *f, int code)
+{
+    struct tsock_msg m = {.type = TSOCK_MSG_REJECT, .u.reject.code = code};
+    reply_raw(p, f, &m);
+}
+
+static void
+on_hello(tsock_producer *p, const struct tsock_frame *f, const struct tsock_msg_hello *h)
+{
+    int index = find_consumer(p, f);
+    if (index < 0) {
+        if (p->state != P_RUNNING) {
+            reject(p, f, p->state == P_FINISHED ? TSOCK_E_END : TSOCK_E_PRODUCER_STOPPED);
+            return;
+        }
+        for (index = 0; index < MAX_CONSUMERS && p->consumers[index].active; index++)
+            ;
+        if (index == MAX_CONSUMERS) {
+            reject(p, f, TSOCK_E_FULL);
+            return;
+        }
+        struct consumer_rec *c = &p->consumers[index];
+        memset(c, 0, sizeof *c);
+        c->active = 1;
+        memcpy(c->id, f->id, f->id_len);
+        c->id_len = f->id_len;
+        c->consumer_id = p->next_consumer_id++;
+        c->join_order = p->stat_joined++;
+        c->pid = h->pid;
+        memcpy(c->name, h->name, sizeof c->name);
+        c->last_heard_ns = tsock__now_ns();
+        p->consumer_count++;
+        pthread_cond_broadcast(&p->cond);
+        tsock__log(TSOCK_LOG_INFO, "consumer %llu joined (pid %u, \"%s\")",
+                   (unsigned long long)c->consumer_id, c->pid, c->name);
+    }
+    /* A repeated HELLO (its first WELCOME was lost) gets the same answer again. */
+    struct tsock_msg m;
+    fill_welcome(p, &p->consumers[index], &m);
+    send_to(p, index, &m);
+}
+
+static void
+on_release(tsock_producer *p, int index, const struct tsock_msg_release *r)
+{
+    int freed = tsock__ring_release(&p->ring, r->slot, (uint32_t)index, r->seq);
+    if (freed < 0) {
+        p->stat_bad++;
+        tsock__log(TSOCK_LOG_WARN, "consumer %llu released slot %u seq %llu it does not hold",
+                   (unsigned long long)p->consumers[index].consumer_id, r->slot,
+                   (unsigned long long)r->seq);
+        return;
+    }
+    p->consumers[index].released++;
+    p->stat_released++;
+    if (freed)
+        pthread_cond_broadcast(&p->cond);
+}
+
+static void
+note_bad_message(tsock_producer *p, const struct tsock_frame *f, int err)
+{
+    p->stat_bad++;
+    /* A flood of garbage must not turn into a flood of log lines. */
+    if (p->stat_bad <= 10 || p->stat_bad % 1000 == 0)
+        tsock__log(TSOCK_LOG_WARN, "rejected a malformed message (%zu bytes, %d frames): %s",
+                   f->size, f->parts, tsock_strerror(err));
+}
+
+static void
+handle_frame(tsock_producer *p, const struct tsock_frame *f)
+{
+    struct tsock_msg m;
+    int err = (f->parts != 1 || f->oversized || f->id_len == 0)
+                  ? TSOCK_E_PROTOCOL
+                  : tsock__msg_decode(f->data, f->size, &m);
+    if (err < 0) {
+        note_bad_message(p, f, err);
+        if (err == TSOCK_E_VERSION)
+            reject(p, f, TSOCK_E_VERSION);
+        return;
+    }
+    int index = find_consumer(p, f);
+    if (index >= 0)
+        p->consumers[index].last_heard_ns = tsock__now_ns();
+    switch (m.type) {
+    case TSOCK_MSG_HELLO: on_hello(p, f, &m.u.hello); return;
+    case TSOCK_MSG_RELEASE:
+    case TSOCK_MSG_HEARTBEAT:
+    case TSOCK_MSG_BYE:
+        if (index < 0) {
+            /* A consumer we dropped (it was silent too long) or never knew: tell it. */
+            reject(p, f, TSOCK_E_REJECTED);
+        } else if (m.type == TSOCK_MSG_RELEASE) {
+            on_release(p, index, &m.u.release);
+        } else if (m.type == TSOCK_MSG_BYE) {
+            drop_consumer(p, index, "left");
+        }
+        return;
+    default: note_bad_message(p, f, TSOCK_E_PROTOCOL); return;
+    }
+}
+
+static void
+receive_all(tsock_producer *p)
+{
+    int got;
+    while ((got = tsock__recv(p->router, 1, &p->frame)) > 0)
+        handle_frame(p, &p->frame);
+}
+
+/* Announces every published slot to the consumers still holding it. */
+static void
+flush_outgoing(tsock_producer *p)
+{
+    while (p->queue_len > 0) {
+        struct outgoing *o = &p->queue[p->queue_head];
+        p->queue_head = (p->queue_head + 1) % p->slot_count;
+        p->queue_len--;
+        const struct tsock_ring_slot *rs = &p->ring.slots[o->batch.slot];
+        struct tsock_msg m = {.type = TSOCK_MSG_BATCH, .u.batch = o->batch};
+        for (int i = 0; i < MAX_CONSUMERS; i++) {
+            uint64_t bit = (uint64_t)1 << i;
+            /* A holder dropped since publish has had its bit cleared by the ring. */
+            if (!(o->holders & bit) || rs->state != TSOCK_SLOT_HELD || rs->seq != o->batch.seq ||
+                !(rs->holders & bit))
+                continue;
+            p->consumers[i].batches++;
+            p->consumers[i].samples += o->batch.samples;
+            send_to(p, i, &m);
+        }
+    }
+}
+
+static void
+heartbeat_and_expire(tsock_producer *p, uint64_t now)
+{
+    struct tsock_msg hb = {.type = TSOCK_MSG_HEARTBEAT};
+    uint64_t timeout_ns = (uint64_t)p->hb_timeout_ms * 1000000u;
+    for (int i = 0; i < MAX_CONSUMERS; i++) {
+        if (!p->consumers[i].active)
+            continue;
+        if (now - p->consumers[i].last_heard_ns > timeout_ns) {
+            p->stat_lost++;
+            drop_consumer(p, i, "timed out (no heartbeat)");
+            continue;
+        }
+        send_to(p, i, &hb);
+    }
+}
+
+static void
+send_shutdown(tsock_producer *p, uint32_t reason)
+{
+    struct tsock_msg m = {.type = TSOCK_MSG_SHUTDOWN, .u.shutdown.reason = reason};
+    for (int i = 0; i < MAX_CONSUMERS; i++)
+        if (p->consumers[i].active)
+            send_to(p, i, &m);
+    p->shutdown_sent = 1;
+}
+
+static void *
+service_main(void *arg)
+{
+    tsock_producer *p = arg;
+    uint64_t interval_ns = (uint64_t)p->hb_interval_ms * 1000000u;
+    uint64_t next_beat = tsock__now_ns() + interval_ns;
+    pthread_mutex_lock(&p->mu);
+    while (!p->stop_thread) {
+        uint64_t now = tsock__now_ns();
+        int wait_ms = now >= next_beat ? 0 : (int)((next_beat - now) / 1000000u) + 1;
+        pthread_mutex_unlock(&p->mu);
+        zmq_pollitem_t items[2] = {{p->router, 0, ZMQ_POLLIN, 0}, {NULL, p->wake_fd, ZMQ_POLLIN, 0}};
+        zmq_poll(items, 2, wait_ms);
+        if (items[1].revents)
+            tsock__wake_drain(p->wake_fd);
+        pthread_mutex_lock(&p->mu);
+        receive_all(p);
+        flush_outgoing(p);
+        if (p->state == P_FINISHED && !p->shutdown_sent)
+            send_shutdown(p, TSOCK_SHUTDOWN_END);
+        now = tsock__now_ns();
+        if (now >= next_beat) {
+            heartbeat_and_expire(p, now);
+            next_beat = now + interval_ns;
+        }
+    }
+    flush_outgoing(p);
+    if (!p->shutdown_sent)
+        send_shutdown(p, p->state == P_FINISHED ? TSOCK_SHUTDOWN_END : TSOCK_SHUTDOWN_STOPPED);
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* ---- finish and destroy ------------------------------------------------------------------ */
+
+int
+tsock_producer_finish(tsock_producer *p)
+{
+    if (!p)
+        return -EINVAL;
+    pthread_mutex_lock(&p->mu);
+    if (p->state == P_RUNNING)
+        p->state = P_FINISHED;
+    if (p->filling)
+        tsock__ring_abandon(&p->ring, p->current.index);
+    p->filling = 0;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->mu);
+    if (p->wake_fd >= 0)
+        tsock__wake_signal(p->wake_fd);
+    return 0;
+}
+
+static void
+stop_service(tsock_producer *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->stop_thread = 1;
+    if (p->state == P_RUNNING)
+        p->state = P_STOPPED;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->mu);
+    tsock__wake_signal(p->wake_fd);
+    pthread_join(p->thread, NULL);
+}
+
+/* Removes the socket file only if it is still the one this producer bound. */
+static void
+remove_socket_file(tsock_producer *p)
+{
+    struct stat st;
+    if (p->ipc_path[0] && stat(p->ipc_path, &st) == 0 && st.st_ino == p->ipc_inode)
+        unlink(p->ipc_path);
+}
+
+void
+tsock_producer_destroy(tsock_producer *p)
+{
+    if (!p)
+        return;
+    if (p->thread_started)
+        stop_service(p);
+    /* Linger a little so the SHUTDOWN messages reach the consumers. */
+    tsock__socket_close(p->router, 200);
+    if (p->zctx)
+        zmq_ctx_term(p->zctx);
+    remove_socket_file(p);
+    tsock__shm_release(&p->region);
+    if (p->wake_fd >= 0)
+        close(p->wake_fd);
+    if (p->use_sampler)
+        tsock__sampler_free(&p->sampler);
+    free(p->slot_ids);
+    free(p->queue);
+    pthread_cond_destroy(&p->cond);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}

@@ -1,0 +1,118 @@
+/* Wire messages between producer and consumers: encoding and checked decoding.
+ *
+ * Pure code: no I/O, no allocation. Every message is one ZeroMQ frame that starts with a
+ * 12-byte header (magic, version, type, body length); docs/protocol.md gives the byte layout.
+ * Decoders take untrusted bytes and never read outside them, never trust a length field, and
+ * reject anything that is not exactly a well-formed message of the expected shape.
+ */
+#ifndef TSOCK_PROTO_H
+#define TSOCK_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tsock/tsock.h"
+
+#define TSOCK_PROTO_MAGIC 0x4B435354u /* "TSCK" read as a little-endian u32 */
+#define TSOCK_PROTO_VERSION 1
+#define TSOCK_PROTO_HEADER_SIZE 12
+/* No valid message is larger; anything bigger is rejected before it is parsed. */
+#define TSOCK_PROTO_MAX_MESSAGE 65536
+#define TSOCK_PROTO_MAX_SHM_NAME 255
+
+enum tsock_msg_type {
+    TSOCK_MSG_HELLO = 1,     /* consumer -> producer: join */
+    TSOCK_MSG_WELCOME = 2,   /* producer -> consumer: accepted, here is the ring */
+    TSOCK_MSG_REJECT = 3,    /* producer -> consumer: not accepted, with a code */
+    TSOCK_MSG_BATCH = 4,     /* producer -> consumer: a slot is ready for you */
+    TSOCK_MSG_RELEASE = 5,   /* consumer -> producer: done with a slot */
+    TSOCK_MSG_HEARTBEAT = 6, /* both ways: still alive */
+    TSOCK_MSG_BYE = 7,       /* consumer -> producer: leaving */
+    TSOCK_MSG_SHUTDOWN = 8   /* producer -> consumer: no more batches, with the reason */
+};
+
+/* Reasons carried by SHUTDOWN. */
+enum tsock_shutdown_reason {
+    TSOCK_SHUTDOWN_END = 1,    /* the stream ended normally */
+    TSOCK_SHUTDOWN_STOPPED = 2 /* the producer was stopped (signal, destroy) */
+};
+
+struct tsock_msg_hello {
+    uint32_t pid;
+    uint32_t flags; /* reserved, 0 */
+    char name[TSOCK_MAX_NAME + 1];
+};
+
+struct tsock_tensor_desc {
+    char name[TSOCK_MAX_NAME + 1];
+    uint8_t dtype;
+    uint8_t ndim; /* per-sample dims, 0..TSOCK_MAX_DIMS */
+    int64_t sample_shape[TSOCK_MAX_DIMS];
+    uint64_t offset;       /* byte offset of this tensor inside a slot */
+    uint64_t sample_bytes; /* bytes of one sample */
+};
+
+struct tsock_msg_welcome {
+    uint64_t consumer_id;
+    uint32_t batch_size;   /* samples per slot at most */
+    uint32_t slot_count;
+    uint64_t slot_stride;  /* bytes from one slot to the next in the ring */
+    uint64_t ring_bytes;   /* size of the ring object */
+    uint32_t heartbeat_ms; /* producer's heartbeat interval */
+    uint32_t device;       /* tsock_device of the ring */
+    char shm_name[TSOCK_PROTO_MAX_SHM_NAME + 1];
+    uint32_t tensor_count; /* 1..TSOCK_MAX_TENSORS */
+    struct tsock_tensor_desc tensors[TSOCK_MAX_TENSORS];
+};
+
+struct tsock_msg_reject {
+    int32_t code; /* a TSOCK_E_* code */
+};
+
+#define TSOCK_BATCH_EPOCH_END 1u /* flag: last batch of its epoch */
+
+struct tsock_msg_batch {
+    uint32_t slot;
+    uint32_t samples;
+    uint64_t seq;
+    uint64_t epoch;
+    uint64_t index_in_epoch;
+    uint32_t flags;
+};
+
+struct tsock_msg_release {
+    uint32_t slot;
+    uint64_t seq;
+};
+
+struct tsock_msg_shutdown {
+    uint32_t reason;
+};
+
+/* A decoded message of any type. */
+struct tsock_msg {
+    uint16_t type;
+    union {
+        struct tsock_msg_hello hello;
+        struct tsock_msg_welcome welcome;
+        struct tsock_msg_reject reject;
+        struct tsock_msg_batch batch;
+        struct tsock_msg_release release;
+        struct tsock_msg_shutdown shutdown;
+    } u;
+};
+
+/* Encodes `msg` into buf. Returns the byte count, -ENOBUFS when buf is too small, or -EINVAL
+ * when msg itself is invalid (unknown type, name too long, too many tensors/dims). */
+int tsock__msg_encode(const struct tsock_msg *msg, uint8_t *buf, size_t size);
+
+/* Decodes one message from untrusted bytes into *msg. Returns 0, TSOCK_E_VERSION when the magic
+ * is right but the version is not, or TSOCK_E_PROTOCOL for anything malformed: wrong magic,
+ * length mismatch, truncated or trailing bytes, unknown type, out-of-range fields, names that
+ * are not NUL-free printable strings. Never reads outside [buf, buf+size). */
+int tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock_msg *msg);
+
+/* A short name for a message type, for logs ("BATCH"), or "?". */
+const char *tsock__msg_type_name(int type);
+
+#endif

@@ -1,0 +1,54 @@
+/* ZeroMQ plumbing shared by the producer and consumer engines: endpoints, sockets, sending
+ * and receiving whole tsock messages, and the wake-up fd that lets an API thread nudge a
+ * service thread blocked in zmq_poll. Knows ZeroMQ and proto/, nothing about slots. */
+#ifndef TSOCK_TRANSPORT_H
+#define TSOCK_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto/proto.h"
+
+#define TSOCK_ENDPOINT_MAX 512
+#define TSOCK_ROUTING_ID_MAX 255
+
+/* One received message: the routing id (ROUTER side only) and the first payload frame. */
+struct tsock_frame {
+    uint8_t id[TSOCK_ROUTING_ID_MAX];
+    size_t id_len;
+    size_t size;
+    int parts;     /* payload frames in the message (exactly 1 is valid) */
+    int oversized; /* the payload was larger than data[] and was not copied */
+    uint8_t data[TSOCK_PROTO_MAX_MESSAGE];
+};
+
+/* The path of an "ipc://" endpoint, or NULL for any other transport. */
+const char *tsock__ipc_path(const char *endpoint);
+
+/* Prepares an ipc path for binding: fails with TSOCK_E_BUSY_ENDPOINT when a live process
+ * accepts connections there, removes a stale socket file a dead producer left. */
+int tsock__ipc_claim(const char *path);
+
+/* The producer's sockets. Both return a socket or NULL with *err set to a negated errno. */
+void *tsock__router_open(void *ctx, const char *endpoint, int *err);
+void *tsock__dealer_open(void *ctx, const char *endpoint, int *err);
+
+/* Closes a socket, letting queued messages go out for at most `linger_ms`. */
+void tsock__socket_close(void *sock, int linger_ms);
+
+/* Encodes and sends one message, prefixed by a routing id when id != NULL. Never blocks.
+ * Returns 0, -EHOSTUNREACH (unknown or vanished peer), -EAGAIN (peer's queue full), or another
+ * negated errno. */
+int tsock__send(void *sock, const uint8_t *id, size_t id_len, const struct tsock_msg *msg);
+
+/* Receives one whole message without blocking. Returns 1 when *f holds one, 0 when nothing
+ * is waiting, or a negated errno. `routed`: the socket prefixes a routing id (ROUTER). */
+int tsock__recv(void *sock, int routed, struct tsock_frame *f);
+
+/* An eventfd an API thread signals to wake a service thread out of zmq_poll. */
+int tsock__wake_open(void);
+void tsock__wake_signal(int fd);
+void tsock__wake_drain(int fd);
+
+#endif

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds and runs every test.
+#
+#   bash scripts/test.sh
+#
+# Steps, each in its own build directory under build/ (kept between runs, so a second run is
+# incremental):
+#   1. dependencies (apt-get, only what is missing)
+#   2. build/normal  RelWithDebInfo, all tests (unit, integration, fuzz corpus replay)
+#   3. build/asan    AddressSanitizer + UndefinedBehaviorSanitizer, all tests
+#   4. build/tsan    ThreadSanitizer, the unit and integration tests (ring, proto, transport,
+#                    producer/consumer processes); skipped when TSOCK_TEST_QUICK=1
+#   5. packaging     install build/normal into a scratch prefix, build examples/c_train_loop
+#                    against it with find_package(tsock) (shared and static), check pkg-config,
+#                    and run the installed producer with the example consumer
+#
+# Environment: TSOCK_TEST_QUICK=1 skips the TSan build (local iteration only; CI never sets it).
+# TSOCK_JOBS (default 2) sets build and ctest parallelism. TSOCK_TSAN_LABELS overrides the ctest
+# label regex of the TSan step.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+JOBS=${TSOCK_JOBS:-2}
+QUICK=${TSOCK_TEST_QUICK:-0}
+BUILD=$ROOT/build
+TSAN_LABELS=${TSOCK_TSAN_LABELS:-unit|integration}
+START=$SECONDS
+
+CURRENT=start
+section() {
+    CURRENT=$*
+    printf '\n========== %s ==========\n' "$*"
+}
+
+# Sanitizer behaviour: stop at the first report, with a stack. Caller's settings win.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:halt_on_error=1:detect_leaks=1:strict_string_checks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+
+# Scratch space for sockets and the packaging test; /tmp keeps ipc paths short.
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/tsock-test.XXXXXX")
+
+SUMMARY=()   # one line per ctest run
+PASSED=0
+FAILED=0
+FAILED_STEPS=()
+BG_PIDS=()
+
+# On any exit: stop what we started, remove scratch files, print the summary. A step that
+# aborted the script (a build error, a packaging check) is named there.
+on_exit() {
+    local rc=$? pid line
+    for pid in "${BG_PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    rm -rf "$SCRATCH"
+    if [ "$rc" -ne 0 ] && [ "$CURRENT" != summary ]; then
+        FAILED_STEPS+=("aborted in '$CURRENT' (exit $rc)")
+    fi
+    printf '\n========== %s ==========\n' summary
+    for line in "${SUMMARY[@]}"; do
+        echo "$line"
+    done
+    echo "time: $((SECONDS - START)) s"
+    if [ ${#FAILED_STEPS[@]} -gt 0 ]; then
+        echo "FAILED: ${FAILED_STEPS[*]}"
+        rc=1
+    fi
+    echo "tests: $PASSED passed, $FAILED failed"
+    exit "$rc"
+}
+trap on_exit EXIT
+
+# configure_build NAME CMAKE_ARGS...: configures and builds build/NAME; a build failure stops.
+configure_build() {
+    local name=$1
+    shift
+    cmake -S "$ROOT" -B "$BUILD/$name" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+    cmake --build "$BUILD/$name" -j"$JOBS"
+}
+
+# run_ctest NAME [WRAPPER...] -- CTEST_ARGS...: runs ctest in build/NAME, records its summary and
+# carries on when tests fail, so one run reports every failing step.
+run_ctest() {
+    local name=$1
+    shift
+    local wrapper=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        wrapper+=("$1")
+        shift
+    done
+    [ $# -gt 0 ] && shift
+    local log=$BUILD/$name/ctest.log
+    local rc=0
+    "${wrapper[@]}" ctest --test-dir "$BUILD/$name" --output-on-failure -j"$JOBS" \
+        --no-tests=error "$@" 2>&1 | tee "$log" || rc=$?
+    local line total failed
+    line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
+    if [ -n "$line" ]; then
+        total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
+        failed=$(sed -E 's/.*passed, ([0-9]+) tests? failed.*/\1/' <<<"$line")
+        PASSED=$((PASSED + total - failed))
+        FAILED=$((FAILED + failed))
+        SUMMARY+=("$(printf '%-8s %s' "$name" "$line")")
+    else
+        SUMMARY+=("$(printf '%-8s ctest exited %d without a summary' "$name" "$rc")")
+    fi
+    if [ "$rc" -ne 0 ]; then
+        FAILED_STEPS+=("ctest $name")
+        if [ -z "$line" ]; then FAILED=$((FAILED + 1)); fi
+    fi
+}
+
+section "dependencies"
+# shellcheck source=scripts/deps.sh
+source "$ROOT/scripts/deps.sh"
+tsock_install_deps
+
+section "normal build (RelWithDebInfo): all tests"
+configure_build normal -DTSOCK_SANITIZE=
+run_ctest normal --
+
+section "ASan + UBSan build: all tests"
+configure_build asan -DTSOCK_SANITIZE=address,undefined
+run_ctest asan --
+
+if [ "$QUICK" = "1" ]; then
+    section "TSan build: skipped (TSOCK_TEST_QUICK=1)"
+    SUMMARY+=("$(printf '%-8s skipped (TSOCK_TEST_QUICK=1)' tsan)")
+else
+    section "TSan build: tests labelled '$TSAN_LABELS'"
+    configure_build tsan -DTSOCK_SANITIZE=thread
+    # TSan's runtime cannot place its shadow memory when the kernel randomises mmap with more
+    # than 28 bits ("unexpected memory mapping"); run it without ASLR there.
+    tsan_wrap=()
+    if [ "$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 28)" -gt 28 ] &&
+        setarch "$(uname -m)" -R true 2>/dev/null; then
+        tsan_wrap=(setarch "$(uname -m)" -R)
+        echo "vm.mmap_rnd_bits > 28: running TSan tests with ASLR off"
+    fi
+    run_ctest tsan "${tsan_wrap[@]}" -- -L "$TSAN_LABELS"
+fi
+
+section "packaging: install, find_package(tsock), pkg-config"
+PREFIX=$BUILD/pkgtest/prefix
+rm -rf "$BUILD/pkgtest"
+cmake --install "$BUILD/normal" --prefix "$PREFIX"
+PCFILE=$(find "$PREFIX" -name tsock.pc -print -quit)
+CONFIG=$(find "$PREFIX" -name tsockConfig.cmake -print -quit)
+[ -n "$PCFILE" ] || { echo "tsock.pc was not installed" >&2; exit 1; }
+[ -n "$CONFIG" ] || { echo "tsockConfig.cmake was not installed" >&2; exit 1; }
+LIBDIR=$(dirname "$(dirname "$PCFILE")")
+echo "installed: $(cd "$PREFIX" && find . -type f | sort | tr '\n' ' ')"
+
+for variant in shared static; do
+    static=OFF
+    [ "$variant" = static ] && static=ON
+    cmake -S "$ROOT/examples/c_train_loop" -B "$BUILD/pkgtest/example-$variant" \
+        -DCMAKE_PREFIX_PATH="$PREFIX" -DTRAIN_LOOP_STATIC=$static
+    cmake --build "$BUILD/pkgtest/example-$variant" -j"$JOBS"
+done
+
+export PKG_CONFIG_PATH="$LIBDIR/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+echo "pkg-config --modversion tsock: $(pkg-config --modversion tsock)"
+echo "pkg-config --cflags --libs tsock: $(pkg-config --cflags --libs tsock)"
+cat >"$BUILD/pkgtest/pc_check.c" <<'EOF'
+#include <stdio.h>
+#include <string.h>
+#include <tsock/tsock.h>
+int main(void)
+{
+    /* The library links and runs, and agrees with its header on the version. */
+    printf("tsock %s: %s\n", tsock_version_string(), tsock_strerror(TSOCK_E_END));
+    if (tsock_version() != TSOCK_VERSION_NUMBER)
+        return 1;
+    return strcmp(tsock_version_string(), TSOCK_VERSION_STRING) != 0;
+}
+EOF
+# shellcheck disable=SC2046  # pkg-config output is meant to be split into words
+cc -std=c11 -Wall -Werror "$BUILD/pkgtest/pc_check.c" -o "$BUILD/pkgtest/pc_check" \
+    $(pkg-config --cflags --libs tsock)
+LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$BUILD/pkgtest/pc_check"
+# Static linking pulls libzmq in through Requires.private.
+pkg-config --static --libs tsock | grep -q -- '-lzmq' ||
+    { echo "pkg-config --static --libs tsock does not name libzmq" >&2; exit 1; }
+
+# The installed producer feeding the example training loop: the package works end to end.
+if [ -x "$PREFIX/bin/tsock-producer" ]; then
+    ep="ipc://$SCRATCH/pkgtest.sock"
+    timeout 120 "$PREFIX/bin/tsock-producer" --dataset synthetic --endpoint "$ep" \
+        --wait-consumers 1 --epochs 2 --samples 200 --batch-size 16 --image-size 16 &
+    producer=$!
+    BG_PIDS+=("$producer")
+    timeout 120 "$BUILD/pkgtest/example-shared/train_loop" "$ep" 2 | tee "$BUILD/pkgtest/train_loop.log"
+    wait "$producer"
+    grep -q '^epoch 1: .* 200 samples' "$BUILD/pkgtest/train_loop.log" ||
+        { echo "train_loop did not report 2 full epochs" >&2; exit 1; }
+    echo "installed tsock-producer + example train_loop: OK"
+else
+    echo "no installed tsock-producer: end-to-end run of the example skipped" >&2
+    FAILED_STEPS+=("packaging: tsock-producer not installed")
+fi
+SUMMARY+=("$(printf '%-8s install + find_package (shared, static) + pkg-config: OK' package)")
+
+CURRENT=summary

@@ -1,0 +1,999 @@
+/* Tests of the wire codec (libtsock/proto).
+ *
+ * The byte layout is checked two ways that do not go through the codec: golden frames written
+ * out by hand from docs/protocol.md, and spec_encode(), a second, deliberately naive encoder
+ * written from the same document that writes whatever a struct holds, valid or not. Every
+ * validity rule is tested by breaking exactly that rule in an otherwise valid message: the
+ * codec's encoder must refuse it with -EINVAL and its decoder must refuse the naive encoding
+ * with TSOCK_E_PROTOCOL. Decoding always runs on an exactly-sized heap copy of the bytes, so
+ * under AddressSanitizer a read past the frame fails the test.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "proto/proto.h"
+
+#define BUF 4096
+#define MAX_SLOTS 1024u
+
+static uint8_t scratch[BUF];
+
+/* xorshift64: fixed seed, so every run tests the same inputs. */
+static uint64_t rng_state = 0x9E3779B97F4A7C15u;
+
+static uint64_t
+rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Decodes a heap copy of exactly `len` bytes. */
+static int
+decode_exact(const uint8_t *bytes, size_t len, struct tsock_msg *msg)
+{
+    uint8_t *copy = malloc(len ? len : 1);
+    int r;
+
+    if (!copy)
+        abort();
+    if (len)
+        memcpy(copy, bytes, len);
+    r = tsock__msg_decode(copy, len, msg);
+    free(copy);
+    return r;
+}
+
+static void
+store_le(uint8_t *p, uint64_t v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The naive encoder, written from docs/protocol.md                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+struct wire {
+    uint8_t b[BUF];
+    size_t n;
+};
+
+static void
+w_le(struct wire *w, uint64_t v, unsigned n)
+{
+    store_le(w->b + w->n, v, n);
+    w->n += n;
+}
+
+static void
+w_str(struct wire *w, const char *s, size_t cap)
+{
+    const char *end = memchr(s, '\0', cap);
+    size_t len = end ? (size_t)(end - s) : cap;
+
+    w_le(w, len, 1);
+    memcpy(w->b + w->n, s, len);
+    w->n += len;
+}
+
+static void
+w_tensor(struct wire *w, const struct tsock_tensor_desc *t)
+{
+    w_str(w, t->name, sizeof t->name);
+    w_le(w, t->dtype, 1);
+    w_le(w, t->ndim, 1);
+    for (unsigned i = 0; i < t->ndim && i < TSOCK_MAX_DIMS; i++)
+        w_le(w, (uint64_t)t->sample_shape[i], 8);
+    w_le(w, t->offset, 8);
+    w_le(w, t->sample_bytes, 8);
+}
+
+static void
+w_welcome(struct wire *w, const struct tsock_msg_welcome *m)
+{
+    w_le(w, m->consumer_id, 8);
+    w_le(w, m->batch_size, 4);
+    w_le(w, m->slot_count, 4);
+    w_le(w, m->slot_stride, 8);
+    w_le(w, m->ring_bytes, 8);
+    w_le(w, m->heartbeat_ms, 4);
+    w_le(w, m->device, 4);
+    w_str(w, m->shm_name, sizeof m->shm_name);
+    w_le(w, m->tensor_count, 1);
+    for (uint32_t t = 0; t < m->tensor_count && t < TSOCK_MAX_TENSORS; t++)
+        w_tensor(w, &m->tensors[t]);
+}
+
+static void
+spec_encode(const struct tsock_msg *m, struct wire *w)
+{
+    const struct tsock_msg_batch *b = &m->u.batch;
+
+    w->n = 0;
+    w_le(w, 0x4B435354u, 4);
+    w_le(w, 1, 2);
+    w_le(w, m->type, 2);
+    w_le(w, 0, 4);
+    switch (m->type) {
+    case TSOCK_MSG_HELLO:
+        w_le(w, m->u.hello.pid, 4);
+        w_le(w, m->u.hello.flags, 4);
+        w_str(w, m->u.hello.name, sizeof m->u.hello.name);
+        break;
+    case TSOCK_MSG_WELCOME:
+        w_welcome(w, &m->u.welcome);
+        break;
+    case TSOCK_MSG_REJECT:
+        w_le(w, (uint32_t)m->u.reject.code, 4);
+        break;
+    case TSOCK_MSG_BATCH:
+        w_le(w, b->slot, 4);
+        w_le(w, b->samples, 4);
+        w_le(w, b->seq, 8);
+        w_le(w, b->epoch, 8);
+        w_le(w, b->index_in_epoch, 8);
+        w_le(w, b->flags, 4);
+        break;
+    case TSOCK_MSG_RELEASE:
+        w_le(w, m->u.release.slot, 4);
+        w_le(w, m->u.release.seq, 8);
+        break;
+    case TSOCK_MSG_SHUTDOWN:
+        w_le(w, m->u.shutdown.reason, 4);
+        break;
+    default:
+        break;
+    }
+    store_le(w->b + 8, w->n - 12, 4);
+}
+
+/* Decodes the naive encoding of m. */
+static int
+spec_decode(const struct tsock_msg *m)
+{
+    struct wire w;
+    struct tsock_msg d;
+
+    spec_encode(m, &w);
+    return decode_exact(w.b, w.n, &d);
+}
+
+/* m breaks exactly one rule: both directions must refuse it. */
+#define EXPECT_INVALID(m)                                                                          \
+    do {                                                                                           \
+        CHECK_EQ(tsock__msg_encode(&(m), scratch, sizeof scratch), -EINVAL);                       \
+        CHECK_EQ(spec_decode(&(m)), TSOCK_E_PROTOCOL);                                             \
+    } while (0)
+
+/* The positive control next to the negative cases: m is valid both ways. */
+#define EXPECT_VALID(m)                                                                            \
+    do {                                                                                           \
+        CHECK(tsock__msg_encode(&(m), scratch, sizeof scratch) > 0);                               \
+        CHECK_EQ(spec_decode(&(m)), 0);                                                            \
+    } while (0)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Valid sample messages                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+static void
+make(struct tsock_msg *m, int type)
+{
+    memset(m, 0, sizeof *m); /* padding too, so decoded and built messages memcmp equal */
+    m->type = (uint16_t)type;
+}
+
+static void
+set_tensor(struct tsock_tensor_desc *t, const char *name, int dtype, int ndim, const int64_t *dims,
+           uint64_t offset, uint64_t sample_bytes)
+{
+    strcpy(t->name, name);
+    t->dtype = (uint8_t)dtype;
+    t->ndim = (uint8_t)ndim;
+    for (int i = 0; i < ndim; i++)
+        t->sample_shape[i] = dims[i];
+    t->offset = offset;
+    t->sample_bytes = sample_bytes;
+}
+
+/* Two tensors, the second ending exactly at the end of the slot. */
+static void
+make_welcome(struct tsock_msg *m)
+{
+    static const int64_t image[3] = {3, 4, 5};
+    struct tsock_msg_welcome *w = &m->u.welcome;
+
+    make(m, TSOCK_MSG_WELCOME);
+    w->consumer_id = 7;
+    w->batch_size = 4;
+    w->slot_count = 3;
+    w->slot_stride = 288;
+    w->ring_bytes = 864;
+    w->heartbeat_ms = 250;
+    w->device = TSOCK_DEVICE_CPU;
+    strcpy(w->shm_name, "/tsock-1234-ring");
+    w->tensor_count = 2;
+    set_tensor(&w->tensors[0], "image", TSOCK_UINT8, 3, image, 0, 60);
+    set_tensor(&w->tensors[1], "label", TSOCK_INT64, 0, NULL, 256, 8);
+}
+
+/* Everything at its largest: 16 tensors of 8 dims with 63-byte names, a 255-byte ring name,
+ * every dtype, the largest batch size and slot count. */
+static void
+make_welcome_max(struct tsock_msg *m)
+{
+    struct tsock_msg_welcome *w = &m->u.welcome;
+    uint64_t offset = 0;
+
+    make(m, TSOCK_MSG_WELCOME);
+    w->consumer_id = UINT64_MAX;
+    w->batch_size = UINT32_MAX;
+    w->slot_count = MAX_SLOTS;
+    w->heartbeat_ms = UINT32_MAX;
+    w->device = TSOCK_DEVICE_CUDA;
+    w->shm_name[0] = '/';
+    memset(w->shm_name + 1, 'r', TSOCK_PROTO_MAX_SHM_NAME - 1);
+    w->tensor_count = TSOCK_MAX_TENSORS;
+    for (int t = 0; t < TSOCK_MAX_TENSORS; t++) {
+        static const uint64_t size[13] = {0, 1, 1, 2, 4, 8, 2, 4, 8, 2, 4, 8, 2};
+        static const int64_t dims[8] = {1, 2, 1, 1, 1, 1, 1, 3};
+        struct tsock_tensor_desc *d = &w->tensors[t];
+        int dtype = t % 12 + 1;
+
+        memset(d->name, 'a' + t, TSOCK_MAX_NAME);
+        set_tensor(d, d->name, dtype, TSOCK_MAX_DIMS, dims, offset, size[dtype] * 6);
+        offset += (uint64_t)UINT32_MAX * size[dtype] * 6;
+    }
+    w->slot_stride = offset;
+    w->ring_bytes = offset * MAX_SLOTS;
+}
+
+/* One tensor whose single dimension is INT64_MAX bytes. */
+static void
+make_welcome_huge(struct tsock_msg *m)
+{
+    static const int64_t dims[1] = {INT64_MAX};
+    struct tsock_msg_welcome *w = &m->u.welcome;
+
+    make(m, TSOCK_MSG_WELCOME);
+    w->batch_size = 1;
+    w->slot_count = 1;
+    w->slot_stride = INT64_MAX;
+    w->ring_bytes = INT64_MAX;
+    w->heartbeat_ms = 1;
+    strcpy(w->shm_name, "/x");
+    w->tensor_count = 1;
+    set_tensor(&w->tensors[0], "\xc3\xa9t\xc3\xa9", TSOCK_UINT8, 1, dims, 0, INT64_MAX);
+}
+
+/* Fills out[] with valid messages of every type; returns how many. */
+static int
+valid_messages(struct tsock_msg *out)
+{
+    int n = 0;
+
+    make(&out[n], TSOCK_MSG_HELLO);
+    out[n].u.hello.pid = 4242;
+    strcpy(out[n++].u.hello.name, "trainer-0");
+    make(&out[n], TSOCK_MSG_HELLO); /* unnamed consumer */
+    out[n++].u.hello.pid = UINT32_MAX;
+    make(&out[n], TSOCK_MSG_HELLO);
+    memset(out[n++].u.hello.name, '~', TSOCK_MAX_NAME);
+    make_welcome(&out[n++]);
+    make_welcome_max(&out[n++]);
+    make_welcome_huge(&out[n++]);
+    make(&out[n], TSOCK_MSG_REJECT);
+    out[n++].u.reject.code = TSOCK_E_VERSION;
+    make(&out[n], TSOCK_MSG_BATCH);
+    out[n].u.batch.samples = 1;
+    out[n++].u.batch.seq = 0;
+    make(&out[n], TSOCK_MSG_BATCH);
+    out[n].u.batch.slot = MAX_SLOTS - 1;
+    out[n].u.batch.samples = UINT32_MAX;
+    out[n].u.batch.seq = UINT64_MAX;
+    out[n].u.batch.epoch = UINT64_MAX;
+    out[n].u.batch.index_in_epoch = UINT64_MAX;
+    out[n++].u.batch.flags = TSOCK_BATCH_EPOCH_END;
+    make(&out[n], TSOCK_MSG_RELEASE);
+    out[n].u.release.slot = 5;
+    out[n++].u.release.seq = 0x0123456789ABCDEFu;
+    make(&out[n], TSOCK_MSG_RELEASE);
+    out[n].u.release.slot = MAX_SLOTS - 1;
+    out[n++].u.release.seq = UINT64_MAX;
+    make(&out[n++], TSOCK_MSG_HEARTBEAT);
+    make(&out[n++], TSOCK_MSG_BYE);
+    make(&out[n], TSOCK_MSG_SHUTDOWN);
+    out[n++].u.shutdown.reason = TSOCK_SHUTDOWN_END;
+    make(&out[n], TSOCK_MSG_SHUTDOWN);
+    out[n++].u.shutdown.reason = TSOCK_SHUTDOWN_STOPPED;
+    return n;
+}
+
+#define MAX_SAMPLES 32
+
+/* ------------------------------------------------------------------------------------------ */
+/* Round trips, truncation, trailing bytes, short buffers                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+static void
+test_roundtrip_one(const struct tsock_msg *m)
+{
+    uint8_t buf[BUF], out[BUF];
+    struct tsock_msg d;
+    struct wire w;
+    int n = tsock__msg_encode(m, buf, sizeof buf);
+
+    CHECK(n >= TSOCK_PROTO_HEADER_SIZE && n <= TSOCK_PROTO_MAX_MESSAGE);
+    if (n < TSOCK_PROTO_HEADER_SIZE)
+        return;
+    spec_encode(m, &w);
+    CHECK_EQ(w.n, n);
+    CHECK(memcmp(w.b, buf, w.n) == 0);
+    CHECK(memcmp(buf, "TSCK\x01\x00", 6) == 0);
+    CHECK_EQ(buf[6] | buf[7] << 8, m->type);
+    CHECK_EQ(decode_exact(buf, (size_t)n, &d), 0);
+    CHECK(memcmp(&d, m, sizeof d) == 0);
+
+    /* Every truncation, as it arrives and with a header that agrees with the shorter body. */
+    for (int len = 0; len < n; len++) {
+        CHECK_EQ(decode_exact(buf, (size_t)len, &d), TSOCK_E_PROTOCOL);
+        if (len >= TSOCK_PROTO_HEADER_SIZE) {
+            memcpy(out, buf, (size_t)len);
+            store_le(out + 8, (uint64_t)len - 12, 4);
+            CHECK_EQ(decode_exact(out, (size_t)len, &d), TSOCK_E_PROTOCOL);
+        }
+    }
+    /* A trailing byte, with the header as it was and with a header that counts it. */
+    memcpy(out, buf, (size_t)n);
+    out[n] = 0;
+    CHECK_EQ(decode_exact(out, (size_t)n + 1, &d), TSOCK_E_PROTOCOL);
+    store_le(out + 8, (uint64_t)n + 1 - 12, 4);
+    CHECK_EQ(decode_exact(out, (size_t)n + 1, &d), TSOCK_E_PROTOCOL);
+
+    /* Every buffer too small: -ENOBUFS, and nothing written at or past its end. */
+    for (int size = 0; size < n; size++) {
+        memset(out, 0xA5, sizeof out);
+        CHECK_EQ(tsock__msg_encode(m, out, (size_t)size), -ENOBUFS);
+        int untouched = 1;
+        for (size_t i = (size_t)size; i < sizeof out; i++)
+            untouched &= out[i] == 0xA5;
+        CHECK(untouched);
+    }
+    CHECK_EQ(tsock__msg_encode(m, out, (size_t)n), n);
+    CHECK_EQ(tsock__msg_encode(m, NULL, 0), -ENOBUFS);
+}
+
+static void
+test_roundtrip(void)
+{
+    struct tsock_msg msgs[MAX_SAMPLES];
+    int n = valid_messages(msgs);
+    int seen[9] = {0};
+
+    for (int i = 0; i < n; i++) {
+        test_roundtrip_one(&msgs[i]);
+        seen[msgs[i].type] = 1;
+    }
+    for (int t = TSOCK_MSG_HELLO; t <= TSOCK_MSG_SHUTDOWN; t++)
+        CHECK(seen[t]);
+    /* The largest message there is stays far below the frame limit. */
+    CHECK_EQ(tsock__msg_encode(&msgs[4], scratch, sizeof scratch), 2645);
+
+    /* Every TSOCK_E_* code can be carried by REJECT. */
+    for (int code = TSOCK_E_PROTOCOL; code > TSOCK_E_LAST; code--) {
+        struct tsock_msg m;
+        make(&m, TSOCK_MSG_REJECT);
+        m.u.reject.code = code;
+        test_roundtrip_one(&m);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Golden frames, written byte by byte from docs/protocol.md                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+static void
+expect_golden(const struct tsock_msg *m, const uint8_t *golden, size_t len)
+{
+    uint8_t buf[BUF];
+    struct tsock_msg d;
+
+    CHECK_EQ(tsock__msg_encode(m, buf, sizeof buf), len);
+    CHECK(memcmp(buf, golden, len) == 0);
+    CHECK_EQ(decode_exact(golden, len, &d), 0);
+    CHECK(memcmp(&d, m, sizeof d) == 0);
+}
+
+static void
+test_golden(void)
+{
+    static const uint8_t hello[] = {
+        'T',  'S',  'C',  'K', 0x01, 0x00, 0x01, 0x00, 0x0B, 0x00, 0x00, 0x00, /* header */
+        0x04, 0x03, 0x02, 0x01,                                                 /* pid */
+        0x00, 0x00, 0x00, 0x00,                                                 /* flags */
+        0x02, 'a',  'b'};                                                       /* name */
+    static const uint8_t batch[] = {
+        'T',  'S',  'C',  'K',  0x01, 0x00, 0x04, 0x00, 0x24, 0x00, 0x00, 0x00, /* header */
+        0x03, 0x00, 0x00, 0x00,                                                  /* slot */
+        0x20, 0x00, 0x00, 0x00,                                                  /* samples */
+        0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,                          /* seq */
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* epoch */
+        0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* index */
+        0x01, 0x00, 0x00, 0x00};                                                 /* flags */
+    static const uint8_t reject[] = {'T',  'S',  'C',  'K',  0x01, 0x00, 0x03, 0x00,
+                                     0x04, 0x00, 0x00, 0x00, 0xEE, 0xD8, 0xFF, 0xFF};
+    static const uint8_t release[] = {'T',  'S',  'C',  'K',  0x01, 0x00, 0x05, 0x00, 0x0C, 0x00,
+                                      0x00, 0x00, 0x09, 0x00, 0x00, 0x00, 0x01, 0x02, 0x03, 0x04,
+                                      0x05, 0x06, 0x07, 0x08};
+    static const uint8_t heartbeat[] = {'T', 'S', 'C', 'K', 1, 0, 6, 0, 0, 0, 0, 0};
+    static const uint8_t bye[] = {'T', 'S', 'C', 'K', 1, 0, 7, 0, 0, 0, 0, 0};
+    static const uint8_t shutdown[] = {'T', 'S', 'C', 'K', 1, 0, 8, 0, 4, 0, 0, 0, 2, 0, 0, 0};
+    static const uint8_t welcome[] = {
+        'T',  'S',  'C',  'K',  0x01, 0x00, 0x02, 0x00, 0x48, 0x00, 0x00, 0x00, /* header */
+        0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* consumer_id */
+        0x02, 0x00, 0x00, 0x00,                                                  /* batch_size */
+        0x03, 0x00, 0x00, 0x00,                                                  /* slot_count */
+        0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* slot_stride */
+        0x30, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* ring_bytes */
+        0xFA, 0x00, 0x00, 0x00,                                                  /* heartbeat */
+        0x00, 0x00, 0x00, 0x00,                                                  /* device */
+        0x02, '/',  'r',                                                         /* shm_name */
+        0x01,                                                                    /* tensors */
+        0x01, 'x',                                                               /* name */
+        0x07,                                                                    /* float32 */
+        0x01,                                                                    /* ndim */
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* dim 0 */
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* offset */
+        0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};                         /* bytes */
+    static const int64_t two[1] = {2};
+    struct tsock_msg m;
+
+    make(&m, TSOCK_MSG_HELLO);
+    m.u.hello.pid = 0x01020304;
+    strcpy(m.u.hello.name, "ab");
+    expect_golden(&m, hello, sizeof hello);
+
+    make(&m, TSOCK_MSG_BATCH);
+    m.u.batch.slot = 3;
+    m.u.batch.samples = 32;
+    m.u.batch.seq = 0x1122334455667788u;
+    m.u.batch.epoch = 2;
+    m.u.batch.index_in_epoch = 5;
+    m.u.batch.flags = TSOCK_BATCH_EPOCH_END;
+    expect_golden(&m, batch, sizeof batch);
+
+    make(&m, TSOCK_MSG_REJECT);
+    m.u.reject.code = TSOCK_E_VERSION;
+    expect_golden(&m, reject, sizeof reject);
+
+    make(&m, TSOCK_MSG_RELEASE);
+    m.u.release.slot = 9;
+    m.u.release.seq = 0x0807060504030201u;
+    expect_golden(&m, release, sizeof release);
+
+    make(&m, TSOCK_MSG_HEARTBEAT);
+    expect_golden(&m, heartbeat, sizeof heartbeat);
+    make(&m, TSOCK_MSG_BYE);
+    expect_golden(&m, bye, sizeof bye);
+    make(&m, TSOCK_MSG_SHUTDOWN);
+    m.u.shutdown.reason = TSOCK_SHUTDOWN_STOPPED;
+    expect_golden(&m, shutdown, sizeof shutdown);
+
+    make(&m, TSOCK_MSG_WELCOME);
+    m.u.welcome.consumer_id = 1;
+    m.u.welcome.batch_size = 2;
+    m.u.welcome.slot_count = 3;
+    m.u.welcome.slot_stride = 16;
+    m.u.welcome.ring_bytes = 48;
+    m.u.welcome.heartbeat_ms = 250;
+    strcpy(m.u.welcome.shm_name, "/r");
+    m.u.welcome.tensor_count = 1;
+    set_tensor(&m.u.welcome.tensors[0], "x", TSOCK_FLOAT32, 1, two, 0, 8);
+    expect_golden(&m, welcome, sizeof welcome);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Header                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+static void
+test_header(void)
+{
+    uint8_t buf[BUF];
+    struct tsock_msg m, d;
+    int n;
+
+    make(&m, TSOCK_MSG_SHUTDOWN);
+    m.u.shutdown.reason = TSOCK_SHUTDOWN_END;
+    n = tsock__msg_encode(&m, buf, sizeof buf);
+    CHECK_EQ(n, 16);
+    CHECK_EQ(decode_exact(buf, 16, &d), 0);
+
+    /* Wrong magic, one byte at a time. */
+    for (int i = 0; i < 4; i++) {
+        buf[i] ^= 0x20;
+        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
+        buf[i] ^= 0x20;
+    }
+    /* Another version: TSOCK_E_VERSION, whatever follows the header. */
+    static const uint16_t versions[] = {0, 2, 0x100, 0xFFFF};
+    for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
+        store_le(buf + 4, versions[i], 2);
+        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_VERSION);
+        CHECK_EQ(decode_exact(buf, 12, &d), TSOCK_E_VERSION);
+        store_le(buf + 6, 0x77, 2);
+        store_le(buf + 8, 0xFFFFFFFF, 4);
+        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_VERSION);
+        CHECK_EQ(decode_exact(buf, 11, &d), TSOCK_E_PROTOCOL); /* shorter than a header */
+        n = tsock__msg_encode(&m, buf, sizeof buf);
+    }
+    /* Body lengths that disagree with the frame. */
+    static const uint32_t lengths[] = {0, 3, 5, 0x10004, 0x80000004u, 0xFFFFFFFFu};
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+        store_le(buf + 8, lengths[i], 4);
+        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
+    }
+    store_le(buf + 8, 4, 4);
+    CHECK_EQ(decode_exact(buf, 16, &d), 0);
+
+    /* Unknown types, with empty and non-empty bodies; the encoder refuses them too. */
+    static const uint16_t types[] = {0, 9, 10, 0x100, 0xFFFF};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        store_le(buf + 6, types[i], 2);
+        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
+        store_le(buf + 8, 0, 4);
+        CHECK_EQ(decode_exact(buf, 12, &d), TSOCK_E_PROTOCOL);
+        store_le(buf + 8, 4, 4);
+        make(&d, types[i]);
+        CHECK_EQ(tsock__msg_encode(&d, scratch, sizeof scratch), -EINVAL);
+    }
+
+    /* HEARTBEAT and BYE have empty bodies. */
+    for (int type = TSOCK_MSG_HEARTBEAT; type <= TSOCK_MSG_BYE; type++) {
+        make(&m, type);
+        n = tsock__msg_encode(&m, buf, sizeof buf);
+        CHECK_EQ(n, 12);
+        buf[12] = 0;
+        store_le(buf + 8, 1, 4);
+        CHECK_EQ(decode_exact(buf, 13, &d), TSOCK_E_PROTOCOL);
+    }
+
+    /* Frames larger than the limit are refused before anything else is looked at, even when
+     * the header agrees with their size. */
+    size_t big = TSOCK_PROTO_MAX_MESSAGE + 1;
+    uint8_t *huge = calloc(1, big + 64);
+    if (!huge)
+        abort();
+    make(&m, TSOCK_MSG_HEARTBEAT);
+    tsock__msg_encode(&m, huge, 12);
+    for (size_t size = big; size < big + 64; size += 7) {
+        store_le(huge + 8, size - 12, 4);
+        CHECK_EQ(tsock__msg_decode(huge, size, &d), TSOCK_E_PROTOCOL);
+        store_le(huge + 4, 2, 2); /* even another version's */
+        CHECK_EQ(tsock__msg_decode(huge, size, &d), TSOCK_E_PROTOCOL);
+        store_le(huge + 4, 1, 2);
+    }
+    store_le(huge + 8, TSOCK_PROTO_MAX_MESSAGE - 12, 4);
+    CHECK_EQ(tsock__msg_decode(huge, TSOCK_PROTO_MAX_MESSAGE, &d), TSOCK_E_PROTOCOL);
+    free(huge);
+
+    /* Bad arguments. */
+    CHECK_EQ(tsock__msg_decode(NULL, 0, &d), TSOCK_E_PROTOCOL);
+    CHECK_EQ(tsock__msg_decode(buf, 12, NULL), -EINVAL);
+    CHECK_EQ(tsock__msg_decode(NULL, 12, &d), -EINVAL);
+    CHECK_EQ(tsock__msg_encode(NULL, buf, sizeof buf), -EINVAL);
+    CHECK_EQ(tsock__msg_encode(&m, NULL, 12), -EINVAL);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Field rules: one case per rule, each next to a valid neighbour                             */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Decodes the naive encoding of m after setting byte `off` of it to `v`. */
+static int
+patched_decode(const struct tsock_msg *m, size_t off, uint8_t v)
+{
+    struct wire w;
+    struct tsock_msg d;
+
+    spec_encode(m, &w);
+    w.b[off] = v;
+    return decode_exact(w.b, w.n, &d);
+}
+
+/* Frame offset of tensor t's name length byte in a WELCOME. */
+static size_t
+tensor_offset(const struct tsock_msg_welcome *w, uint32_t t)
+{
+    size_t off = 12 + 40 + 1 + strlen(w->shm_name) + 1;
+
+    for (uint32_t i = 0; i < t; i++)
+        off += 1 + strlen(w->tensors[i].name) + 2 + 8u * w->tensors[i].ndim + 16;
+    return off;
+}
+
+static void
+test_hello_rules(void)
+{
+    struct tsock_msg m, base;
+
+    make(&base, TSOCK_MSG_HELLO);
+    base.u.hello.pid = 1;
+    strcpy(base.u.hello.name, "abc");
+    EXPECT_VALID(base);
+
+    m = base;
+    m.u.hello.flags = 1;
+    EXPECT_INVALID(m);
+    m.u.hello.flags = 0x80000000u;
+    EXPECT_INVALID(m);
+
+    m = base;
+    strcpy(m.u.hello.name, "a\x1b[31m");
+    EXPECT_INVALID(m);
+    strcpy(m.u.hello.name, "a\x7f");
+    EXPECT_INVALID(m);
+    memset(m.u.hello.name, 'n', sizeof m.u.hello.name); /* 64 bytes, no room for the NUL */
+    EXPECT_INVALID(m);
+    m.u.hello.name[TSOCK_MAX_NAME] = '\0'; /* 63 bytes */
+    EXPECT_VALID(m);
+
+    /* A NUL inside the name on the wire. */
+    CHECK_EQ(patched_decode(&base, 12 + 9 + 1, 0), TSOCK_E_PROTOCOL);
+    CHECK_EQ(patched_decode(&base, 12 + 9 + 1, 'z'), 0);
+    /* A name length running past the frame. */
+    CHECK_EQ(patched_decode(&base, 12 + 8, 4), TSOCK_E_PROTOCOL);
+}
+
+static void
+test_welcome_ring_rules(void)
+{
+    struct tsock_msg m, base;
+    struct tsock_msg_welcome *w = &m.u.welcome;
+
+    make_welcome(&base);
+    EXPECT_VALID(base);
+
+    m = base;
+    w->batch_size = 0;
+    EXPECT_INVALID(m);
+
+    m = base;
+    w->slot_count = 0;
+    w->ring_bytes = 0;
+    EXPECT_INVALID(m);
+    w->slot_count = MAX_SLOTS + 1;
+    w->ring_bytes = w->slot_stride * w->slot_count;
+    EXPECT_INVALID(m);
+    w->slot_count = MAX_SLOTS;
+    w->ring_bytes = w->slot_stride * w->slot_count;
+    EXPECT_VALID(m);
+
+    m = base;
+    w->ring_bytes++;
+    EXPECT_INVALID(m);
+    w->ring_bytes -= 2;
+    EXPECT_INVALID(m);
+
+    /* slot_stride * slot_count wraps to ring_bytes in 64 bits. */
+    m = base;
+    w->slot_stride = 1ull << 63;
+    w->slot_count = 1;
+    w->ring_bytes = 1ull << 63;
+    EXPECT_VALID(m);
+    w->slot_count = 2;
+    w->ring_bytes = 0;
+    EXPECT_INVALID(m);
+
+    m = base;
+    w->heartbeat_ms = 0;
+    EXPECT_INVALID(m);
+
+    m = base;
+    w->device = TSOCK_DEVICE_CUDA;
+    EXPECT_VALID(m);
+    w->device = 2;
+    EXPECT_INVALID(m);
+    w->device = UINT32_MAX;
+    EXPECT_INVALID(m);
+}
+
+static void
+test_welcome_shm_rules(void)
+{
+    static const char *const bad[] = {"", "/", "tsock", "/a/b", "/a/", "/a\x01", "/a\x7f", "\x1f"};
+    struct tsock_msg m, base;
+    struct tsock_msg_welcome *w = &m.u.welcome;
+
+    make_welcome(&base);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        m = base;
+        strcpy(w->shm_name, bad[i]);
+        EXPECT_INVALID(m);
+    }
+    m = base;
+    strcpy(w->shm_name, "/\xc3\xa9");
+    EXPECT_VALID(m);
+    memset(w->shm_name, 's', sizeof w->shm_name); /* unterminated */
+    w->shm_name[0] = '/';
+    CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
+
+    CHECK_EQ(patched_decode(&base, 12 + 40 + 1 + 3, 0), TSOCK_E_PROTOCOL);
+    CHECK_EQ(patched_decode(&base, 12 + 40 + 1 + 3, 'q'), 0);
+}
+
+static void
+test_welcome_tensor_rules(void)
+{
+    struct tsock_msg m, base;
+    struct tsock_msg_welcome *w = &m.u.welcome;
+    struct tsock_tensor_desc *img = &w->tensors[0], *lab = &w->tensors[1];
+
+    make_welcome(&base);
+
+    m = base;
+    w->tensor_count = 0;
+    EXPECT_INVALID(m);
+    w->tensor_count = TSOCK_MAX_TENSORS + 1;
+    EXPECT_INVALID(m);
+    CHECK_EQ(patched_decode(&base, tensor_offset(&base.u.welcome, 0) - 1, 3), TSOCK_E_PROTOCOL);
+    CHECK_EQ(patched_decode(&base, tensor_offset(&base.u.welcome, 0) - 1, 255), TSOCK_E_PROTOCOL);
+
+    static const int dtypes[] = {0, TSOCK_BFLOAT16 + 1, 255};
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
+        m = base;
+        img->dtype = (uint8_t)dtypes[i];
+        EXPECT_INVALID(m);
+    }
+    m = base;
+    img->dtype = TSOCK_INT8; /* same size: still valid */
+    EXPECT_VALID(m);
+
+    m = base;
+    img->ndim = TSOCK_MAX_DIMS + 1;
+    EXPECT_INVALID(m);
+    img->ndim = 255;
+    EXPECT_INVALID(m);
+
+    static const int64_t bad_dims[] = {0, -1, INT64_MIN, -60};
+    for (size_t i = 0; i < sizeof bad_dims / sizeof bad_dims[0]; i++) {
+        m = base;
+        img->sample_shape[1] = bad_dims[i];
+        EXPECT_INVALID(m);
+    }
+
+    m = base;
+    img->sample_bytes++;
+    EXPECT_INVALID(m);
+    img->sample_bytes -= 2;
+    EXPECT_INVALID(m);
+    m = base;
+    lab->dtype = TSOCK_INT32; /* 4 bytes, but sample_bytes says 8 */
+    EXPECT_INVALID(m);
+
+    /* Products that wrap around in 64 bits to figures that would otherwise pass. */
+    m = base;
+    img->ndim = 2;
+    img->sample_shape[0] = 1ll << 32;
+    img->sample_shape[1] = 1ll << 32;
+    img->sample_bytes = 0;
+    EXPECT_INVALID(m);
+    m = base;
+    w->batch_size = 1u << 16;
+    img->ndim = 1;
+    img->sample_shape[0] = 1ll << 48;
+    img->sample_bytes = 1ull << 48;
+    EXPECT_INVALID(m);
+    m = base;
+    lab->offset = UINT64_MAX - 7;
+    EXPECT_INVALID(m);
+
+    /* Room in the slot: the label ends exactly at the stride in base. */
+    m = base;
+    lab->offset++;
+    EXPECT_INVALID(m);
+    m = base;
+    w->batch_size++;
+    EXPECT_INVALID(m);
+    m = base;
+    w->slot_stride--;
+    w->ring_bytes = w->slot_stride * w->slot_count;
+    EXPECT_INVALID(m);
+}
+
+static void
+test_welcome_name_rules(void)
+{
+    struct tsock_msg m, base;
+    struct tsock_msg_welcome *w = &m.u.welcome;
+
+    make_welcome(&base);
+
+    m = base;
+    w->tensors[1].name[0] = '\0';
+    EXPECT_INVALID(m);
+    strcpy(w->tensors[1].name, "la\tbel");
+    EXPECT_INVALID(m);
+    strcpy(w->tensors[1].name, "image"); /* a duplicate */
+    EXPECT_INVALID(m);
+    strcpy(w->tensors[1].name, "image2");
+    EXPECT_VALID(m);
+    memset(w->tensors[1].name, 'l', sizeof w->tensors[1].name); /* 64 bytes */
+    EXPECT_INVALID(m);
+    w->tensors[1].name[TSOCK_MAX_NAME] = '\0';
+    EXPECT_VALID(m);
+
+    size_t name1 = tensor_offset(&base.u.welcome, 1) + 1;
+    CHECK_EQ(patched_decode(&base, name1 + 2, 0), TSOCK_E_PROTOCOL);
+    CHECK_EQ(patched_decode(&base, name1 + 2, 'B'), 0);
+    CHECK_EQ(patched_decode(&base, name1 - 1, 0), TSOCK_E_PROTOCOL); /* empty name */
+}
+
+static void
+test_small_message_rules(void)
+{
+    struct tsock_msg m;
+
+    static const int32_t codes[] = {0,  1,  -1, -EINVAL, TSOCK_E_BASE, TSOCK_E_LAST,
+                                    -20000, INT32_MIN, INT32_MAX};
+    make(&m, TSOCK_MSG_REJECT);
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        m.u.reject.code = codes[i];
+        EXPECT_INVALID(m);
+    }
+
+    make(&m, TSOCK_MSG_BATCH);
+    m.u.batch.samples = 1;
+    EXPECT_VALID(m);
+    m.u.batch.samples = 0;
+    EXPECT_INVALID(m);
+    m.u.batch.samples = 1;
+    m.u.batch.slot = MAX_SLOTS;
+    EXPECT_INVALID(m);
+    m.u.batch.slot = UINT32_MAX;
+    EXPECT_INVALID(m);
+    m.u.batch.slot = 0;
+    m.u.batch.flags = 2;
+    EXPECT_INVALID(m);
+    m.u.batch.flags = 0x80000000u | TSOCK_BATCH_EPOCH_END;
+    EXPECT_INVALID(m);
+
+    make(&m, TSOCK_MSG_RELEASE);
+    m.u.release.slot = MAX_SLOTS;
+    EXPECT_INVALID(m);
+    m.u.release.slot = UINT32_MAX;
+    EXPECT_INVALID(m);
+
+    static const uint32_t reasons[] = {0, 3, UINT32_MAX};
+    make(&m, TSOCK_MSG_SHUTDOWN);
+    for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++) {
+        m.u.shutdown.reason = reasons[i];
+        EXPECT_INVALID(m);
+    }
+}
+
+static void
+test_type_names(void)
+{
+    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_HELLO), "HELLO") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_WELCOME), "WELCOME") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_REJECT), "REJECT") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_BATCH), "BATCH") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_RELEASE), "RELEASE") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_HEARTBEAT), "HEARTBEAT") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_BYE), "BYE") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_SHUTDOWN), "SHUTDOWN") == 0);
+    CHECK(strcmp(tsock__msg_type_name(0), "?") == 0);
+    CHECK(strcmp(tsock__msg_type_name(9), "?") == 0);
+    CHECK(strcmp(tsock__msg_type_name(-1), "?") == 0);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Random input                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/* An accepted frame is the canonical encoding of what it decodes to. Returns 1 when so. */
+static int
+canonical(const uint8_t *bytes, size_t len, const struct tsock_msg *msg)
+{
+    uint8_t buf[BUF];
+    struct tsock_msg again;
+    int n = tsock__msg_encode(msg, buf, sizeof buf);
+
+    if (n < 0 || (size_t)n != len || memcmp(buf, bytes, len) != 0)
+        return 0;
+    return tsock__msg_decode(buf, len, &again) == 0 && memcmp(&again, msg, sizeof again) == 0;
+}
+
+static void
+test_random_bytes(void)
+{
+    static uint8_t bytes[BUF];
+    struct tsock_msg d;
+    long accepted = 0, bad_results = 0, not_canonical = 0;
+
+    for (int i = 0; i < 300000; i++) {
+        size_t len = (size_t)(rnd() % (i % 10 == 0 ? BUF : 160));
+        for (size_t j = 0; j < len; j++)
+            bytes[j] = (uint8_t)rnd();
+        /* Most get a plausible header, so the body parsers see them. */
+        if (i % 4 != 0 && len >= 12) {
+            store_le(bytes, TSOCK_PROTO_MAGIC, 4);
+            store_le(bytes + 4, i % 50 ? TSOCK_PROTO_VERSION : rnd() % 3, 2);
+            store_le(bytes + 6, rnd() % 10, 2);
+            store_le(bytes + 8, len - 12, 4);
+            if (len > 13 && i % 3 == 0)
+                bytes[12 + 8] = (uint8_t)(rnd() % 16); /* short HELLO names */
+        }
+        int r = decode_exact(bytes, len, &d);
+        if (r == 0) {
+            accepted++;
+            not_canonical += !canonical(bytes, len, &d);
+        } else if (r != TSOCK_E_PROTOCOL && r != TSOCK_E_VERSION) {
+            bad_results++;
+        }
+    }
+    CHECK(accepted > 0);
+    CHECK_EQ(bad_results, 0);
+    CHECK_EQ(not_canonical, 0);
+}
+
+static void
+test_random_mutations(void)
+{
+    struct tsock_msg msgs[MAX_SAMPLES], d;
+    uint8_t buf[BUF];
+    int count = valid_messages(msgs);
+    long accepted = 0, rejected = 0, bad_results = 0, not_canonical = 0;
+
+    for (int k = 0; k < count; k++) {
+        int n = tsock__msg_encode(&msgs[k], buf, sizeof buf);
+        CHECK(n > 0);
+        if (n <= 0)
+            continue;
+        for (int i = 0; i < 20000; i++) {
+            size_t pos = (size_t)(rnd() % (uint64_t)n);
+            uint8_t old = buf[pos];
+            buf[pos] ^= (uint8_t)(rnd() % 255 + 1);
+            int r = decode_exact(buf, (size_t)n, &d);
+            if (r == 0) {
+                accepted++;
+                not_canonical += !canonical(buf, (size_t)n, &d);
+            } else if (r == TSOCK_E_PROTOCOL || r == TSOCK_E_VERSION) {
+                rejected++;
+            } else {
+                bad_results++;
+            }
+            buf[pos] = old;
+        }
+    }
+    CHECK(accepted > 0);
+    CHECK(rejected > 0);
+    CHECK_EQ(bad_results, 0);
+    CHECK_EQ(not_canonical, 0);
+}
+
+int
+main(void)
+{
+    test_roundtrip();
+    test_golden();
+    test_header();
+    test_hello_rules();
+    test_welcome_ring_rules();
+    test_welcome_shm_rules();
+    test_welcome_tensor_rules();
+    test_welcome_name_rules();
+    test_small_message_rules();
+    test_type_names();
+    test_random_bytes();
+    test_random_mutations();
+    return CHECK_DONE();
+}
