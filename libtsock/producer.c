@@ -362,6 +362,19 @@ tsock_slot_epoch(const tsock_slot *slot)
     return slot ? slot->epoch : 0;
 }
 
+int
+tsock_slot_set_epoch(tsock_slot *slot, uint64_t epoch, uint64_t index_in_epoch, int epoch_end)
+{
+    if (!slot)
+        return -EINVAL;
+    if (slot->ids)
+        return TSOCK_E_STATE;
+    slot->epoch = epoch;
+    slot->index_in_epoch = index_in_epoch;
+    slot->epoch_end = epoch_end != 0;
+    return 0;
+}
+
 static uint64_t
 active_mask(const tsock_producer *p)
 {

@@ -16,7 +16,8 @@ JOBS=${TSOCK_JOBS:-2}
 BUILD=$ROOT/build/normal
 
 # What the producer serves. To demo another dataset, change these lines.
-DATASET_ARGS=(--dataset synthetic --samples 4096 --image-size 64)
+SAMPLES=4096
+DATASET_ARGS=(--dataset synthetic --samples "$SAMPLES" --image-size 64)
 BATCH_SIZE=64
 SLOTS=8
 EPOCHS=2
@@ -37,6 +38,7 @@ CONSUME=$(find "$BUILD" -type f -name tsock-consume -perm -u+x -print -quit)
 
 RUN=$(mktemp -d "${TMPDIR:-/tmp}/tsock-demo.XXXXXX")
 PIDS=()
+# shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
     local pid
     for pid in "${PIDS[@]}"; do
@@ -58,8 +60,8 @@ PIDS+=("$producer_pid")
 consumer_pids=()
 for i in "${!DELAYS_MS[@]}"; do
     echo "consumer $i: --delay-ms ${DELAYS_MS[$i]} --epochs $EPOCHS"
-    timeout 600 "$CONSUME" --endpoint "$ENDPOINT" --epochs "$EPOCHS" \
-        --delay-ms "${DELAYS_MS[$i]}" --json >"$RUN/consumer$i.json" &
+    timeout 600 "$CONSUME" --endpoint "$ENDPOINT" --epochs "$EPOCHS" --samples "$SAMPLES" \
+        --delay-ms "${DELAYS_MS[$i]}" --name "consumer$i" --json >"$RUN/consumer$i.json" &
     consumer_pids+=($!)
     PIDS+=($!)
 done
@@ -87,8 +89,11 @@ def load(name):
     try:
         with open(path) as f:
             text = f.read().strip()
-        # The JSON object is the last line a program prints.
-        return json.loads(text.splitlines()[-1]) if text else None
+        try:
+            return json.loads(text)
+        except ValueError:
+            # Something printed before the object: take the object on the last line.
+            return json.loads(text.splitlines()[-1])
     except (OSError, ValueError) as e:
         print(f"{name}: no readable JSON ({e})")
         return None
@@ -111,6 +116,8 @@ for i, delay in enumerate(delays):
 widths = [max(len(str(x)) for x in col) for col in zip(cols, *rows)]
 for r in [cols] + rows:
     print("  ".join(str(x).rjust(w) for x, w in zip(r, widths)))
+print("(wait_s and next latency: time blocked in next(); a fast consumer waits for slots that\n"
+      " slower ones still hold, since consumers drift apart by at most the slot count)")
 
 p = load("producer.json")
 if p is None:
@@ -124,7 +131,8 @@ if ok:
     print(f"\nOK: every consumer received all {epochs} epochs, each sample exactly once per "
           "epoch, every byte as the producer wrote it")
 else:
-    print("\nFAILED: some consumer missed, repeated or corrupted samples (see the table)")
+    print("\nFAILED: a program gave no figures, or a consumer missed, repeated or corrupted "
+          "samples (see above)")
 sys.exit(0 if ok else 1)
 PY
 exit "$status"

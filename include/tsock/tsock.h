@@ -192,6 +192,12 @@ TSOCK_API const uint64_t *tsock_slot_sample_ids(const tsock_slot *slot);
 /* With a sampler: the epoch this slot belongs to. In free mode: 0. */
 TSOCK_API uint64_t tsock_slot_epoch(const tsock_slot *slot);
 
+/* Free mode only: places the acquired slot in the stream as batch `index_in_epoch` of epoch
+ * `epoch`, ending that epoch when `epoch_end` is non-zero (consumers see these on the batch).
+ * Returns 0, -EINVAL, or TSOCK_E_STATE with a sampler (which places slots itself). */
+TSOCK_API int tsock_slot_set_epoch(tsock_slot *slot, uint64_t epoch, uint64_t index_in_epoch,
+                                   int epoch_end);
+
 /* Announces the acquired slot, holding `samples` samples (1..batch_size; with a sampler it must
  * equal tsock_slot_planned), to every consumer connected now. A slot published while no
  * consumer is connected is free again at once. Returns 0 or -EINVAL, TSOCK_E_STATE. */

@@ -4,11 +4,13 @@
 #define TSOCK_TEST_CHECK_H
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-static int check_failures;
-static int check_count;
+/* Atomic: tests call CHECK from several threads. */
+static atomic_int check_failures;
+static atomic_int check_count;
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
@@ -32,6 +34,7 @@ static int check_count;
 
 /* Ends main(): prints a summary and returns the exit status. */
 #define CHECK_DONE()                                                                               \
-    (printf("%d checks, %d failed\n", check_count, check_failures), check_failures ? 1 : 0)
+    (printf("%d checks, %d failed\n", atomic_load(&check_count), atomic_load(&check_failures)),   \
+     atomic_load(&check_failures) ? 1 : 0)
 
 #endif

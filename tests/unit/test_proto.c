@@ -244,11 +244,11 @@ make_welcome_max(struct tsock_msg *m)
     for (int t = 0; t < TSOCK_MAX_TENSORS; t++) {
         static const uint64_t size[13] = {0, 1, 1, 2, 4, 8, 2, 4, 8, 2, 4, 8, 2};
         static const int64_t dims[8] = {1, 2, 1, 1, 1, 1, 1, 3};
-        struct tsock_tensor_desc *d = &w->tensors[t];
+        char name[TSOCK_MAX_NAME + 1] = {0};
         int dtype = t % 12 + 1;
 
-        memset(d->name, 'a' + t, TSOCK_MAX_NAME);
-        set_tensor(d, d->name, dtype, TSOCK_MAX_DIMS, dims, offset, size[dtype] * 6);
+        memset(name, 'a' + t, TSOCK_MAX_NAME);
+        set_tensor(&w->tensors[t], name, dtype, TSOCK_MAX_DIMS, dims, offset, size[dtype] * 6);
         offset += (uint64_t)UINT32_MAX * size[dtype] * 6;
     }
     w->slot_stride = offset;
@@ -786,6 +786,7 @@ test_welcome_tensor_rules(void)
     img->sample_bytes = 0;
     EXPECT_INVALID(m);
     m = base;
+    w->tensor_count = 1;
     w->batch_size = 1u << 16;
     img->ndim = 1;
     img->sample_shape[0] = 1ll << 48;
@@ -929,7 +930,7 @@ test_random_bytes(void)
             store_le(bytes + 4, i % 50 ? TSOCK_PROTO_VERSION : rnd() % 3, 2);
             store_le(bytes + 6, rnd() % 10, 2);
             store_le(bytes + 8, len - 12, 4);
-            if (len > 13 && i % 3 == 0)
+            if (len > 20 && i % 3 == 0)
                 bytes[12 + 8] = (uint8_t)(rnd() % 16); /* short HELLO names */
         }
         int r = decode_exact(bytes, len, &d);
