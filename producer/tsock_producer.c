@@ -28,8 +28,6 @@
 
 /* How long one blocking library call may last before the loop looks at the signal flag. */
 #define POLL_MS 200
-/* How often the per-consumer figures are sampled while serving. */
-#define SNAPSHOT_NS 50000000ull
 /* How long to wait, after the last batch, for consumers to release their batches or leave. */
 #define DRAIN_MS 10000
 
@@ -116,14 +114,6 @@ now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t
-now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static void
@@ -548,7 +538,7 @@ main(int argc, char **argv)
         fprintf(stderr, PROG ": %" PRIu64 " consumers joined, publishing\n",
                 cfg.wait_consumers);
 
-    uint64_t cur_epoch = UINT64_MAX, pos_in_epoch = 0, last_snapshot = 0;
+    uint64_t cur_epoch = UINT64_MAX, pos_in_epoch = 0;
     while (!g_signal && status == 0) {
         /* A batch published while nobody listens would be lost to every later consumer's
          * coverage, so wait for someone first. */
@@ -604,11 +594,9 @@ main(int argc, char **argv)
         pos_in_epoch += n;
         if (pos_in_epoch == cfg.samples)
             st.epochs++;
-        uint64_t t = now_ns();
-        if (t - last_snapshot >= SNAPSHOT_NS) {
-            table_update(&table, p);
-            last_snapshot = t;
-        }
+        /* After every publish, so the figures of a consumer that leaves right after its last
+         * batch are current. */
+        table_update(&table, p);
     }
 
     if (st.finished && !g_signal) {

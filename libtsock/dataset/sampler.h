@@ -23,13 +23,15 @@ struct tsock_sampler {
 int tsock__sampler_init(struct tsock_sampler *s, uint64_t samples, uint64_t seed, uint64_t epochs);
 void tsock__sampler_free(struct tsock_sampler *s);
 
-/* Fills ids[0..] with the next batch of at most `max` ids and reports its place.
- * Returns the number of ids (>= 1), or 0 when every epoch has been issued. */
+/* Fills ids[0..] with the next batch of at most `max` ids and reports its place (epoch,
+ * index_in_epoch and epoch_end may be NULL). Returns the number of ids (>= 1), or 0 when every
+ * epoch has been issued or max == 0. */
 uint32_t tsock__sampler_next(struct tsock_sampler *s, uint32_t max, uint64_t *ids, uint64_t *epoch,
                              uint64_t *index_in_epoch, int *epoch_end);
 
 /* Writes the permutation of epoch `epoch` for (samples, seed) into perm[0..samples-1]: a
- * Fisher-Yates shuffle driven by splitmix64 seeded from (seed, epoch). */
+ * Fisher-Yates shuffle driven by splitmix64 seeded from (seed, epoch); sampler.c documents the
+ * exact derivation, which is part of reproducibility. Requires 1 <= samples <= 2^32. */
 void tsock__sampler_permutation(uint64_t samples, uint64_t seed, uint64_t epoch, uint64_t *perm);
 
 #endif

@@ -66,8 +66,8 @@ int tsock__ring_drop_consumer(struct tsock_ring *r, uint32_t consumer);
 /* Number of slots `consumer` holds right now (-EINVAL for a bad index). */
 int tsock__ring_held_by(const struct tsock_ring *r, uint32_t consumer);
 
-/* Checks the invariants (free_count matches, FREE slots have no holders, FILLING at most one,
- * HELD slots have holders). Returns 0 or -EPROTO; for tests and debug builds. */
+/* Checks the invariants (free_count matches, FREE and FILLING slots have no holders, HELD slots
+ * have holders and a sequence number already issued; several slots may be FILLING at once). Returns 0 or -EPROTO; for tests and debug builds. */
 int tsock__ring_check(const struct tsock_ring *r);
 
 #endif

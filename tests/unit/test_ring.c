@@ -690,9 +690,10 @@ test_random_against_model(void)
         total += steps;
     }
     /* Each outcome happened many times: the run explored the whole state machine. */
-    long outcomes[] = {t.acquired, t.full,        t.published, t.published_empty, t.publish_bad,
-                       t.abandoned, t.abandon_bad, t.freed,     t.kept,            t.stale,
-                       t.release_bad, t.drop_freed, t.drop_bad};
+    long outcomes[] = {t.acquired,    t.full,      t.published,   t.published_empty,
+                       t.publish_bad, t.abandoned, t.abandon_bad, t.freed,
+                       t.kept,        t.stale,     t.release_bad, t.drop_freed,
+                       t.drop_bad};
     for (size_t i = 0; i < sizeof(outcomes) / sizeof(outcomes[0]); i++) {
         CHECK(outcomes[i] >= 100);
         if (outcomes[i] < 100)

@@ -43,8 +43,7 @@ same_ids(const uint64_t *a, const uint64_t *b, uint64_t n)
  * checking every batch's size, epoch, index and end flag on the way. Returns the number of
  * batches, or -1 when the stream broke the batch rules. */
 static long
-drain_epoch(struct tsock_sampler *s, uint32_t batch, uint64_t n, uint64_t want_epoch,
-            uint64_t *out)
+drain_epoch(struct tsock_sampler *s, uint32_t batch, uint64_t n, uint64_t want_epoch, uint64_t *out)
 {
     uint64_t got = 0;
     long batches = 0;
