@@ -110,7 +110,7 @@ tsock_consumer_set_heartbeat(tsock_consumer *c, int interval_ms, int timeout_ms)
 int
 tsock_consumer_set_name(tsock_consumer *c, const char *name)
 {
-    if (!c || !name || strlen(name) > TSOCK_MAX_NAME)
+    if (!c || !name || strlen(name) > TSOCK_MAX_NAME || !tsock__name_is_printable(name))
         return -EINVAL;
     if (c->zctx)
         return TSOCK_E_STATE;
@@ -188,9 +188,12 @@ on_batch(tsock_consumer *c, const struct tsock_msg_batch *b)
     const struct tsock_msg_welcome *w = &c->welcome;
     if (!c->welcomed || b->slot >= w->slot_count || b->samples > w->batch_size ||
         c->batches[b->slot].held || c->ready_len == w->slot_count) {
+        /* Only the producer can send to this socket: it is broken, and nothing it sends can be
+         * trusted any more. */
         c->stat_bad++;
-        tsock__log(TSOCK_LOG_WARN, "ignored an impossible BATCH (slot %u, %u samples)", b->slot,
-                   b->samples);
+        tsock__log(TSOCK_LOG_ERROR, "impossible BATCH from the producer (slot %u, %u samples)",
+                   b->slot, b->samples);
+        fail(c, TSOCK_E_PROTOCOL);
         return;
     }
     c->ready[(c->ready_head + c->ready_len++) % w->slot_count] = *b;
@@ -213,8 +216,9 @@ on_message(tsock_consumer *c, const struct tsock_msg *m)
         return;
     default:
         c->stat_bad++;
-        tsock__log(TSOCK_LOG_WARN, "unexpected %s from the producer",
+        tsock__log(TSOCK_LOG_ERROR, "unexpected %s from the producer",
                    tsock__msg_type_name(m->type));
+        fail(c, TSOCK_E_PROTOCOL);
         return;
     }
 }
@@ -229,10 +233,9 @@ receive_all(tsock_consumer *c)
                       : tsock__msg_decode(c->frame.data, c->frame.size, &m);
         if (err < 0) {
             c->stat_bad++;
-            tsock__log(TSOCK_LOG_WARN, "malformed message from the producer: %s",
+            tsock__log(TSOCK_LOG_ERROR, "malformed message from the producer: %s",
                        tsock_strerror(err));
-            if (err == TSOCK_E_VERSION)
-                fail(c, err);
+            fail(c, err);
             continue;
         }
         c->last_heard_ns = tsock__now_ns();

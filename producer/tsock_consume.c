@@ -171,7 +171,7 @@ struct results {
     uint64_t content_errors, label_errors, index_errors, layout_errors;
     uint64_t duplicates, missing, out_of_order;
     uint64_t wait_ns;
-    uint64_t *lat;  /* latency of every successful next, ns */
+    uint64_t *lat; /* latency of every successful next, ns */
     size_t lat_count, lat_cap;
     uint64_t *per_epoch; /* samples received per epoch seen, in order */
     size_t per_epoch_count, per_epoch_cap;
@@ -195,8 +195,8 @@ push_u64(uint64_t **arr, size_t *count, size_t *cap, uint64_t v)
 
 /* Coverage of the epoch being received: one bit per sample id. */
 struct epoch_track {
-    int open;          /* an epoch is being received */
-    int partial;       /* joined mid-epoch: the prefix was never ours to see */
+    int open;    /* an epoch is being received */
+    int partial; /* joined mid-epoch: the prefix was never ours to see */
     uint64_t epoch;
     uint64_t received; /* samples received in this epoch, duplicates included */
     uint64_t distinct;
@@ -274,7 +274,8 @@ find_tensors(const tsock_batch *b, struct tensors *t, char *why, size_t why_size
     }
     if (tsock_batch_tensor_dtype(b, t->image) != TSOCK_UINT8 ||
         tsock_batch_tensor_ndim(b, t->image) != 4 || tsock_batch_tensor_dim(b, t->image, 3) != 3 ||
-        tsock_batch_tensor_dim(b, t->image, 1) <= 0 || tsock_batch_tensor_dim(b, t->image, 2) <= 0) {
+        tsock_batch_tensor_dim(b, t->image, 1) <= 0 ||
+        tsock_batch_tensor_dim(b, t->image, 2) <= 0) {
         snprintf(why, why_size, "tensor image is not uint8 [B,H,W,3]");
         return -1;
     }
@@ -457,7 +458,8 @@ static void
 print_json(const struct config *cfg, struct results *r, double wall_s, int error_code,
            const char *error, int exit_code)
 {
-    qsort(r->lat, r->lat_count, sizeof(*r->lat), cmp_u64);
+    if (r->lat_count > 1)
+        qsort(r->lat, r->lat_count, sizeof(*r->lat), cmp_u64);
     FILE *f = stdout;
     fputs("{\"name\": ", f);
     if (cfg->name)
@@ -639,7 +641,8 @@ out:;
     if (cfg.json) {
         print_json(&cfg, &r, wall_s, error_code, error, exit_code);
     } else if (!cfg.quiet) {
-        qsort(r.lat, r.lat_count, sizeof(*r.lat), cmp_u64);
+        if (r.lat_count > 1)
+            qsort(r.lat, r.lat_count, sizeof(*r.lat), cmp_u64);
         fprintf(stderr,
                 PROG ": %" PRIu64 " batches, %" PRIu64 " samples, %" PRIu64
                      " epochs; content errors %" PRIu64 ", label errors %" PRIu64

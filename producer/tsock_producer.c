@@ -205,9 +205,9 @@ struct run_stats {
     uint64_t batches, samples, epochs;
     uint64_t joined, lost, bad_messages, wait_ns;
     double wall_s, cpu_s;
-    int finished;        /* the sampler issued every epoch and finish was called */
-    int stopped_by;      /* signal number, or 0 */
-    const char *error;   /* NULL, or the text of the error that ended the run */
+    int finished;      /* the sampler issued every epoch and finish was called */
+    int stopped_by;    /* signal number, or 0 */
+    const char *error; /* NULL, or the text of the error that ended the run */
 };
 
 static void
@@ -419,9 +419,10 @@ parse_args(int argc, char **argv, struct config *cfg)
                       timeout, interval);
     }
     /* The ring must be addressable: batch * (image + 16 bytes) * slots below 2^40 bytes. */
-    long double ring = (long double)cfg->batch_size *
-                       ((long double)cfg->image_size * (long double)cfg->image_size * 3.0L + 16.0L) *
-                       (long double)cfg->slots;
+    long double ring =
+        (long double)cfg->batch_size *
+        ((long double)cfg->image_size * (long double)cfg->image_size * 3.0L + 16.0L) *
+        (long double)cfg->slots;
     if (ring > (long double)(UINT64_C(1) << 40))
         bad_usage("--batch-size x --image-size x --slots: the ring would need %.0Lf bytes, more "
                   "than 1 TiB",
@@ -535,8 +536,7 @@ main(int argc, char **argv)
         }
     }
     if (!g_signal && status == 0 && cfg.wait_consumers > 0 && !cfg.quiet)
-        fprintf(stderr, PROG ": %" PRIu64 " consumers joined, publishing\n",
-                cfg.wait_consumers);
+        fprintf(stderr, PROG ": %" PRIu64 " consumers joined, publishing\n", cfg.wait_consumers);
 
     uint64_t cur_epoch = UINT64_MAX, pos_in_epoch = 0;
     while (!g_signal && status == 0) {
@@ -569,8 +569,7 @@ main(int argc, char **argv)
         int64_t *indices = tsock_slot_data(slot, 2);
         if (n == 0 || n > cfg.batch_size || !ids || !images || !labels || !indices) {
             fprintf(stderr,
-                    PROG ": tsock_producer_acquire: slot without a usable plan (%u samples)\n",
-                    n);
+                    PROG ": tsock_producer_acquire: slot without a usable plan (%u samples)\n", n);
             st.error = "slot without a usable sampler plan";
             status = 1;
             break;

@@ -123,7 +123,8 @@ typedef struct tsock_layout tsock_layout;
 /* Creates an empty layout. Returns 0 and sets *out, or -ENOMEM. The caller owns the layout. */
 TSOCK_API int tsock_layout_create(tsock_layout **out);
 
-/* Appends a tensor. `name` is copied (1..TSOCK_MAX_NAME bytes, unique in the layout);
+/* Appends a tensor. `name` is copied (1..TSOCK_MAX_NAME bytes, no control characters, unique
+ * in the layout);
  * `sample_shape` has `ndim` (0..TSOCK_MAX_DIMS) positive dimensions and is copied.
  * Returns the new tensor's index (0, 1, ...) or -EINVAL / TSOCK_E_LAYOUT. */
 TSOCK_API int tsock_layout_add(tsock_layout *layout, const char *name, int dtype, int ndim,
@@ -255,7 +256,8 @@ TSOCK_API int tsock_consumer_create(tsock_consumer **out, const char *endpoint);
  * TSOCK_E_PRODUCER_LOST. Defaults: 250 ms and 3000 ms. TSOCK_E_STATE after start. */
 TSOCK_API int tsock_consumer_set_heartbeat(tsock_consumer *c, int interval_ms, int timeout_ms);
 
-/* A name shown in the producer's statistics (copied, at most TSOCK_MAX_NAME bytes). */
+/* A name shown in the producer's statistics (copied, at most TSOCK_MAX_NAME bytes, no control
+ * characters). Returns 0, -EINVAL, or TSOCK_E_STATE after start. */
 TSOCK_API int tsock_consumer_set_name(tsock_consumer *c, const char *name);
 
 /* Connects, introduces itself and maps the ring read-only. Waits up to `timeout_ms` (-1:

@@ -25,6 +25,9 @@ int tsock__mul_size(size_t a, size_t b, size_t *out);
 /* Rounds n up to a multiple of `align` (a power of two). */
 size_t tsock__align_up(size_t n, size_t align);
 
+/* Whether a name holds no control bytes (0x00-0x1F, 0x7F): the wire refuses them. */
+int tsock__name_is_printable(const char *name);
+
 /* splitmix64: the one mixing function every seeded decision derives from. */
 uint64_t tsock__mix64(uint64_t x);
 

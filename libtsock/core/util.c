@@ -36,3 +36,12 @@ tsock__mix64(uint64_t x)
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
     return z ^ (z >> 31);
 }
+
+int
+tsock__name_is_printable(const char *name)
+{
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+        if (*c < 0x20 || *c == 0x7F)
+            return 0;
+    return 1;
+}

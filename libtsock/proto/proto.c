@@ -491,8 +491,8 @@ tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock_msg *msg)
 const char *
 tsock__msg_type_name(int type)
 {
-    static const char *const names[] = {"?",         "HELLO", "WELCOME", "REJECT", "BATCH",
-                                        "RELEASE",   "HEARTBEAT", "BYE",  "SHUTDOWN"};
+    static const char *const names[] = {"?",       "HELLO",     "WELCOME", "REJECT",  "BATCH",
+                                        "RELEASE", "HEARTBEAT", "BYE",     "SHUTDOWN"};
 
     if (type < TSOCK_MSG_HELLO || type > TSOCK_MSG_SHUTDOWN)
         return names[0];

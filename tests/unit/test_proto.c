@@ -414,44 +414,44 @@ expect_golden(const struct tsock_msg *m, const uint8_t *golden, size_t len)
 static void
 test_golden(void)
 {
-    static const uint8_t hello[] = {
-        'T',  'S',  'C',  'K', 0x01, 0x00, 0x01, 0x00, 0x0B, 0x00, 0x00, 0x00, /* header */
-        0x04, 0x03, 0x02, 0x01,                                                 /* pid */
-        0x00, 0x00, 0x00, 0x00,                                                 /* flags */
-        0x02, 'a',  'b'};                                                       /* name */
-    static const uint8_t batch[] = {
-        'T',  'S',  'C',  'K',  0x01, 0x00, 0x04, 0x00, 0x24, 0x00, 0x00, 0x00, /* header */
-        0x03, 0x00, 0x00, 0x00,                                                  /* slot */
-        0x20, 0x00, 0x00, 0x00,                                                  /* samples */
-        0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,                          /* seq */
-        0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* epoch */
-        0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* index */
-        0x01, 0x00, 0x00, 0x00};                                                 /* flags */
+    static const uint8_t hello[] = {'T',  'S',  'C',  'K',  0x01, 0x00,
+                                    0x01, 0x00, 0x0B, 0x00, 0x00, 0x00, /* header */
+                                    0x04, 0x03, 0x02, 0x01,             /* pid */
+                                    0x00, 0x00, 0x00, 0x00,             /* flags */
+                                    0x02, 'a',  'b'};                   /* name */
+    static const uint8_t batch[] = {'T',  'S',  'C',  'K',  0x01, 0x00, 0x04, 0x00,
+                                    0x24, 0x00, 0x00, 0x00,                         /* header */
+                                    0x03, 0x00, 0x00, 0x00,                         /* slot */
+                                    0x20, 0x00, 0x00, 0x00,                         /* samples */
+                                    0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* seq */
+                                    0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* epoch */
+                                    0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* index */
+                                    0x01, 0x00, 0x00, 0x00};                        /* flags */
     static const uint8_t reject[] = {'T',  'S',  'C',  'K',  0x01, 0x00, 0x03, 0x00,
                                      0x04, 0x00, 0x00, 0x00, 0xEE, 0xD8, 0xFF, 0xFF};
-    static const uint8_t release[] = {'T',  'S',  'C',  'K',  0x01, 0x00, 0x05, 0x00, 0x0C, 0x00,
-                                      0x00, 0x00, 0x09, 0x00, 0x00, 0x00, 0x01, 0x02, 0x03, 0x04,
-                                      0x05, 0x06, 0x07, 0x08};
+    static const uint8_t release[] = {'T',  'S',  'C',  'K',  0x01, 0x00, 0x05, 0x00,
+                                      0x0C, 0x00, 0x00, 0x00, 0x09, 0x00, 0x00, 0x00,
+                                      0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08};
     static const uint8_t heartbeat[] = {'T', 'S', 'C', 'K', 1, 0, 6, 0, 0, 0, 0, 0};
     static const uint8_t bye[] = {'T', 'S', 'C', 'K', 1, 0, 7, 0, 0, 0, 0, 0};
     static const uint8_t shutdown[] = {'T', 'S', 'C', 'K', 1, 0, 8, 0, 4, 0, 0, 0, 2, 0, 0, 0};
     static const uint8_t welcome[] = {
         'T',  'S',  'C',  'K',  0x01, 0x00, 0x02, 0x00, 0x48, 0x00, 0x00, 0x00, /* header */
-        0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* consumer_id */
-        0x02, 0x00, 0x00, 0x00,                                                  /* batch_size */
-        0x03, 0x00, 0x00, 0x00,                                                  /* slot_count */
-        0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* slot_stride */
-        0x30, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* ring_bytes */
-        0xFA, 0x00, 0x00, 0x00,                                                  /* heartbeat */
-        0x00, 0x00, 0x00, 0x00,                                                  /* device */
-        0x02, '/',  'r',                                                         /* shm_name */
-        0x01,                                                                    /* tensors */
-        0x01, 'x',                                                               /* name */
-        0x07,                                                                    /* float32 */
-        0x01,                                                                    /* ndim */
-        0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* dim 0 */
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          /* offset */
-        0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};                         /* bytes */
+        0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* consumer_id */
+        0x02, 0x00, 0x00, 0x00,                                                 /* batch_size */
+        0x03, 0x00, 0x00, 0x00,                                                 /* slot_count */
+        0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* slot_stride */
+        0x30, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* ring_bytes */
+        0xFA, 0x00, 0x00, 0x00,                                                 /* heartbeat */
+        0x00, 0x00, 0x00, 0x00,                                                 /* device */
+        0x02, '/',  'r',                                                        /* shm_name */
+        0x01,                                                                   /* tensors */
+        0x01, 'x',                                                              /* name */
+        0x07,                                                                   /* float32 */
+        0x01,                                                                   /* ndim */
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* dim 0 */
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* offset */
+        0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};                        /* bytes */
     static const int64_t two[1] = {2};
     struct tsock_msg m;
 
@@ -838,12 +838,41 @@ test_welcome_name_rules(void)
 }
 
 static void
+test_long_name_on_wire(void)
+{
+    /* A 255-byte name in the last tensor, whose name field lies near the end of struct
+     * tsock_msg: refused without writing past the field (AddressSanitizer watches the end of
+     * the heap block). */
+    struct tsock_msg max, *d = malloc(sizeof *d);
+    struct wire w, longer;
+    size_t off, rest;
+
+    if (!d)
+        abort();
+    make_welcome_max(&max);
+    spec_encode(&max, &w);
+    off = tensor_offset(&max.u.welcome, TSOCK_MAX_TENSORS - 1);
+    rest = off + 1 + TSOCK_MAX_NAME;
+    memcpy(longer.b, w.b, off);
+    longer.n = off;
+    w_le(&longer, 255, 1);
+    memset(longer.b + longer.n, 'n', 255);
+    longer.n += 255;
+    memcpy(longer.b + longer.n, w.b + rest, w.n - rest);
+    longer.n += w.n - rest;
+    store_le(longer.b + 8, longer.n - 12, 4);
+    CHECK_EQ(tsock__msg_decode(longer.b, longer.n, d), TSOCK_E_PROTOCOL);
+    CHECK_EQ(tsock__msg_decode(w.b, w.n, d), 0);
+    free(d);
+}
+
+static void
 test_small_message_rules(void)
 {
     struct tsock_msg m;
 
-    static const int32_t codes[] = {0,  1,  -1, -EINVAL, TSOCK_E_BASE, TSOCK_E_LAST,
-                                    -20000, INT32_MIN, INT32_MAX};
+    static const int32_t codes[] = {
+        0, 1, -1, -EINVAL, TSOCK_E_BASE, TSOCK_E_LAST, -20000, INT32_MIN, INT32_MAX};
     make(&m, TSOCK_MSG_REJECT);
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
         m.u.reject.code = codes[i];
@@ -992,6 +1021,7 @@ main(void)
     test_welcome_shm_rules();
     test_welcome_tensor_rules();
     test_welcome_name_rules();
+    test_long_name_on_wire();
     test_small_message_rules();
     test_type_names();
     test_random_bytes();

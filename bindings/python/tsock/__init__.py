@@ -1,0 +1,72 @@
+"""tsock: one data-loading pipeline shared by several training processes.
+
+A producer fills the slots of a rolling shared-memory buffer; each training process reads
+every batch in place (zero-copy). This package is a ctypes binding of libtsock:
+
+    loader = tsock.DataLoader("ipc:///tmp/tsock/train.sock")   # instead of a torch DataLoader
+    for images, labels in loader:
+        ...
+
+See docs/python.md. Batches are read-only views of shared memory: never modify one in place.
+"""
+from . import _lib
+from ._lib import LibraryNotFound, VersionMismatch, default_endpoint
+from .consumer import Batch, Consumer, DataLoader, TensorInfo
+from .errors import (
+    E_BUSY_ENDPOINT,
+    E_END,
+    E_FULL,
+    E_LAYOUT,
+    E_NOT_HELD,
+    E_PRODUCER_LOST,
+    E_PRODUCER_STOPPED,
+    E_PROTOCOL,
+    E_REJECTED,
+    E_STATE,
+    E_VERSION,
+    EndOfStream,
+    ProducerLost,
+    ProducerStopped,
+    Timeout,
+    TsockError,
+)
+from .producer import Producer
+
+__version__ = "0.1.0"
+
+#: Path of the libtsock shared library in use.
+library_path = _lib.path
+#: Version of that library, as a string and as (major, minor, patch).
+library_version = _lib.version
+library_version_info = _lib.version_info
+
+LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
+
+
+def strerror(code):
+    """tsock_strerror(code): the description of any return code."""
+    return _lib.strerror(code)
+
+
+def set_log(callback, level=LOG_WARN):
+    """Routes libtsock's log lines to ``callback(level, message)`` (None: discard, the default).
+
+    The callback may run on the library's internal threads: keep it short and thread-safe.
+    For example, to use the logging module::
+
+        log = logging.getLogger("tsock")
+        tsock.set_log(lambda lvl, msg: log.log([40, 30, 20, 10][lvl], msg))
+    """
+    _lib.set_log(callback, level)
+
+
+__all__ = [
+    "Batch", "Consumer", "DataLoader", "Producer", "TensorInfo",
+    "TsockError", "EndOfStream", "ProducerLost", "ProducerStopped", "Timeout",
+    "LibraryNotFound", "VersionMismatch",
+    "E_BUSY_ENDPOINT", "E_END", "E_FULL", "E_LAYOUT", "E_NOT_HELD", "E_PRODUCER_LOST",
+    "E_PRODUCER_STOPPED", "E_PROTOCOL", "E_REJECTED", "E_STATE", "E_VERSION",
+    "LOG_ERROR", "LOG_WARN", "LOG_INFO", "LOG_DEBUG",
+    "default_endpoint", "library_path", "library_version", "library_version_info",
+    "set_log", "strerror",
+]

@@ -1,0 +1,225 @@
+"""Finds libtsock, checks its version, and declares every C function the binding uses.
+
+This module is the only place that knows C signatures: each function is declared exactly once
+here (argtypes and restype), from include/tsock/tsock.h. Everything else calls ``lib.<name>``
+and turns negative returns into exceptions with :func:`check`.
+
+Where the library comes from, in order:
+ 1. ``$TSOCK_LIBRARY``: a path to libtsock.so (an error if it cannot be loaded: no fallback, so
+    a typo never silently picks up another copy);
+ 2. a copy next to this package (``tsock/libtsock.so.0`` or ``tsock/libtsock.so``);
+ 3. the system: ``ctypes.util.find_library("tsock")``, then ``libtsock.so.0``.
+"""
+import atexit
+import ctypes
+import ctypes.util
+import os
+
+from . import errors
+
+# The C library version this binding was written for: its major must match, its minor must be
+# at least this one (minor versions only add functions).
+EXPECTED_MAJOR = 0
+EXPECTED_MINOR = 1
+
+c_int = ctypes.c_int
+c_uint32 = ctypes.c_uint32
+c_uint64 = ctypes.c_uint64
+c_int64 = ctypes.c_int64
+c_size_t = ctypes.c_size_t
+c_char_p = ctypes.c_char_p
+c_void_p = ctypes.c_void_p
+P = ctypes.POINTER
+
+
+class LibraryNotFound(ImportError):
+    """libtsock could not be found or loaded."""
+
+
+class VersionMismatch(ImportError):
+    """The loaded libtsock is not compatible with this binding."""
+
+
+def _candidates():
+    env = os.environ.get("TSOCK_LIBRARY")
+    if env:
+        return [("$TSOCK_LIBRARY", env)], True
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = []
+    for name in ("libtsock.so.0", "libtsock.so"):
+        path = os.path.join(here, name)
+        if os.path.exists(path):
+            found.append(("next to the package", path))
+    system = ctypes.util.find_library("tsock")
+    if system:
+        found.append(("ctypes.util.find_library", system))
+    found.append(("the dynamic loader", "libtsock.so.0"))
+    return found, False
+
+
+def _load():
+    candidates, from_env = _candidates()
+    tried = []
+    for origin, path in candidates:
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            if from_env:
+                raise LibraryNotFound(
+                    f"cannot load libtsock from $TSOCK_LIBRARY={path!r}: {e}") from None
+            tried.append(f"{path} ({origin}): {e}")
+    raise LibraryNotFound(
+        "cannot find libtsock. Set TSOCK_LIBRARY to the path of libtsock.so (for example "
+        "build/libtsock/libtsock.so after building tsock with CMake), copy libtsock.so.0 next "
+        "to the tsock package, or install it system-wide. Tried: " + "; ".join(tried))
+
+
+lib, path = _load()
+
+
+def _declare(name, restype, argtypes):
+    try:
+        fn = getattr(lib, name)
+    except AttributeError:
+        raise VersionMismatch(
+            f"libtsock at {path} has no function {name}: it is older than this binding "
+            f"expects ({EXPECTED_MAJOR}.{EXPECTED_MINOR}.x)") from None
+    fn.restype = restype
+    fn.argtypes = argtypes
+
+
+# Log callback: void (*)(void *user, int level, const char *message).
+LOG_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_char_p)
+
+# ---- errors, version, logging ----
+_declare("tsock_strerror", c_char_p, [c_int])
+_declare("tsock_version", c_int, [])
+_declare("tsock_version_string", c_char_p, [])
+_declare("tsock_set_log", None, [LOG_FN, c_void_p, c_int])
+
+# ---- layout ----
+_declare("tsock_dtype_size", c_size_t, [c_int])
+_declare("tsock_dtype_name", c_char_p, [c_int])
+_declare("tsock_layout_create", c_int, [P(c_void_p)])
+_declare("tsock_layout_add", c_int, [c_void_p, c_char_p, c_int, c_int, P(c_int64)])
+_declare("tsock_layout_destroy", None, [c_void_p])
+
+# ---- producer ----
+_declare("tsock_producer_create", c_int,
+         [P(c_void_p), c_char_p, c_void_p, c_uint32, c_uint32])
+_declare("tsock_producer_set_heartbeat", c_int, [c_void_p, c_int, c_int])
+_declare("tsock_producer_start", c_int, [c_void_p])
+_declare("tsock_producer_endpoint", c_char_p, [c_void_p])
+_declare("tsock_producer_wait_consumers", c_int, [c_void_p, c_int, c_int])
+_declare("tsock_producer_acquire", c_int, [c_void_p, c_int, P(c_void_p)])
+_declare("tsock_slot_data", c_void_p, [c_void_p, c_int])
+_declare("tsock_slot_set_epoch", c_int, [c_void_p, c_uint64, c_uint64, c_int])
+_declare("tsock_producer_publish", c_int, [c_void_p, c_void_p, c_uint32])
+_declare("tsock_producer_consumer_count", c_int, [c_void_p])
+_declare("tsock_producer_stat", c_int, [c_void_p, c_int, c_int, P(c_uint64)])
+_declare("tsock_producer_finish", c_int, [c_void_p])
+_declare("tsock_producer_destroy", None, [c_void_p])
+_declare("tsock_default_endpoint", c_int, [ctypes.c_char_p, c_size_t])
+
+# ---- consumer ----
+_declare("tsock_consumer_create", c_int, [P(c_void_p), c_char_p])
+_declare("tsock_consumer_set_heartbeat", c_int, [c_void_p, c_int, c_int])
+_declare("tsock_consumer_set_name", c_int, [c_void_p, c_char_p])
+_declare("tsock_consumer_start", c_int, [c_void_p, c_int])
+_declare("tsock_consumer_next", c_int, [c_void_p, c_int, P(c_void_p)])
+_declare("tsock_consumer_release", c_int, [c_void_p, c_void_p])
+_declare("tsock_consumer_stat", c_int, [c_void_p, c_int, P(c_uint64)])
+_declare("tsock_consumer_batch_capacity", c_uint32, [c_void_p])
+_declare("tsock_consumer_slot_count", c_uint32, [c_void_p])
+_declare("tsock_consumer_destroy", None, [c_void_p])
+
+# ---- batches ----
+_declare("tsock_batch_samples", c_uint32, [c_void_p])
+_declare("tsock_batch_seq", c_uint64, [c_void_p])
+_declare("tsock_batch_epoch", c_uint64, [c_void_p])
+_declare("tsock_batch_index_in_epoch", c_uint64, [c_void_p])
+_declare("tsock_batch_is_epoch_end", c_int, [c_void_p])
+_declare("tsock_batch_tensor_count", c_int, [c_void_p])
+_declare("tsock_batch_find", c_int, [c_void_p, c_char_p])
+_declare("tsock_batch_tensor_name", c_char_p, [c_void_p, c_int])
+_declare("tsock_batch_tensor_dtype", c_int, [c_void_p, c_int])
+_declare("tsock_batch_tensor_ndim", c_int, [c_void_p, c_int])
+_declare("tsock_batch_tensor_dim", c_int64, [c_void_p, c_int, c_int])
+_declare("tsock_batch_tensor_bytes", c_size_t, [c_void_p, c_int])
+_declare("tsock_batch_tensor_data", c_void_p, [c_void_p, c_int])
+_declare("tsock_batch_tensor_device", c_int, [c_void_p, c_int])
+
+
+def _check_version():
+    v = lib.tsock_version()
+    major, minor, patch = v // 10000, (v // 100) % 100, v % 100
+    found = lib.tsock_version_string().decode("utf-8", "replace")
+    if major != EXPECTED_MAJOR or minor < EXPECTED_MINOR:
+        raise VersionMismatch(
+            f"libtsock at {path} is version {found} ({major}.{minor}.{patch}), but this tsock "
+            f"Python package was written for {EXPECTED_MAJOR}.{EXPECTED_MINOR} (it needs major "
+            f"version {EXPECTED_MAJOR} and minor version {EXPECTED_MINOR} or newer). Point "
+            f"TSOCK_LIBRARY at a matching libtsock.so or install a matching binding.")
+    return (major, minor, patch), found
+
+
+version_info, version = _check_version()
+
+
+def strerror(code):
+    """tsock_strerror(code) as a str."""
+    return lib.tsock_strerror(int(code)).decode("utf-8", "replace")
+
+
+def error(code, function=None):
+    """The exception for a negative return value `code` of C function `function`."""
+    return errors.error_class(code)(code, strerror(code), function)
+
+
+def check(rc, function):
+    """Returns rc when it is not negative; raises the matching TsockError otherwise."""
+    if rc < 0:
+        raise error(rc, function)
+    return rc
+
+
+# ---- logging ----
+
+_log_state = {"callback": None}
+
+
+def set_log(fn, max_level):
+    """Installs fn(level:int, message:str) as the library's log callback (None: discard).
+
+    The callback runs on the library's internal threads too; it must be quick and thread-safe.
+    """
+    if fn is None:
+        lib.tsock_set_log(LOG_FN(), None, 0)
+        _log_state["callback"] = None
+        return
+
+    def trampoline(_user, level, message):
+        try:
+            fn(level, message.decode("utf-8", "replace"))
+        except Exception:  # an exception cannot cross into C; drop it
+            pass
+
+    cb = LOG_FN(trampoline)
+    _log_state["callback"] = cb  # kept alive as long as C may call it
+    lib.tsock_set_log(cb, None, int(max_level))
+
+
+def _unset_log_at_exit():
+    # Library threads must not call into an interpreter that is shutting down.
+    if _log_state["callback"] is not None:
+        lib.tsock_set_log(LOG_FN(), None, 0)
+
+
+atexit.register(_unset_log_at_exit)
+
+
+def default_endpoint():
+    """The default endpoint, "ipc://<runtime dir>/tsock/default.sock"."""
+    buf = ctypes.create_string_buffer(4096)
+    check(lib.tsock_default_endpoint(buf, len(buf)), "tsock_default_endpoint")
+    return buf.value.decode()

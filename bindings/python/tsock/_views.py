@@ -1,0 +1,175 @@
+"""Zero-copy views of tensor memory, and the bridge to torch.
+
+A tensor of a tsock batch is a pointer, a dtype and a shape. This module turns that into an
+array without copying:
+
+- host memory (TSOCK_DEVICE_CPU): a numpy array built from ``__array_interface__`` with the
+  read-only flag set, so numpy refuses writes; ``torch.from_numpy`` then shares the memory.
+- device memory (TSOCK_DEVICE_CUDA): a torch CUDA tensor built from ``__cuda_array_interface__``
+  (see :class:`CudaMemory`). The C library has no CUDA backend yet, so :func:`device_view`
+  raises NotImplementedError for now; the pieces it will need are marked below.
+
+The view object (:class:`HostMemory`) is the array's ``base``: it keeps a reference to whatever
+owns the memory (the batch), so the owner lives as long as any array that points into it.
+"""
+import os
+import sys
+import warnings
+
+import numpy as np
+
+# tsock dtype codes (include/tsock/tsock.h, enum tsock_dtype).
+UINT8, INT8, INT16, INT32, INT64 = 1, 2, 3, 4, 5
+FLOAT16, FLOAT32, FLOAT64 = 6, 7, 8
+UINT16, UINT32, UINT64 = 9, 10, 11
+BFLOAT16 = 12
+
+DEVICE_CPU = 0
+DEVICE_CUDA = 1
+
+# tsock dtype -> numpy dtype. numpy has no bfloat16: its bits travel as uint16 and torch views
+# them as torch.bfloat16 (numpy users get the raw uint16 bits).
+NUMPY_DTYPES = {
+    UINT8: np.dtype(np.uint8),
+    INT8: np.dtype(np.int8),
+    INT16: np.dtype(np.int16),
+    INT32: np.dtype(np.int32),
+    INT64: np.dtype(np.int64),
+    FLOAT16: np.dtype(np.float16),
+    FLOAT32: np.dtype(np.float32),
+    FLOAT64: np.dtype(np.float64),
+    UINT16: np.dtype(np.uint16),
+    UINT32: np.dtype(np.uint32),
+    UINT64: np.dtype(np.uint64),
+    BFLOAT16: np.dtype(np.uint16),
+}
+
+# numpy dtype -> tsock dtype (the producer side). bool is stored as uint8.
+TSOCK_DTYPES = {dt: code for code, dt in NUMPY_DTYPES.items() if code != BFLOAT16}
+TSOCK_DTYPES[np.dtype(np.bool_)] = UINT8
+
+
+def tsock_dtype_of(np_dtype):
+    """The tsock dtype code for a numpy dtype, or raise TypeError."""
+    dt = np.dtype(np_dtype).newbyteorder("=")
+    try:
+        return TSOCK_DTYPES[dt]
+    except KeyError:
+        raise TypeError(
+            f"tsock cannot carry dtype {np_dtype}: supported are uint8/16/32/64, int8/16/32/64, "
+            f"float16/32/64, bool (as uint8) and torch.bfloat16") from None
+
+
+class HostMemory:
+    """Exposes host memory to numpy through the array interface, without copying.
+
+    `owner` is kept alive as long as this object (and so every array built on it) lives.
+    """
+
+    __slots__ = ("__array_interface__", "owner", "__weakref__")
+
+    def __init__(self, address, shape, typestr, readonly, owner):
+        self.__array_interface__ = {
+            "version": 3,
+            "shape": shape,
+            "typestr": typestr,
+            "data": (address, readonly),
+        }
+        self.owner = owner
+
+
+class CudaMemory:
+    """Exposes device memory to torch/cupy/numba through ``__cuda_array_interface__``.
+
+    Ready for the CUDA backend. What it still needs from the C API before it can be used: the
+    producer's event for the batch (to wait on the consumer's current stream, passed as
+    "stream" here or waited explicitly) and a stream-ordered release.
+    """
+
+    __slots__ = ("__cuda_array_interface__", "owner", "__weakref__")
+
+    def __init__(self, address, shape, typestr, readonly, owner, stream=None):
+        self.__cuda_array_interface__ = {
+            "version": 3,
+            "shape": shape,
+            "typestr": typestr,
+            "data": (address, readonly),
+            "strides": None,
+            "stream": stream,
+        }
+        self.owner = owner
+
+
+def host_array(address, shape, np_dtype, owner, readonly=True):
+    """A numpy array over host memory at `address` (zero-copy), read-only by default."""
+    if address is None or address == 0:
+        raise ValueError("tsock returned a NULL tensor pointer")
+    return np.asarray(HostMemory(address, shape, np_dtype.str, readonly, owner))
+
+
+def device_view(device, address, shape, np_dtype, owner):
+    """The view for a tensor on a non-host device. Only CPU exists in the C library today."""
+    if device == DEVICE_CUDA:
+        # Plug-in point for the CUDA backend: build CudaMemory(address, shape, typestr, True,
+        # owner, stream=<current torch stream>), make it a tensor with
+        # torch.as_tensor(mem, device="cuda"), after waiting the batch's producer event on
+        # that stream; release must then be stream-ordered.
+        raise NotImplementedError(
+            "this batch lives in CUDA device memory, which the tsock Python binding does not "
+            "support yet (the C library has no CUDA backend so far): run the producer with "
+            "host slots")
+    raise NotImplementedError(f"tsock device {device} is not supported by this binding")
+
+
+# ---- torch, optional ----
+
+_torch = None
+_torch_checked = False
+
+
+def torch_disabled():
+    """True when the user asked for numpy only (TSOCK_NO_TORCH=1)."""
+    return os.environ.get("TSOCK_NO_TORCH", "") not in ("", "0")
+
+
+def get_torch():
+    """The torch module, or None when it is not installed or TSOCK_NO_TORCH is set.
+
+    Imported lazily: ``import tsock`` stays fast, and numpy-only users never load torch.
+    """
+    global _torch, _torch_checked
+    if not _torch_checked:
+        _torch_checked = True
+        if not torch_disabled():
+            try:
+                import torch  # noqa: F401
+
+                _torch = sys.modules["torch"]
+            except ImportError:
+                _torch = None
+    return _torch
+
+
+_from_numpy_quiet = False
+
+
+def to_torch(array, bfloat16=False):
+    """torch.from_numpy on a read-only array, without torch's warning about it.
+
+    torch warns once per process that it cannot protect non-writable memory. tsock documents
+    that batches must never be modified in place, so the warning is silenced here, for this
+    call only: later calls do not warn anyway (it is a once-per-process warning), which keeps
+    catch_warnings, which is slow, off the per-batch path.
+    """
+    global _from_numpy_quiet
+    torch = _torch
+    if _from_numpy_quiet:
+        t = torch.from_numpy(array)
+    else:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            t = torch.from_numpy(array)
+        _from_numpy_quiet = True
+    if bfloat16:
+        t = t.view(torch.bfloat16)
+    return t

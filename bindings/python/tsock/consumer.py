@@ -1,0 +1,561 @@
+"""The consumer side: :class:`Consumer` (one batch at a time) and :class:`DataLoader` (epochs).
+
+Zero-copy contract: a batch's arrays are views of the producer's shared memory, mapped
+read-only. They stay valid until the batch is released (the DataLoader releases it when the
+next batch is requested, or at ``close()``). Never modify a batch in place; copy what you keep.
+"""
+import ctypes
+import math
+import time
+import warnings
+import weakref
+
+from . import _lib, _views, errors
+from ._lib import lib
+
+_STAT_KEYS = {
+    "batches": 1,
+    "samples": 2,
+    "released": 3,
+    "held": 4,
+    "bad_messages": 8,
+}
+_STAT_WAIT_NS = 9
+
+# Longest single wait inside the C library: between two waits Python runs its signal handlers,
+# so Ctrl-C interrupts a consumer blocked on a silent producer.
+_WAIT_CHUNK_MS = 200
+
+
+def _ms(timeout):
+    """Seconds (None: forever) -> milliseconds for the C API (-1: forever)."""
+    if timeout is None:
+        return -1
+    if timeout < 0:
+        raise ValueError("timeout must be >= 0 seconds, or None to wait forever")
+    return int(math.ceil(timeout * 1000.0))
+
+
+class TensorInfo:
+    """The layout of one tensor of the stream: name, dtype and per-sample shape."""
+
+    __slots__ = ("index", "name", "dtype", "np_dtype", "sample_shape", "device")
+
+    def __init__(self, index, name, dtype, sample_shape, device):
+        self.index = index
+        self.name = name
+        self.dtype = dtype
+        self.np_dtype = _views.NUMPY_DTYPES.get(dtype)
+        self.sample_shape = sample_shape
+        self.device = device
+
+    def __repr__(self):
+        dt = lib.tsock_dtype_name(self.dtype).decode()
+        dev = "cpu" if self.device == _views.DEVICE_CPU else f"device {self.device}"
+        return f"TensorInfo({self.name!r}, {dt}, [B, {', '.join(map(str, self.sample_shape))}], {dev})"
+
+
+class Batch:
+    """One batch held by a :class:`Consumer`.
+
+    Attributes: ``samples`` (how many samples it holds), ``seq`` (the producer's batch number),
+    ``epoch``, ``index_in_epoch``, ``epoch_end`` (it ends its epoch). The tensors are read with
+    :meth:`array` (numpy) and :meth:`tensor` (torch); both are zero-copy views valid until
+    :meth:`release`.
+    """
+
+    __slots__ = ("_consumer", "_ptr", "samples", "seq", "epoch", "index_in_epoch", "epoch_end",
+                 "__weakref__")
+
+    def __init__(self, consumer, ptr):
+        self._consumer = consumer
+        self._ptr = ptr
+        self.samples = lib.tsock_batch_samples(ptr)
+        self.seq = lib.tsock_batch_seq(ptr)
+        self.epoch = lib.tsock_batch_epoch(ptr)
+        self.index_in_epoch = lib.tsock_batch_index_in_epoch(ptr)
+        self.epoch_end = bool(lib.tsock_batch_is_epoch_end(ptr))
+
+    @property
+    def released(self):
+        return self._ptr is None
+
+    @property
+    def layout(self):
+        return self._consumer.layout
+
+    def _info(self, key):
+        layout = self._consumer.layout
+        if isinstance(key, str):
+            for info in layout:
+                if info.name == key:
+                    return info
+            raise KeyError(f"this stream has no tensor {key!r}; it has "
+                           f"{[i.name for i in layout]}")
+        return layout[key]
+
+    def array(self, key):
+        """Tensor `key` (a name or an index) as a read-only numpy array (zero-copy, host only)."""
+        return self._consumer._view(self, self._info(key), False)
+
+    def tensor(self, key):
+        """Tensor `key` as a torch tensor sharing the batch's memory (zero-copy)."""
+        return self._consumer._view(self, self._info(key), True)
+
+    def arrays(self):
+        """Every tensor as a dict name -> numpy array (zero-copy)."""
+        return {info.name: self._consumer._view(self, info, False)
+                for info in self._consumer.layout}
+
+    def release(self):
+        """Gives the slot back to the producer. The batch's views are invalid afterwards.
+        Releasing twice does nothing."""
+        if self._ptr is not None:
+            self._consumer.release(self)
+
+    def __repr__(self):
+        state = "released" if self._ptr is None else "held"
+        return (f"<tsock.Batch seq={self.seq} epoch={self.epoch} index={self.index_in_epoch}"
+                f"{' end' if self.epoch_end else ''} samples={self.samples} {state}>")
+
+
+class Consumer:
+    """A connection to a tsock producer, batch by batch.
+
+    ``Consumer(endpoint=None, timeout=10.0, name=None, heartbeat=None)`` connects right away
+    (waiting up to `timeout` seconds for the producer to answer; the producer may start
+    later within that time). `heartbeat` is ``(interval_s, timeout_s)``: the producer silence
+    after which calls fail with :class:`tsock.ProducerLost` (library default: 0.25 s and 3 s).
+
+    :meth:`next` returns a :class:`Batch`; :meth:`release` gives it back. Most training code
+    wants :class:`DataLoader` instead.
+    """
+
+    def __init__(self, endpoint=None, timeout=10.0, name=None, heartbeat=None):
+        self._h = None
+        self._finalizer = None
+        self.layout = None
+        self._held = {}
+        self._views = weakref.WeakSet()
+        self._track_views = True
+        h = ctypes.c_void_p()
+        ep = endpoint.encode() if isinstance(endpoint, str) else endpoint
+        _lib.check(lib.tsock_consumer_create(ctypes.byref(h), ep), "tsock_consumer_create")
+        self._h = h.value
+        # Destroying releases every held batch and says goodbye: run it on close(), on garbage
+        # collection and at interpreter exit, whichever comes first, exactly once.
+        self._finalizer = weakref.finalize(self, lib.tsock_consumer_destroy, self._h)
+        try:
+            if name is not None:
+                _lib.check(lib.tsock_consumer_set_name(self._h, name.encode()),
+                           "tsock_consumer_set_name")
+            if heartbeat is not None:
+                interval, hb_timeout = heartbeat
+                _lib.check(lib.tsock_consumer_set_heartbeat(self._h, _ms(interval),
+                                                            _ms(hb_timeout)),
+                           "tsock_consumer_set_heartbeat")
+            _lib.check(lib.tsock_consumer_start(self._h, _ms(timeout)), "tsock_consumer_start")
+        except BaseException:
+            self.close()
+            raise
+        self.endpoint = endpoint
+        self.batch_size = lib.tsock_consumer_batch_capacity(self._h)
+        self.slots = lib.tsock_consumer_slot_count(self._h)
+        self._next_out = ctypes.c_void_p()
+        self._next_ref = ctypes.byref(self._next_out)
+
+    # ---- batches ----
+
+    def next(self, timeout=10.0):
+        """The next batch, waiting up to `timeout` seconds (None: forever).
+
+        Raises :class:`tsock.Timeout`, :class:`tsock.EndOfStream` (the producer finished and
+        every batch was delivered), :class:`tsock.ProducerLost` (the producer died: within the
+        heartbeat timeout), :class:`tsock.ProducerStopped`, or another TsockError.
+        """
+        h = self._h
+        if h is None:
+            raise ValueError("the consumer is closed")
+        total = _ms(timeout)
+        chunk = _WAIT_CHUNK_MS if total < 0 else min(total, _WAIT_CHUNK_MS)
+        rc = lib.tsock_consumer_next(h, chunk, self._next_ref)
+        if rc == -110 and chunk != total:  # -ETIMEDOUT: keep waiting, in chunks
+            rc = self._wait_more(total - chunk if total >= 0 else -1)
+        if rc < 0:
+            raise _lib.error(rc, "tsock_consumer_next")
+        ptr = self._next_out.value
+        if self.layout is None:
+            self.layout = self._read_layout(ptr)
+        batch = Batch(self, ptr)
+        self._held[ptr] = batch
+        return batch
+
+    def _wait_more(self, remaining_ms):
+        deadline = None if remaining_ms < 0 else time.monotonic() + remaining_ms / 1000.0
+        while True:
+            if deadline is None:
+                chunk = _WAIT_CHUNK_MS
+            else:
+                chunk = min(_WAIT_CHUNK_MS, max(0, int((deadline - time.monotonic()) * 1000)))
+            rc = lib.tsock_consumer_next(self._h, chunk, self._next_ref)
+            if rc != -110 or (deadline is not None and time.monotonic() >= deadline):
+                return rc
+
+    def release(self, batch):
+        """Gives `batch` back so its slot can be refilled; its views are invalid afterwards."""
+        ptr = batch._ptr
+        if ptr is None:
+            return
+        batch._ptr = None
+        del self._held[ptr]
+        if self._h is not None:
+            _lib.check(lib.tsock_consumer_release(self._h, ptr), "tsock_consumer_release")
+
+    def _read_layout(self, ptr):
+        layout = []
+        for t in range(lib.tsock_batch_tensor_count(ptr)):
+            ndim = lib.tsock_batch_tensor_ndim(ptr, t)
+            shape = tuple(int(lib.tsock_batch_tensor_dim(ptr, t, d)) for d in range(1, ndim))
+            layout.append(TensorInfo(t, lib.tsock_batch_tensor_name(ptr, t).decode(),
+                                     lib.tsock_batch_tensor_dtype(ptr, t), shape,
+                                     lib.tsock_batch_tensor_device(ptr, t)))
+        return tuple(layout)
+
+    def _view(self, batch, info, as_torch):
+        """A zero-copy view of tensor `info` of `batch` (numpy, or torch when as_torch)."""
+        ptr = batch._ptr
+        if ptr is None:
+            raise ValueError("the batch was released; its memory may already hold another batch")
+        if info.np_dtype is None:
+            raise TypeError(f"tensor {info.name!r} has dtype code {info.dtype}, unknown to "
+                            f"this binding")
+        address = lib.tsock_batch_tensor_data(ptr, info.index)
+        shape = (batch.samples,) + info.sample_shape
+        if info.device != _views.DEVICE_CPU:
+            return _views.device_view(info.device, address, shape, info.np_dtype, batch)
+        mem = _views.HostMemory(address, shape, info.np_dtype.str, True, batch)
+        if self._track_views:
+            self._views.add(mem)
+        array = _views.np.asarray(mem)
+        if as_torch:
+            return _views.to_torch(array, info.dtype == _views.BFLOAT16)
+        return array
+
+    # ---- statistics and lifetime ----
+
+    def stats(self):
+        """This consumer's figures: batches and samples received, released, held now,
+        bad_messages, and wait_s (seconds blocked in next)."""
+        if self._h is None:
+            raise ValueError("the consumer is closed")
+        out = {}
+        value = ctypes.c_uint64()
+        for name, key in _STAT_KEYS.items():
+            _lib.check(lib.tsock_consumer_stat(self._h, key, ctypes.byref(value)),
+                       "tsock_consumer_stat")
+            out[name] = value.value
+        _lib.check(lib.tsock_consumer_stat(self._h, _STAT_WAIT_NS, ctypes.byref(value)),
+                   "tsock_consumer_stat")
+        out["wait_s"] = value.value / 1e9
+        return out
+
+    @property
+    def closed(self):
+        return self._h is None
+
+    def close(self):
+        """Releases every held batch, says goodbye to the producer and unmaps the ring.
+
+        Arrays of this consumer's batches point into unmapped memory afterwards: touching
+        them crashes the process. A ResourceWarning is issued when some are still alive.
+        """
+        if self._h is None:
+            return
+        for batch in list(self._held.values()):
+            batch._ptr = None
+        self._held.clear()
+        alive = len(self._views)
+        self._h = None
+        self._finalizer()
+        if alive:
+            warnings.warn(
+                f"tsock: {alive} array(s) of this consumer's batches are still alive after "
+                f"close(); they point into unmapped memory now. Copy (numpy .copy(), torch "
+                f".clone()) the data you keep beyond a batch's lifetime.",
+                ResourceWarning, stacklevel=3)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self._h is None else f"batch_size={self.batch_size} slots={self.slots}"
+        return f"<tsock.Consumer {self.endpoint!r} {state}>"
+
+
+def _resolve_device(device):
+    """None or a CPU device -> None. CUDA is not supported yet."""
+    if device is None:
+        return None
+    kind = getattr(device, "type", None) or str(device).split(":", 1)[0]
+    if kind == "cpu":
+        return None
+    if kind == "cuda":
+        raise NotImplementedError(
+            "tsock.DataLoader(device='cuda') is not supported yet: the C library has no CUDA "
+            "backend so far. Use device=None (host tensors) and move batches to the GPU "
+            "yourself, e.g. images.to('cuda', non_blocking=True)")
+    raise ValueError(f"unknown device {device!r}: tsock knows 'cpu' (and 'cuda', later)")
+
+
+class DataLoader:
+    """Batches from a tsock producer, one epoch per iteration, like torch.utils.data.DataLoader.
+
+    ``for images, labels in tsock.DataLoader(endpoint): ...``
+
+    Arguments:
+        endpoint: the producer's ZeroMQ endpoint (None: the default per-user endpoint).
+        batch_size: None or the producer's batch size (other sizes are not supported yet).
+        device: None or "cpu". CUDA tensors are not supported yet (NotImplementedError).
+        drop_last: leave out the last batch of an epoch when it is short.
+        timeout: seconds to wait for one batch (and for the producer at connection); None:
+            forever. A dead producer is detected within the heartbeat timeout whatever this is.
+        return_ids: items are (images, labels, ids), ids being the producer's "index" tensor.
+        name: a name shown in the producer's statistics.
+        samples: the dataset size, so that len() is known before the first epoch ended.
+        names: which tensors to yield, in order (default: ("image", "label") when the stream
+            has both, else every tensor in layout order).
+        output: "torch" or "numpy" (default: torch when it is installed and TSOCK_NO_TORCH is
+            not set, else numpy).
+        heartbeat: (interval_s, timeout_s) for producer liveness (library default 0.25, 3).
+
+    Iterating yields the batches up to and including the next one flagged as ending an epoch,
+    then stops; the next ``iter()`` continues with the following epoch (what remains of an
+    epoch left by ``break`` is skipped). A consumer that joins in the middle of the producer's
+    epoch gets the rest of that epoch as its first, short, epoch. ``len()`` is the number of
+    batches per epoch: from `samples` when given, else from the first epoch end seen (before
+    that, len() raises TypeError, as for an iterable-style torch DataLoader).
+
+    Items are views of shared memory (zero-copy): read-only numpy arrays, or torch tensors on
+    them. A batch is released when the next one is requested: copy what you keep longer, and
+    never modify a batch in place (the memory is mapped read-only; a write crashes).
+    """
+
+    def __init__(self, endpoint=None, batch_size=None, device=None, drop_last=False,
+                 timeout=10.0, return_ids=False, name=None, samples=None, names=None,
+                 output=None, heartbeat=None):
+        self._consumer = None
+        self._device = _resolve_device(device)
+        if output is None:
+            output = "torch" if _views.get_torch() is not None else "numpy"
+        if output == "torch":
+            if _views.get_torch() is None:
+                raise ImportError("tsock.DataLoader(output='torch') needs torch, which is not "
+                                  "importable" + (" (TSOCK_NO_TORCH is set)"
+                                                  if _views.torch_disabled() else ""))
+        elif output != "numpy":
+            raise ValueError(f"output must be 'torch' or 'numpy', not {output!r}")
+        if samples is not None and samples <= 0:
+            raise ValueError("samples must be positive")
+        self.output = output
+        self.drop_last = bool(drop_last)
+        self.timeout = timeout
+        self.return_ids = bool(return_ids)
+        self.samples = samples
+        self._names = tuple(names) if names is not None else None
+        self._consumer = Consumer(endpoint, timeout=timeout, name=name, heartbeat=heartbeat)
+        if batch_size is not None and batch_size != self._consumer.batch_size:
+            cap = self._consumer.batch_size
+            self.close()
+            raise ValueError(
+                f"batch_size={batch_size} differs from the producer's batch size {cap}: "
+                f"consumer batch sizes other than the producer's are not supported yet "
+                f"(tsock issue 3); pass batch_size=None or {cap}")
+        self.batch_size = self._consumer.batch_size
+        self._select = None      # tensor infos to yield, resolved from the first batch
+        self._held = None        # the batch handed out last
+        self._in_epoch = False   # an epoch was started and its end not seen yet
+        self._end = None         # the EndOfStream error once the stream ended
+        self._generation = 0     # bumped by each iter(): older iterators stop
+        self._batches_per_epoch = None
+        self.epoch = None        # the producer's epoch number of the last batch
+        self.partial_epoch = False  # the epoch being read began before this consumer joined
+
+    # ---- iteration ----
+
+    def __iter__(self):
+        self._check_open()
+        self._generation += 1
+        self._release_held()
+        if self._in_epoch:
+            self._skip_rest_of_epoch()
+        return _EpochIterator(self, self._generation)
+
+    def _next_item(self, it):
+        if it._generation != self._generation or self._consumer is None:
+            raise StopIteration  # superseded by a newer iter(), or closed
+        self._release_held()
+        if it._done:
+            raise StopIteration
+        first = not self._in_epoch
+        if self._end is not None:
+            it._done = True
+            if first:
+                raise self._end  # the stream ended: this iter() has no epoch to give
+            raise StopIteration
+        try:
+            batch = self._consumer.next(self.timeout)
+        except errors.EndOfStream as e:
+            self._end = e
+            it._done = True
+            if first:
+                raise
+            self._in_epoch = False
+            raise StopIteration from None  # the stream ended inside an epoch
+        if first:
+            self.partial_epoch = batch.index_in_epoch != 0
+        self.epoch = batch.epoch
+        self._in_epoch = not batch.epoch_end
+        if batch.epoch_end:
+            it._done = True  # the next request releases this batch and stops
+            self._learn_length(batch)
+            if self.drop_last and batch.samples < self.batch_size:
+                self._consumer.release(batch)
+                raise StopIteration
+        self._held = batch
+        return self._item(batch)
+
+    def _item(self, batch):
+        sel = self._select
+        if sel is None:
+            sel = self._select = self._resolve_selection()
+        as_torch = self.output == "torch"
+        view = self._consumer._view
+        return tuple([view(batch, info, as_torch) for info in sel])
+
+    def _resolve_selection(self):
+        layout = self._consumer.layout
+        by_name = {info.name: info for info in layout}
+        if self._names is not None:
+            names = self._names
+        elif "image" in by_name and "label" in by_name:
+            names = ("image", "label")
+        else:
+            names = tuple(info.name for info in layout)
+        if self.return_ids:
+            if "index" not in by_name:
+                raise ValueError(
+                    "return_ids=True needs an 'index' tensor (the sample ids) in the producer's "
+                    f"batches; this stream has {list(by_name)}")
+            names = names + ("index",)
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            raise ValueError(f"the producer's batches have no tensor {missing[0]!r}; they have "
+                             f"{list(by_name)}")
+        return tuple(by_name[n] for n in names)
+
+    def _learn_length(self, batch):
+        n = batch.index_in_epoch + 1
+        if self.drop_last and batch.samples < self.batch_size:
+            n -= 1
+        self._batches_per_epoch = n
+
+    def _release_held(self):
+        batch = self._held
+        if batch is not None:
+            self._held = None
+            self._consumer.release(batch)
+
+    def _skip_rest_of_epoch(self):
+        while self._in_epoch and self._end is None:
+            try:
+                batch = self._consumer.next(self.timeout)
+            except errors.EndOfStream as e:
+                self._end = e
+                break
+            self._in_epoch = not batch.epoch_end
+            if batch.epoch_end:
+                self._learn_length(batch)
+            self._consumer.release(batch)
+        self._in_epoch = False
+
+    def __len__(self):
+        if self.samples is not None:
+            if self.drop_last:
+                return self.samples // self.batch_size
+            return -(-self.samples // self.batch_size)
+        if self._batches_per_epoch is None:
+            raise TypeError(
+                "tsock.DataLoader does not know the epoch length yet: it is learnt when the "
+                "first epoch ends; pass samples=<dataset size> to know it from the start")
+        return self._batches_per_epoch
+
+    # ---- statistics and lifetime ----
+
+    @property
+    def consumer(self):
+        """The underlying :class:`Consumer` (for its layout, slots and statistics)."""
+        return self._consumer
+
+    def stats(self):
+        """Figures of this consumer: batches, samples, wait_s (seconds blocked waiting for
+        batches), released, held, bad_messages."""
+        self._check_open()
+        return self._consumer.stats()
+
+    def _check_open(self):
+        if self._consumer is None or self._consumer.closed:
+            raise ValueError("the DataLoader is closed")
+
+    def close(self):
+        """Releases every batch and disconnects. Arrays handed out become invalid."""
+        self._held = None
+        if self._consumer is not None:
+            self._consumer.close()
+
+    @property
+    def closed(self):
+        return self._consumer is None or self._consumer.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # The loader's lifetime is the connection's: once the loader is gone nobody reads the
+        # stream, and a connection kept open by a stray array would hold slots the producer
+        # needs for the other consumers. Arrays still alive then point into unmapped memory.
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        if self._consumer is None or self._consumer.closed:
+            return "<tsock.DataLoader closed>"
+        return (f"<tsock.DataLoader {self._consumer.endpoint!r} batch_size={self.batch_size} "
+                f"output={self.output}>")
+
+
+class _EpochIterator:
+    """One epoch of a DataLoader; stops after the epoch-end batch."""
+
+    __slots__ = ("_loader", "_generation", "_done")
+
+    def __init__(self, loader, generation):
+        self._loader = loader
+        self._generation = generation
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._loader._next_item(self)
+
+    def __len__(self):
+        return len(self._loader)

@@ -1,0 +1,107 @@
+"""Exceptions raised by the tsock binding.
+
+Every negative return value of a C function becomes a :class:`TsockError` carrying the code
+and the text of ``tsock_strerror``. The codes a training loop usually wants to tell apart have
+subclasses of their own, so ``except tsock.ProducerLost`` reads naturally; all of them are
+still ``TsockError`` and expose ``.code``.
+"""
+import errno as _errno
+
+# tsock's own codes (include/tsock/tsock.h, enum tsock_error). Every other negative code is a
+# negated errno value.
+E_PROTOCOL = -10001
+E_VERSION = -10002
+E_PRODUCER_LOST = -10003
+E_PRODUCER_STOPPED = -10004
+E_END = -10005
+E_STATE = -10006
+E_LAYOUT = -10007
+E_FULL = -10008
+E_REJECTED = -10009
+E_NOT_HELD = -10010
+E_BUSY_ENDPOINT = -10011
+
+_CODE_NAMES = {
+    E_PROTOCOL: "TSOCK_E_PROTOCOL",
+    E_VERSION: "TSOCK_E_VERSION",
+    E_PRODUCER_LOST: "TSOCK_E_PRODUCER_LOST",
+    E_PRODUCER_STOPPED: "TSOCK_E_PRODUCER_STOPPED",
+    E_END: "TSOCK_E_END",
+    E_STATE: "TSOCK_E_STATE",
+    E_LAYOUT: "TSOCK_E_LAYOUT",
+    E_FULL: "TSOCK_E_FULL",
+    E_REJECTED: "TSOCK_E_REJECTED",
+    E_NOT_HELD: "TSOCK_E_NOT_HELD",
+    E_BUSY_ENDPOINT: "TSOCK_E_BUSY_ENDPOINT",
+}
+
+
+def code_name(code):
+    """The symbolic name of a return code: "TSOCK_E_END", "ETIMEDOUT", ... or str(code)."""
+    if code in _CODE_NAMES:
+        return _CODE_NAMES[code]
+    if code < 0 and -code in _errno.errorcode:
+        return _errno.errorcode[-code]
+    return str(code)
+
+
+class TsockError(Exception):
+    """A tsock C function failed.
+
+    Attributes:
+        code: the negative return value (a negated errno or a ``tsock.E_*`` code).
+        errno: ``-code`` when the code is a negated errno value, else None.
+        name: its symbolic name, for example ``"TSOCK_E_PRODUCER_LOST"`` or ``"ETIMEDOUT"``.
+        message: ``tsock_strerror(code)``.
+        function: the C function that failed, when known.
+    """
+
+    def __init__(self, code, message, function=None):
+        self.code = int(code)
+        self.name = code_name(self.code)
+        self.message = message
+        self.function = function
+        Exception.__init__(self, self.code, message)
+        # Like OSError.errno: the positive errno value, or None for tsock's own codes.
+        self.errno = -self.code if -self.code in _errno.errorcode else None
+
+    def __str__(self):
+        where = f"{self.function}: " if self.function else ""
+        return f"{where}{self.message} ({self.name}, code {self.code})"
+
+    def __reduce__(self):
+        # Exceptions cross process boundaries (multiprocessing); keep the code on the way.
+        return (_rebuild, (self.code, self.message, self.function))
+
+
+class EndOfStream(TsockError):
+    """The producer finished its stream and every batch sent before the end was delivered."""
+
+
+class ProducerLost(TsockError, ConnectionError):
+    """The producer stopped answering (killed or hung): no heartbeat within the timeout."""
+
+
+class ProducerStopped(TsockError, ConnectionError):
+    """The producer shut down before the stream ended."""
+
+
+class Timeout(TsockError, TimeoutError):
+    """A call waited longer than its timeout (-ETIMEDOUT)."""
+
+
+_SUBCLASSES = {
+    E_END: EndOfStream,
+    E_PRODUCER_LOST: ProducerLost,
+    E_PRODUCER_STOPPED: ProducerStopped,
+    -_errno.ETIMEDOUT: Timeout,
+}
+
+
+def error_class(code):
+    """The exception class used for `code`."""
+    return _SUBCLASSES.get(code, TsockError)
+
+
+def _rebuild(code, message, function):
+    return error_class(code)(code, message, function)

@@ -1,0 +1,410 @@
+"""The producer side: publish batches from any Python iterable to tsock consumers.
+
+``tsock.Producer`` lets a Python data pipeline that tsock cannot run itself (a custom
+``torch.utils.data.Dataset`` behind a DataLoader, a generator of numpy arrays) be shared by
+several training processes: each batch is copied once into a slot of the shared ring and read
+zero-copy by every consumer.
+"""
+import ctypes
+import math
+import time
+import weakref
+
+import numpy as np
+
+from . import _lib, _views, errors
+from ._lib import lib
+
+_PRODUCER_STATS = {
+    "batches": 1, "samples": 2, "released": 3, "held": 4, "consumers": 5, "joined": 6,
+    "lost": 7, "bad_messages": 8,
+}
+_CONSUMER_STATS = {
+    "id": 11, "pid": 10, "batches": 1, "samples": 2, "released": 3, "held": 4,
+    "bad_messages": 8,
+}
+_STAT_WAIT_NS = 9
+_WAIT_CHUNK_MS = 200  # longest single wait in C, so Ctrl-C is handled between waits
+
+
+def _ms(timeout):
+    if timeout is None:
+        return -1
+    if timeout < 0:
+        raise ValueError("timeout must be >= 0 seconds, or None to wait forever")
+    return int(math.ceil(timeout * 1000.0))
+
+
+def _is_torch_tensor(x):
+    torch = _views.get_torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _host_array(x):
+    """(numpy array on the host, tsock dtype) for a torch tensor, numpy array or array-like.
+    CUDA tensors are copied to the host; torch.bfloat16 travels as its raw 16-bit pattern."""
+    if _is_torch_tensor(x):
+        torch = _views.get_torch()
+        t = x.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy(), _views.BFLOAT16
+        if t.dtype == torch.bool:
+            t = t.to(torch.uint8)
+        a = t.numpy()
+    else:
+        a = np.asarray(x)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    if a.dtype == np.bool_:
+        a = a.view(np.uint8)
+    return a, _views.tsock_dtype_of(a.dtype)
+
+
+class _Tensor:
+    __slots__ = ("name", "dtype", "np_dtype", "sample_shape")
+
+    def __init__(self, name, dtype, np_dtype, sample_shape):
+        self.name = name
+        self.dtype = dtype
+        self.np_dtype = np_dtype
+        self.sample_shape = sample_shape
+
+
+class Producer:
+    """Publishes batches to tsock consumers.
+
+    ``Producer(endpoint=None, batch_size=None, slots=8, names=None, heartbeat=None,
+    timeout=None)``
+
+    Arguments:
+        endpoint: ZeroMQ endpoint to serve ("ipc:///path", "tcp://127.0.0.1:5555"); None: the
+            default per-user endpoint.
+        batch_size: the most samples a batch may hold (the slot size). None: the first batch's.
+        slots: slots in the shared ring (2 or more); consumers drift apart by up to this many.
+        names: tensor names, in batch order (default "t0", "t1", ...; dict batches use their
+            keys). Name them ("image", "label") for tsock.DataLoader's defaults.
+        heartbeat: (interval_s, timeout_s): consumer silence after which its slots are taken
+            back (library default 0.25 s and 3 s).
+        timeout: seconds to wait for a free slot before raising tsock.Timeout (None: forever).
+
+    A batch is a tuple (or list) of torch tensors / numpy arrays sharing their first dimension
+    (the sample count, 1..batch_size), a dict name -> array, or a single array. The layout
+    (names, dtypes, per-sample shapes) is taken from the first batch (or :meth:`start`); every
+    later batch must match it.
+
+    Lifetime: :meth:`finish` tells consumers the stream ended (they get tsock.EndOfStream
+    after the batches already sent); :meth:`close` stops and frees everything (consumers that
+    were not told the end get tsock.ProducerStopped). As a context manager it finishes on a
+    normal exit and closes in any case.
+    """
+
+    def __init__(self, endpoint=None, batch_size=None, slots=8, names=None, heartbeat=None,
+                 timeout=None):
+        if batch_size is not None and batch_size < 1:
+            raise ValueError("batch_size must be positive")
+        if slots < 2:
+            raise ValueError("a ring needs 2 or more slots")
+        self._endpoint_arg = endpoint
+        self.batch_size = batch_size
+        self.slots = slots
+        self.names = tuple(names) if names is not None else None
+        self.heartbeat = heartbeat
+        self.timeout = timeout
+        self._h = None
+        self._finalizer = None
+        self._layout = None
+        self._slot = None         # acquired and not yet published
+        self._finished = False
+        self.epoch = 0            # epoch of the next batch
+        self.index_in_epoch = 0   # its position in that epoch
+        self._slot_out = ctypes.c_void_p()
+
+    # ---- layout and start ----
+
+    def _split(self, batch):
+        """[(name, host array, tsock dtype)] for one batch."""
+        if isinstance(batch, dict):
+            items = list(batch.items())
+            if self.names is not None and tuple(k for k, _ in items) != self.names:
+                raise ValueError(f"batch keys {[k for k, _ in items]} differ from "
+                                 f"names={list(self.names)}")
+        else:
+            if isinstance(batch, (tuple, list)):
+                elems = list(batch)
+            else:
+                elems = [batch]
+            if self.names is not None:
+                if len(self.names) != len(elems):
+                    raise ValueError(f"a batch has {len(elems)} tensors but names= gives "
+                                     f"{len(self.names)}: {list(self.names)}")
+                names = self.names
+            elif self._layout is not None:
+                names = tuple(t.name for t in self._layout)
+            else:
+                names = tuple(f"t{i}" for i in range(len(elems)))
+            items = list(zip(names, elems))
+        out = []
+        for name, x in items:
+            a, dtype = _host_array(x)
+            out.append((str(name), a, dtype))
+        if not out:
+            raise ValueError("a batch must hold at least one tensor")
+        return out
+
+    def _layout_of(self, parts):
+        layout = []
+        for name, a, dtype in parts:
+            if a.ndim < 1:
+                raise ValueError(f"tensor {name!r} has no batch dimension (shape {a.shape})")
+            layout.append(_Tensor(name, dtype, _views.NUMPY_DTYPES[dtype], tuple(a.shape[1:])))
+        return layout
+
+    def start(self, example):
+        """Creates the ring for batches shaped like `example`, binds the endpoint and starts
+        serving. Called by the first :meth:`publish` when not called before; call it yourself
+        to :meth:`wait_consumers` before the first batch is ready."""
+        if self._h is not None:
+            raise errors.TsockError(errors.E_STATE, "the producer is already started", "start")
+        parts = self._split(example)
+        layout = self._layout_of(parts)
+        if self.batch_size is None:
+            self.batch_size = int(parts[0][1].shape[0])
+        lay = ctypes.c_void_p()
+        _lib.check(lib.tsock_layout_create(ctypes.byref(lay)), "tsock_layout_create")
+        try:
+            for t in layout:
+                shape = (ctypes.c_int64 * max(1, len(t.sample_shape)))(*t.sample_shape)
+                _lib.check(lib.tsock_layout_add(lay, t.name.encode(), t.dtype,
+                                                len(t.sample_shape), shape),
+                           "tsock_layout_add")
+            h = ctypes.c_void_p()
+            ep = self._endpoint_arg
+            ep = ep.encode() if isinstance(ep, str) else ep
+            _lib.check(lib.tsock_producer_create(ctypes.byref(h), ep, lay, self.batch_size,
+                                                 self.slots), "tsock_producer_create")
+        finally:
+            lib.tsock_layout_destroy(lay)
+        self._h = h.value
+        self._finalizer = weakref.finalize(self, lib.tsock_producer_destroy, self._h)
+        try:
+            if self.heartbeat is not None:
+                interval, hb_timeout = self.heartbeat
+                _lib.check(lib.tsock_producer_set_heartbeat(self._h, _ms(interval),
+                                                            _ms(hb_timeout)),
+                           "tsock_producer_set_heartbeat")
+            _lib.check(lib.tsock_producer_start(self._h), "tsock_producer_start")
+        except BaseException:
+            self.close()
+            raise
+        self._layout = layout
+        self.names = tuple(t.name for t in layout)
+
+    @property
+    def started(self):
+        return self._h is not None
+
+    @property
+    def endpoint(self):
+        """The endpoint served (the resolved default when created with None); None before
+        start."""
+        if self._h is None:
+            return None
+        return lib.tsock_producer_endpoint(self._h).decode()
+
+    def wait_consumers(self, count, timeout=None):
+        """Waits until at least `count` consumers are connected; returns how many are.
+        Raises tsock.Timeout after `timeout` seconds (None: forever)."""
+        self._check_started()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if deadline is None:
+                chunk = _WAIT_CHUNK_MS
+            else:
+                chunk = min(_WAIT_CHUNK_MS, max(0, int((deadline - time.monotonic()) * 1000)))
+            rc = lib.tsock_producer_wait_consumers(self._h, int(count), chunk)
+            if rc != -110 or (deadline is not None and time.monotonic() >= deadline):
+                return _lib.check(rc, "tsock_producer_wait_consumers")
+
+    # ---- publishing ----
+
+    def _acquire(self):
+        if self._slot is not None:
+            return self._slot  # acquired by a publish that failed while copying
+        total = _ms(self.timeout)
+        deadline = None if total < 0 else time.monotonic() + total / 1000.0
+        out = self._slot_out
+        while True:
+            if deadline is None:
+                chunk = _WAIT_CHUNK_MS
+            else:
+                chunk = min(_WAIT_CHUNK_MS, max(0, int((deadline - time.monotonic()) * 1000)))
+            rc = lib.tsock_producer_acquire(self._h, chunk, ctypes.byref(out))
+            if rc == 0:
+                self._slot = out.value
+                return self._slot
+            if rc != -110 or (deadline is not None and time.monotonic() >= deadline):
+                raise _lib.error(rc, "tsock_producer_acquire")
+
+    def publish(self, batch, epoch_end=False):
+        """Copies `batch` into a free slot (waiting for one) and announces it to every
+        consumer connected now. The batch is number `index_in_epoch` of epoch `epoch`;
+        `epoch_end` ends that epoch (the next batch starts the following one). Returns the
+        number of samples published."""
+        if self._finished:
+            raise errors.TsockError(errors.E_STATE, "the stream was finished", "publish")
+        parts = self._split(batch)
+        if self._h is None:
+            self.start(batch)
+        n = self._validate(parts)
+        slot = self._acquire()
+        for i, (name, a, _dtype) in enumerate(parts):
+            t = self._layout[i]
+            address = lib.tsock_slot_data(slot, i)
+            if not address:
+                raise errors.TsockError(-22, f"no memory for tensor {name!r}", "tsock_slot_data")
+            dst = _views.host_array(address, (n,) + t.sample_shape, t.np_dtype, None,
+                                    readonly=False)
+            np.copyto(dst, a, casting="no")
+        _lib.check(lib.tsock_slot_set_epoch(slot, self.epoch, self.index_in_epoch,
+                                            1 if epoch_end else 0), "tsock_slot_set_epoch")
+        _lib.check(lib.tsock_producer_publish(self._h, slot, n), "tsock_producer_publish")
+        self._slot = None
+        if epoch_end:
+            self.epoch += 1
+            self.index_in_epoch = 0
+        else:
+            self.index_in_epoch += 1
+        return n
+
+    def _validate(self, parts):
+        layout = self._layout
+        if len(parts) != len(layout):
+            raise ValueError(f"a batch has {len(parts)} tensors, the stream has {len(layout)}")
+        n = int(parts[0][1].shape[0]) if parts[0][1].ndim else 0
+        for (name, a, dtype), t in zip(parts, layout):
+            if name != t.name:
+                raise ValueError(f"tensor {name!r} where the layout has {t.name!r}")
+            if dtype != t.dtype or a.ndim < 1 or tuple(a.shape[1:]) != t.sample_shape:
+                raise ValueError(
+                    f"tensor {name!r} is {a.dtype}{list(a.shape)}, the stream's layout is "
+                    f"{t.np_dtype}[B, {', '.join(map(str, t.sample_shape))}] (taken from the "
+                    f"first batch)")
+            if a.shape[0] != n:
+                raise ValueError(f"tensors of one batch disagree on its sample count: "
+                                 f"{parts[0][0]!r} has {n}, {name!r} has {a.shape[0]}")
+        if not 1 <= n <= self.batch_size:
+            raise ValueError(f"a batch must hold 1..{self.batch_size} samples (the producer's "
+                             f"batch_size), this one holds {n}")
+        return n
+
+    def run(self, iterable, epochs=1, wait_consumers=0, wait_timeout=None):
+        """Publishes `epochs` epochs: each is one pass over `iterable` (``iter()`` is called
+        again per epoch, so pass a re-iterable object such as a torch DataLoader or a list,
+        not a generator, for several epochs). The last batch of each epoch carries the
+        epoch-end flag (a one-batch lookahead finds it). `epochs` None: forever.
+
+        `wait_consumers`: before the first batch, wait until that many consumers joined
+        (a batch published while no consumer is connected is dropped).
+        Returns the number of batches published. The stream is not finished: call
+        :meth:`finish` (or leave the ``with`` block) when done.
+        """
+        published = 0
+        epoch = 0
+        while epochs is None or epoch < epochs:
+            it = iter(iterable)
+            try:
+                current = next(it)
+            except StopIteration:
+                raise ValueError(
+                    f"the iterable yielded no batch in epoch {epoch} of this run (a one-shot "
+                    f"iterator such as a generator cannot be read again)") from None
+            if self._h is None:
+                self.start(current)
+            if wait_consumers and published == 0:
+                self.wait_consumers(wait_consumers, wait_timeout)
+            for following in it:
+                self.publish(current)
+                published += 1
+                current = following
+            self.publish(current, epoch_end=True)
+            published += 1
+            epoch += 1
+        return published
+
+    # ---- statistics and lifetime ----
+
+    def stats(self):
+        """Producer figures (batches, samples, released, held, consumers, joined, lost,
+        bad_messages, wait_s: time blocked waiting for a free slot) and, under "consumers_info",
+        one dict per connected consumer (id, pid, batches, samples, released, held)."""
+        self._check_started()
+        v = ctypes.c_uint64()
+        out = {}
+        for name, key in _PRODUCER_STATS.items():
+            _lib.check(lib.tsock_producer_stat(self._h, -1, key, ctypes.byref(v)),
+                       "tsock_producer_stat")
+            out[name] = v.value
+        _lib.check(lib.tsock_producer_stat(self._h, -1, _STAT_WAIT_NS, ctypes.byref(v)),
+                   "tsock_producer_stat")
+        out["wait_s"] = v.value / 1e9
+        per = []
+        for i in range(lib.tsock_producer_consumer_count(self._h)):
+            c = {}
+            for name, key in _CONSUMER_STATS.items():
+                rc = lib.tsock_producer_stat(self._h, i, key, ctypes.byref(v))
+                if rc == -2:  # -ENOENT: it left since the count was read
+                    c = None
+                    break
+                if rc == 0:
+                    c[name] = v.value
+            if c is not None:
+                per.append(c)
+        out["consumers_info"] = per
+        return out
+
+    def consumer_count(self):
+        """Consumers connected now."""
+        self._check_started()
+        return lib.tsock_producer_consumer_count(self._h)
+
+    def _check_started(self):
+        if self._h is None:
+            raise errors.TsockError(errors.E_STATE, "the producer is not started (publish a "
+                                    "batch or call start(example) first)", None)
+
+    def finish(self):
+        """Tells every consumer the stream ended: they receive the batches already sent, then
+        tsock.EndOfStream. Nothing can be published afterwards."""
+        if self._h is not None and not self._finished:
+            self._slot = None  # an acquired, unpublished slot is dropped by the library
+            _lib.check(lib.tsock_producer_finish(self._h), "tsock_producer_finish")
+        self._finished = True
+
+    def close(self):
+        """Stops serving, removes the shared memory and socket file, frees everything.
+        Consumers not told the end by finish() get tsock.ProducerStopped."""
+        if self._h is None:
+            return
+        self._h = None
+        self._slot = None
+        self._finalizer()
+
+    @property
+    def closed(self):
+        return self._h is None and self._finalizer is not None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self.finish()
+        finally:
+            self.close()
+
+    def __repr__(self):
+        state = "not started" if self._h is None else self.endpoint
+        return f"<tsock.Producer {state} batch_size={self.batch_size} slots={self.slots}>"

@@ -1,0 +1,253 @@
+/* Writes the seed corpus of the wire-message fuzz target: one valid frame of every message type
+ * (plain and extreme values) and a few malformed frames, one small file each.
+ *
+ *   make_proto_corpus DIR          write the files into DIR (tests/fuzz/corpus/proto)
+ *   make_proto_corpus --check DIR  exit 1 unless every file in DIR is what would be written
+ *
+ * The files are committed; the --check run in the test suite notices when the encoder's output
+ * no longer matches them, i.e. when the wire format changed and the corpus must be rewritten
+ * (and the protocol version probably raised). Inputs the fuzzer found are kept in the same
+ * directory under other names and are not touched.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/proto.h"
+
+static int check_mode;
+static int failures;
+
+static void
+emit(const char *dir, const char *name, const uint8_t *bytes, size_t len)
+{
+    char path[4096];
+    uint8_t old[TSOCK_PROTO_MAX_MESSAGE + 1];
+    FILE *f;
+
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    f = fopen(path, check_mode ? "rb" : "wb");
+    if (!f) {
+        fprintf(stderr, "make_corpus: cannot open %s\n", path);
+        failures++;
+        return;
+    }
+    if (check_mode) {
+        size_t got = fread(old, 1, sizeof old, f);
+        if (got != len || memcmp(old, bytes, len) != 0) {
+            fprintf(stderr, "make_corpus: %s differs from the encoder's output\n", path);
+            failures++;
+        }
+    } else if (len && fwrite(bytes, 1, len, f) != len) {
+        fprintf(stderr, "make_corpus: cannot write %s\n", path);
+        failures++;
+    }
+    fclose(f);
+}
+
+static void
+store_le(uint8_t *p, uint64_t v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Encodes m into buf; aborts when the encoder refuses it (a bug in this program). */
+static size_t
+encode(const struct tsock_msg *m, uint8_t *buf)
+{
+    int n = tsock__msg_encode(m, buf, TSOCK_PROTO_MAX_MESSAGE);
+
+    if (n < 0) {
+        fprintf(stderr, "make_corpus: encoding a %s failed: %d\n", tsock__msg_type_name(m->type),
+                n);
+        exit(2);
+    }
+    return (size_t)n;
+}
+
+static void
+put(const char *dir, const char *name, const struct tsock_msg *m)
+{
+    uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
+
+    emit(dir, name, buf, encode(m, buf));
+}
+
+static void
+set_tensor(struct tsock_tensor_desc *t, const char *name, int dtype, int ndim, const int64_t *dims,
+           uint64_t offset, uint64_t sample_bytes)
+{
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dtype = (uint8_t)dtype;
+    t->ndim = (uint8_t)ndim;
+    for (int i = 0; i < ndim; i++)
+        t->sample_shape[i] = dims[i];
+    t->offset = offset;
+    t->sample_bytes = sample_bytes;
+}
+
+/* ImageNet-like: 32 images of 3x224x224 bytes and 32 int64 labels per slot, 8 slots. */
+static void
+welcome(struct tsock_msg *m)
+{
+    static const int64_t chw[3] = {3, 224, 224};
+    struct tsock_msg_welcome *w = &m->u.welcome;
+
+    memset(m, 0, sizeof *m);
+    m->type = TSOCK_MSG_WELCOME;
+    w->consumer_id = 3;
+    w->batch_size = 32;
+    w->slot_count = 8;
+    w->slot_stride = 32 * 150528 + 32 * 8;
+    w->ring_bytes = w->slot_stride * 8;
+    w->heartbeat_ms = 250;
+    w->device = TSOCK_DEVICE_CPU;
+    snprintf(w->shm_name, sizeof w->shm_name, "/tsock-4242-ring");
+    w->tensor_count = 2;
+    set_tensor(&w->tensors[0], "image", TSOCK_UINT8, 3, chw, 0, 150528);
+    set_tensor(&w->tensors[1], "label", TSOCK_INT64, 0, NULL, 32 * 150528, 8);
+}
+
+/* The largest message: 16 tensors of 8 dims, every dtype, names and ring name at full length. */
+static void
+welcome_max(struct tsock_msg *m)
+{
+    static const uint64_t size[13] = {0, 1, 1, 2, 4, 8, 2, 4, 8, 2, 4, 8, 2};
+    static const int64_t dims[8] = {1, 2, 1, 1, 1, 1, 1, 3};
+    struct tsock_msg_welcome *w = &m->u.welcome;
+    uint64_t offset = 0;
+
+    memset(m, 0, sizeof *m);
+    m->type = TSOCK_MSG_WELCOME;
+    w->consumer_id = UINT64_MAX;
+    w->batch_size = 1000;
+    w->slot_count = 1024;
+    w->heartbeat_ms = 1000;
+    w->device = TSOCK_DEVICE_CUDA;
+    w->shm_name[0] = '/';
+    memset(w->shm_name + 1, 'r', TSOCK_PROTO_MAX_SHM_NAME - 1);
+    w->tensor_count = TSOCK_MAX_TENSORS;
+    for (int t = 0; t < TSOCK_MAX_TENSORS; t++) {
+        char name[TSOCK_MAX_NAME + 1] = {0};
+        int dtype = t % 12 + 1;
+
+        memset(name, 'a' + t, TSOCK_MAX_NAME);
+        set_tensor(&w->tensors[t], name, dtype, 8, dims, offset, size[dtype] * 6);
+        offset += 1000 * size[dtype] * 6;
+    }
+    w->slot_stride = offset;
+    w->ring_bytes = offset * 1024;
+}
+
+static void
+valid(const char *dir)
+{
+    struct tsock_msg m;
+
+    memset(&m, 0, sizeof m);
+    m.type = TSOCK_MSG_HELLO;
+    m.u.hello.pid = 4242;
+    snprintf(m.u.hello.name, sizeof m.u.hello.name, "trainer-0");
+    put(dir, "hello.bin", &m);
+    m.u.hello.name[0] = '\0';
+    put(dir, "hello-unnamed.bin", &m);
+
+    welcome(&m);
+    put(dir, "welcome.bin", &m);
+    welcome_max(&m);
+    put(dir, "welcome-max.bin", &m);
+
+    memset(&m, 0, sizeof m);
+    m.type = TSOCK_MSG_REJECT;
+    m.u.reject.code = TSOCK_E_VERSION;
+    put(dir, "reject-version.bin", &m);
+    m.u.reject.code = TSOCK_E_FULL;
+    put(dir, "reject-full.bin", &m);
+
+    memset(&m, 0, sizeof m);
+    m.type = TSOCK_MSG_BATCH;
+    m.u.batch.slot = 5;
+    m.u.batch.samples = 32;
+    m.u.batch.seq = 1000;
+    m.u.batch.epoch = 2;
+    m.u.batch.index_in_epoch = 40;
+    put(dir, "batch.bin", &m);
+    m.u.batch.samples = 17;
+    m.u.batch.flags = TSOCK_BATCH_EPOCH_END;
+    put(dir, "batch-epoch-end.bin", &m);
+
+    memset(&m, 0, sizeof m);
+    m.type = TSOCK_MSG_RELEASE;
+    m.u.release.slot = 5;
+    m.u.release.seq = 1000;
+    put(dir, "release.bin", &m);
+
+    memset(&m, 0, sizeof m);
+    m.type = TSOCK_MSG_HEARTBEAT;
+    put(dir, "heartbeat.bin", &m);
+    m.type = TSOCK_MSG_BYE;
+    put(dir, "bye.bin", &m);
+
+    memset(&m, 0, sizeof m);
+    m.type = TSOCK_MSG_SHUTDOWN;
+    m.u.shutdown.reason = TSOCK_SHUTDOWN_END;
+    put(dir, "shutdown-end.bin", &m);
+    m.u.shutdown.reason = TSOCK_SHUTDOWN_STOPPED;
+    put(dir, "shutdown-stopped.bin", &m);
+}
+
+static void
+malformed(const char *dir)
+{
+    uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
+    struct tsock_msg m;
+    size_t n;
+
+    memset(&m, 0, sizeof m);
+    m.type = TSOCK_MSG_BATCH;
+    m.u.batch.samples = 1;
+    n = encode(&m, buf);
+    buf[3] = 'X';
+    emit(dir, "bad-magic.bin", buf, n);
+    n = encode(&m, buf);
+    store_le(buf + 4, 2, 2);
+    emit(dir, "bad-version.bin", buf, n);
+    n = encode(&m, buf);
+    store_le(buf + 6, 9, 2);
+    emit(dir, "bad-type.bin", buf, n);
+    n = encode(&m, buf);
+    store_le(buf + 8, 0xFFFFFFF0u, 4);
+    emit(dir, "bad-length.bin", buf, n);
+    n = encode(&m, buf);
+    buf[n] = 0;
+    store_le(buf + 8, n + 1 - TSOCK_PROTO_HEADER_SIZE, 4);
+    emit(dir, "bad-trailing.bin", buf, n + 1);
+    emit(dir, "bad-empty.bin", buf, 0);
+
+    welcome(&m);
+    n = encode(&m, buf);
+    emit(dir, "bad-truncated-welcome.bin", buf, n - 1);
+    store_le(buf + 12 + 24, m.u.welcome.ring_bytes + 1, 8); /* ring_bytes != stride * count */
+    emit(dir, "bad-ring-bytes.bin", buf, n);
+}
+
+int
+main(int argc, char **argv)
+{
+    const char *dir;
+
+    if (argc == 3 && strcmp(argv[1], "--check") == 0) {
+        check_mode = 1;
+        dir = argv[2];
+    } else if (argc == 2) {
+        dir = argv[1];
+    } else {
+        fprintf(stderr, "usage: %s [--check] DIR\n", argv[0]);
+        return 2;
+    }
+    valid(dir);
+    malformed(dir);
+    return failures ? 1 : 0;
+}
