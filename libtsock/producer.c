@@ -508,15 +508,14 @@ tsock_producer_stat(tsock_producer *p, int consumer, int key, uint64_t *value)
 
 /* ---- the service thread ------------------------------------------------------------------ */
 
+/* Forgets a consumer and frees its slots. `lost`: it vanished without saying BYE. */
 static void
-send_to(tsock_producer *p, int index, const struct tsock_msg *msg);
-
-static void
-drop_consumer(tsock_producer *p, int index, const char *why)
+drop_consumer(tsock_producer *p, int index, const char *why, int lost)
 {
     struct consumer_rec *c = &p->consumers[index];
     if (!c->active)
         return;
+    p->stat_lost += lost != 0;
     int freed = tsock__ring_drop_consumer(&p->ring, (uint32_t)index);
     tsock__log(TSOCK_LOG_INFO, "consumer %llu (pid %u) %s; %d slots reclaimed",
                (unsigned long long)c->consumer_id, c->pid, why, freed < 0 ? 0 : freed);
@@ -536,7 +535,7 @@ send_to(tsock_producer *p, int index, const struct tsock_msg *msg)
         tsock__log(TSOCK_LOG_WARN, "sending %s to consumer %llu failed: %s",
                    tsock__msg_type_name(msg->type), (unsigned long long)c->consumer_id,
                    tsock_strerror(err));
-        drop_consumer(p, index, "is unreachable");
+        drop_consumer(p, index, "is unreachable", 1);
     }
 }
 
@@ -681,7 +680,7 @@ handle_frame(tsock_producer *p, const struct tsock_frame *f)
         } else if (m.type == TSOCK_MSG_RELEASE) {
             on_release(p, index, &m.u.release);
         } else if (m.type == TSOCK_MSG_BYE) {
-            drop_consumer(p, index, "left");
+            drop_consumer(p, index, "left", 0);
         }
         return;
     default: note_bad_message(p, f, TSOCK_E_PROTOCOL); return;
@@ -728,8 +727,7 @@ heartbeat_and_expire(tsock_producer *p, uint64_t now)
         if (!p->consumers[i].active)
             continue;
         if (now - p->consumers[i].last_heard_ns > timeout_ns) {
-            p->stat_lost++;
-            drop_consumer(p, i, "timed out (no heartbeat)");
+            drop_consumer(p, i, "timed out (no heartbeat)", 1);
             continue;
         }
         send_to(p, i, &hb);

@@ -213,7 +213,7 @@ typedef enum tsock_stat {
     TSOCK_STAT_HELD = 4,         /* slots held right now */
     TSOCK_STAT_CONSUMERS = 5,    /* producer: consumers connected now */
     TSOCK_STAT_JOINED = 6,       /* producer: consumers that ever joined */
-    TSOCK_STAT_LOST = 7,         /* producer: consumers dropped after a heartbeat timeout */
+    TSOCK_STAT_LOST = 7,         /* producer: consumers gone without a goodbye (timeout, crash) */
     TSOCK_STAT_BAD_MESSAGES = 8, /* malformed messages received and rejected */
     TSOCK_STAT_WAIT_NS = 9,      /* producer: time blocked in acquire waiting for a free slot */
     TSOCK_STAT_PID = 10,         /* consumer: its process id as it reported it */

@@ -52,7 +52,8 @@ class TensorInfo:
     def __repr__(self):
         dt = lib.tsock_dtype_name(self.dtype).decode()
         dev = "cpu" if self.device == _views.DEVICE_CPU else f"device {self.device}"
-        return f"TensorInfo({self.name!r}, {dt}, [B, {', '.join(map(str, self.sample_shape))}], {dev})"
+        shape = ", ".join(("B",) + tuple(map(str, self.sample_shape)))
+        return f"TensorInfo({self.name!r}, {dt}, [{shape}], {dev})"
 
 
 class Batch:

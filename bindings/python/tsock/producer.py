@@ -49,7 +49,7 @@ def _host_array(x):
         if t.device.type != "cpu":
             t = t.cpu()
         if t.dtype == torch.bfloat16:
-            return t.view(torch.int16).numpy(), _views.BFLOAT16
+            return t.view(torch.int16).numpy().view(np.uint16), _views.BFLOAT16
         if t.dtype == torch.bool:
             t = t.to(torch.uint8)
         a = t.numpy()
@@ -135,13 +135,16 @@ class Producer:
                 elems = list(batch)
             else:
                 elems = [batch]
-            if self.names is not None:
-                if len(self.names) != len(elems):
-                    raise ValueError(f"a batch has {len(elems)} tensors but names= gives "
-                                     f"{len(self.names)}: {list(self.names)}")
-                names = self.names
-            elif self._layout is not None:
+            if self._layout is not None:
                 names = tuple(t.name for t in self._layout)
+                if len(names) != len(elems):
+                    raise ValueError(f"a batch has {len(elems)} tensors but the stream has "
+                                     f"{len(names)}: {list(names)}")
+            elif self.names is not None:
+                names = self.names
+                if len(names) != len(elems):
+                    raise ValueError(f"a batch has {len(elems)} tensors but names= gives "
+                                     f"{len(names)}: {list(names)}")
             else:
                 names = tuple(f"t{i}" for i in range(len(elems)))
             items = list(zip(names, elems))
