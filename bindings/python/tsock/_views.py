@@ -107,6 +107,38 @@ def host_array(address, shape, np_dtype, owner, readonly=True):
     return np.asarray(HostMemory(address, shape, np_dtype.str, readonly, owner))
 
 
+class CachedView:
+    """The base array of one tensor placement (address, shape, dtype) and, made on first use,
+    the torch tensor on it. Callers hand out fresh view objects of these (numpy .view(),
+    torch .detach()), so whatever a user does to an object (requires_grad_, resize_) never
+    reaches the next batch's."""
+
+    __slots__ = ("array", "tensor", "_array_refs", "_tensor_uses")
+
+    def __init__(self, array):
+        self.array = array
+        self.tensor = None
+        self._array_refs = sys.getrefcount(array)
+        self._tensor_uses = None
+
+    def make_tensor(self, bfloat16):
+        self.tensor = to_torch(self.array, bfloat16)
+        self._array_refs = sys.getrefcount(self.array)  # the tensor's storage holds one
+        use_count = getattr(_torch._C, "_storage_Use_Count", None)
+        if use_count is not None:
+            self._tensor_uses = (use_count, use_count(self.tensor.untyped_storage()._cdata))
+        return self.tensor
+
+    def views_alive(self):
+        """Whether views handed out may still be alive (best effort, for a warning)."""
+        if sys.getrefcount(self.array) > self._array_refs:
+            return True
+        if self._tensor_uses is not None:
+            use_count, base = self._tensor_uses
+            return use_count(self.tensor.untyped_storage()._cdata) > base
+        return False
+
+
 def device_view(device, address, shape, np_dtype, owner):
     """The view for a tensor on a non-host device. Only CPU exists in the C library today."""
     if device == DEVICE_CUDA:

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Train a small CNN on synthetic images, loading them with torch or with tsock.
+
+The only difference between the two is the line that creates the loader (see make_loader):
+
+    torch: torch.utils.data.DataLoader(SyntheticImages(...), batch_size=64, shuffle=True)
+    tsock: tsock.DataLoader(endpoint)
+
+With --loader torch this process computes every image itself (the stand-in for reading and
+decoding JPEGs). With --loader tsock one tsock-producer computes each batch once and every
+training job on the machine reads it zero-copy from shared memory:
+
+    build/producer/tsock-producer --dataset synthetic --endpoint ipc:///tmp/tsock-train.sock \\
+        --batch-size 64 --samples 4096 --image-size 32 --epochs 2 --wait-consumers 1 &
+    python3 examples/python/train.py --loader tsock --endpoint ipc:///tmp/tsock-train.sock
+
+    python3 examples/python/train.py --loader torch            # the same data, no tsock
+
+Prints images/s per epoch and overall (and one JSON object with --json). examples/python/
+launch.py starts a producer and several of these jobs at once.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+SAMPLE_MUL = 2654435761
+BYTE_MUL = 40503
+
+
+class SyntheticImages(torch.utils.data.Dataset):
+    """The dataset tsock-producer --dataset synthetic serves: image s is H x W x 3 uint8 with
+    byte p = (uint8)(((u32)s * 2654435761 + (u32)p * 40503) >> 16); label s % 1000."""
+
+    def __init__(self, samples, image_size):
+        self.samples = samples
+        self.size = image_size
+        self.positions = np.arange(image_size * image_size * 3, dtype=np.uint64)
+
+    def __len__(self):
+        return self.samples
+
+    def __getitem__(self, s):
+        v = (np.uint64(s) * np.uint64(SAMPLE_MUL) + self.positions * np.uint64(BYTE_MUL))
+        v = (v & np.uint64(0xFFFFFFFF)) >> np.uint64(16)
+        image = (v & np.uint64(0xFF)).astype(np.uint8).reshape(self.size, self.size, 3)
+        return torch.from_numpy(image), s % 1000
+
+
+def make_loader(args):
+    if args.loader == "torch":
+        return torch.utils.data.DataLoader(SyntheticImages(args.samples, args.image_size),
+                                           batch_size=args.batch_size, shuffle=True,
+                                           num_workers=args.workers)
+    import tsock
+
+    return tsock.DataLoader(args.endpoint, batch_size=args.batch_size)  # the one-line change
+
+
+class SmallCNN(nn.Module):
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+        self.head = nn.Linear(32, classes)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--loader", choices=("torch", "tsock"), default="torch")
+    ap.add_argument("--endpoint", default=None,
+                    help="tsock producer endpoint (default: the per-user default endpoint)")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--samples", type=int, default=4096, help="dataset size (torch loader)")
+    ap.add_argument("--image-size", type=int, default=32)
+    ap.add_argument("--workers", type=int, default=0, help="torch DataLoader workers")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--name", default=None, help="job name printed with the figures")
+    ap.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    name = args.name or f"{args.loader}-{os.getpid()}"
+
+    loader = make_loader(args)
+    model = SmallCNN().to(args.device)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    per_epoch = []
+    images_total = 0
+    start = time.perf_counter()
+    for epoch in range(args.epochs):
+        t0 = time.perf_counter()
+        images = 0
+        loss_sum = 0.0
+        for x, y in loader:
+            # A new tensor: tsock batches are read-only views of shared memory, never modified
+            # in place (the permute/float/div here make a copy, as any normalisation does).
+            x = x.to(args.device, non_blocking=True).permute(0, 3, 1, 2).float().div(255.0)
+            y = y.to(args.device, non_blocking=True)
+            loss = loss_fn(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            images += y.shape[0]
+            loss_sum += float(loss) * y.shape[0]
+        dt = time.perf_counter() - t0
+        images_total += images
+        per_epoch.append({"epoch": epoch, "images": images, "seconds": dt,
+                          "images_per_s": images / dt if dt > 0 else 0.0,
+                          "loss": loss_sum / max(images, 1)})
+        if not args.json:
+            print(f"[{name}] epoch {epoch}: {images} images in {dt:.2f} s, "
+                  f"{images / dt:.0f} images/s, loss {loss_sum / max(images, 1):.3f}",
+                  flush=True)
+    wall = time.perf_counter() - start
+    result = {"name": name, "loader": args.loader, "device": args.device,
+              "epochs": args.epochs, "images": images_total, "seconds": wall,
+              "images_per_s": images_total / wall if wall > 0 else 0.0, "per_epoch": per_epoch}
+    if args.loader == "tsock":
+        result["tsock"] = loader.stats()
+        loader.close()
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"[{name}] {images_total} images in {wall:.2f} s: "
+              f"{result['images_per_s']:.0f} images/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
