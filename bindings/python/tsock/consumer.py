@@ -5,6 +5,7 @@ read-only. They stay valid until the batch is released (the DataLoader releases 
 next batch is requested, or at ``close()``). Never modify a batch in place; copy what you keep.
 """
 import ctypes
+import errno
 import math
 import time
 import warnings
@@ -26,6 +27,8 @@ _STAT_WAIT_NS = 9
 # Longest single wait inside the C library: between two waits Python runs its signal handlers,
 # so Ctrl-C interrupts a consumer blocked on a silent producer.
 _WAIT_CHUNK_MS = 200
+_ETIMEDOUT = errno.ETIMEDOUT
+_AGAIN = (-errno.ETIMEDOUT, -errno.EINTR)  # a wait that ended without news: wait again
 
 
 def _ms(timeout):
@@ -230,10 +233,11 @@ class Consumer:
         total = _ms(timeout)
         chunk = _WAIT_CHUNK_MS if total < 0 else min(total, _WAIT_CHUNK_MS)
         rc = lib.tsock_consumer_next(h, chunk, self._next_ref)
-        if rc == -110 and chunk != total:  # -ETIMEDOUT: keep waiting, in chunks
-            rc = self._wait_more(total - chunk if total >= 0 else -1)
         if rc < 0:
-            raise _lib.error(rc, "tsock_consumer_next")
+            if rc in _AGAIN and chunk != total:  # keep waiting, in chunks
+                rc = self._wait_more(total - chunk if total >= 0 else -1)
+            if rc < 0:
+                raise _lib.error(rc, "tsock_consumer_next")
         ptr = self._next_out.value
         if self.layout is None:
             self.layout = self._read_layout(ptr)
@@ -249,8 +253,10 @@ class Consumer:
             else:
                 chunk = min(_WAIT_CHUNK_MS, max(0, int((deadline - time.monotonic()) * 1000)))
             rc = lib.tsock_consumer_next(self._h, chunk, self._next_ref)
-            if rc != -110 or (deadline is not None and time.monotonic() >= deadline):
+            if rc not in _AGAIN:
                 return rc
+            if deadline is not None and time.monotonic() >= deadline:
+                return -_ETIMEDOUT
 
     def release(self, batch):
         """Gives `batch` back so its slot can be refilled; its views are invalid afterwards."""
@@ -305,7 +311,7 @@ class Consumer:
             raise TypeError(f"tensor {info.name!r} has dtype code {info.dtype}, unknown to "
                             f"this binding")
         if not address:
-            raise errors.TsockError(-22, f"no data for tensor {info.name!r}",
+            raise errors.TsockError(-errno.EINVAL, f"no data for tensor {info.name!r}",
                                     "tsock_batch_tensor_data")
         if len(self._cache) >= 4096:  # free mode with ever-changing sample counts
             self._cache.clear()

@@ -6,6 +6,7 @@ several training processes: each batch is copied once into a slot of the shared 
 zero-copy by every consumer.
 """
 import ctypes
+import errno
 import math
 import time
 import weakref
@@ -25,6 +26,7 @@ _CONSUMER_STATS = {
 }
 _STAT_WAIT_NS = 9
 _WAIT_CHUNK_MS = 200  # longest single wait in C, so Ctrl-C is handled between waits
+_AGAIN = (-errno.ETIMEDOUT, -errno.EINTR)  # a wait that ended without news: wait again
 
 
 def _ms(timeout):
@@ -227,8 +229,10 @@ class Producer:
             else:
                 chunk = min(_WAIT_CHUNK_MS, max(0, int((deadline - time.monotonic()) * 1000)))
             rc = lib.tsock_producer_wait_consumers(self._h, int(count), chunk)
-            if rc != -110 or (deadline is not None and time.monotonic() >= deadline):
+            if rc not in _AGAIN:
                 return _lib.check(rc, "tsock_producer_wait_consumers")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _lib.error(-errno.ETIMEDOUT, "tsock_producer_wait_consumers")
 
     # ---- publishing ----
 
@@ -247,8 +251,10 @@ class Producer:
             if rc == 0:
                 self._slot = out.value
                 return self._slot
-            if rc != -110 or (deadline is not None and time.monotonic() >= deadline):
+            if rc not in _AGAIN:
                 raise _lib.error(rc, "tsock_producer_acquire")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _lib.error(-errno.ETIMEDOUT, "tsock_producer_acquire")
 
     def publish(self, batch, epoch_end=False):
         """Copies `batch` into a free slot (waiting for one) and announces it to every
@@ -266,7 +272,8 @@ class Producer:
             t = self._layout[i]
             address = lib.tsock_slot_data(slot, i)
             if not address:
-                raise errors.TsockError(-22, f"no memory for tensor {name!r}", "tsock_slot_data")
+                raise errors.TsockError(-errno.EINVAL, f"no memory for tensor {name!r}",
+                                        "tsock_slot_data")
             dst = _views.host_array(address, (n,) + t.sample_shape, t.np_dtype, None,
                                     readonly=False)
             np.copyto(dst, a, casting="no")
@@ -357,7 +364,7 @@ class Producer:
             c = {}
             for name, key in _CONSUMER_STATS.items():
                 rc = lib.tsock_producer_stat(self._h, i, key, ctypes.byref(v))
-                if rc == -2:  # -ENOENT: it left since the count was read
+                if rc == -errno.ENOENT:  # it left since the count was read
                     c = None
                     break
                 if rc == 0:
