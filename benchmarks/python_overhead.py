@@ -8,10 +8,13 @@ the bare Consumer.next()/release() loop). Two situations:
 
 1. "step": the consumer holds each batch for a simulated training step (--step-ms, 1 ms), so
    the next batch is ready when it is asked for, as in a training job. Measured per batch:
-     Python: the time of one iteration of the loader (release of the previous batch, next,
-             building the views): what a training loop pays per batch;
-     C:      the time of tsock_consumer_next (tsock-consume's next_latency_us; its release, a
-             few hundred ns, is not in that figure).
+     Python: the time of one iteration of the loader (next, building the views, release of
+             the previous batch): what a training loop pays per batch. Two kinds of step:
+             "sleep" (the thread sleeps, like a step waiting on the GPU: the CPU's caches and
+             clock are cold when the loader runs again) and "busy" (the thread spins, like a
+             CPU step).
+     C:      the time of tsock_consumer_next in tsock-consume --delay-ms (a sleeping step;
+             its release is not in that figure).
    overhead_us = Python p50 - C p50. Target: at most 50 us per batch.
 
 2. "saturated": no step, as fast as possible. Measured per batch: busy time (wall time minus
@@ -82,11 +85,19 @@ def run_c(args, endpoint, epochs, step_ms=0):
     }
 
 
-def run_python_step(args, endpoint, epochs, mode, step_ms):
-    """Times each loader iteration while the consumer 'trains' step_ms per batch."""
+def run_python_step(args, endpoint, epochs, mode, step_ms, kind):
+    """Times each loader iteration while the consumer 'trains' step_ms per batch: asleep
+    (kind "sleep", like a step waiting on the GPU) or spinning (kind "busy", a CPU step)."""
     prod = start_producer(args, endpoint, epochs)
     step_s = step_ms / 1000.0
     clock = time.perf_counter_ns
+    if kind == "busy":
+        def step(_):
+            end = time.perf_counter() + step_s
+            while time.perf_counter() < end:
+                pass
+    else:
+        step = time.sleep
     try:
         if mode == "consumer":
             source = tsock.Consumer(endpoint, timeout=30)
@@ -104,7 +115,7 @@ def run_python_step(args, endpoint, epochs, mode, step_ms):
                 except tsock.EndOfStream:
                     break
                 steps.append(clock() - t0)
-                time.sleep(step_s)
+                step(step_s)
         else:
             for _ in range(epochs):
                 it = iter(source)
@@ -115,7 +126,7 @@ def run_python_step(args, endpoint, epochs, mode, step_ms):
                     except StopIteration:
                         break
                     steps.append(clock() - t0)
-                    time.sleep(step_s)
+                    step(step_s)
         source.close()
         prod.wait(timeout=60)
     finally:
@@ -206,37 +217,45 @@ def main():
         modes.append("torch")
     names = {"c": "c_consumer", "consumer": "python_consumer",
              "numpy": "python_dataloader_numpy", "torch": "python_dataloader_torch"}
-    raw_step = {m: [] for m in modes}
+    kinds = ("sleep", "busy")
+    raw_step = {(m, k): [] for m in modes for k in kinds}
     raw_sat = {m: [] for m in modes}
     with tempfile.TemporaryDirectory(prefix="tsock-bench-", dir="/tmp") as d:
         for rep in range(args.repeat):
             for m in modes:  # interleaved, so drifts of the machine hit every mode alike
-                ep = f"ipc://{d}/{m}{rep}s.sock"
-                if m == "c":
-                    r = run_c(args, ep, step_epochs, args.step_ms)
-                    raw_step[m].append({"batches": r["batches"],
-                                        "loader_us_p50": r["step_us_p50"],
-                                        "loader_us_p99": r["step_us_p99"]})
-                else:
-                    raw_step[m].append(run_python_step(args, ep, step_epochs, m, args.step_ms))
+                for k in kinds:
+                    ep = f"ipc://{d}/{m}{rep}{k}.sock"
+                    if m == "c":
+                        if k == "busy":
+                            continue  # tsock-consume only sleeps
+                        r = run_c(args, ep, step_epochs, args.step_ms)
+                        raw_step[m, k].append({"batches": r["batches"],
+                                               "loader_us_p50": r["step_us_p50"],
+                                               "loader_us_p99": r["step_us_p99"]})
+                    else:
+                        raw_step[m, k].append(
+                            run_python_step(args, ep, step_epochs, m, args.step_ms, k))
                 ep = f"ipc://{d}/{m}{rep}f.sock"
                 if m == "c":
                     raw_sat[m].append(run_c(args, ep, epochs))
                 else:
                     raw_sat[m].append(run_python(args, ep, epochs, m))
-    step = {names[m]: median_run(raw_step[m]) for m in modes}
+    step = {k: {names[m]: median_run(raw_step[m, k]) for m in modes if raw_step[m, k]}
+            for k in kinds}
     sat = {names[m]: median_run(raw_sat[m]) for m in modes}
-    c_step, c_sat = step["c_consumer"], sat["c_consumer"]
+    c_step, c_sat = step["sleep"]["c_consumer"], sat["c_consumer"]
     overhead = {}
     for m in modes[1:]:
         n = names[m]
         overhead[n] = {
-            "step_p50_us": step[n]["loader_us_p50"] - c_step["loader_us_p50"],
-            "step_p99_us": step[n]["loader_us_p99"] - c_step["loader_us_p99"],
+            "step_sleep_p50_us": step["sleep"][n]["loader_us_p50"] - c_step["loader_us_p50"],
+            "step_sleep_p99_us": step["sleep"][n]["loader_us_p99"] - c_step["loader_us_p99"],
+            "step_busy_p50_us": step["busy"][n]["loader_us_p50"] - c_step["loader_us_p50"],
+            "step_busy_p99_us": step["busy"][n]["loader_us_p99"] - c_step["loader_us_p99"],
             "saturated_busy_us": sat[n]["busy_us_per_batch"] - c_sat["busy_us_per_batch"],
             "saturated_cpu_us": sat[n]["cpu_us_per_batch"] - c_sat["cpu_us_per_batch"],
         }
-    worst = max(v["step_p50_us"] for v in overhead.values())
+    worst = max(max(v["step_sleep_p50_us"], v["step_busy_p50_us"]) for v in overhead.values())
     out = {
         "benchmark": "python_overhead",
         "library": tsock.library_path,

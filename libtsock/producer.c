@@ -35,7 +35,11 @@ struct consumer_rec {
     char name[TSOCK_MAX_NAME + 1];
     uint64_t last_heard_ns;
     uint64_t batches, samples, released;
+    int paused;            /* between epochs: not given new batches */
+    uint64_t window_start; /* stream position of its current window, or NO_WINDOW */
 };
+
+#define NO_WINDOW UINT64_MAX
 
 /* A published slot waiting for the service thread to announce it. */
 struct outgoing {
@@ -46,6 +50,7 @@ struct outgoing {
 struct tsock_slot {
     uint32_t index;
     uint32_t planned;
+    uint64_t position; /* stream position of the slot's first sample */
     uint64_t epoch;
     uint64_t index_in_epoch;
     int epoch_end;
@@ -73,6 +78,7 @@ struct tsock_producer {
     uint64_t *slot_ids; /* slot_count * batch_size sample ids */
     struct tsock_slot current;
     int filling;
+    uint64_t free_position; /* free mode: samples published so far */
 
     struct tsock_region region;
     void *zctx;
@@ -289,6 +295,21 @@ take_free_slot(tsock_producer *p, int timeout_ms)
     return slot < 0 ? -ETIMEDOUT : slot;
 }
 
+/* Before an epoch starts, tells the sampler the phase of every consumer whose window runs into
+ * it, so each of them still sees every sample once (mu held). */
+static void
+keep_consumer_phases(tsock_producer *p)
+{
+    uint64_t phases[MAX_CONSUMERS];
+    size_t n = 0;
+    for (int i = 0; i < MAX_CONSUMERS; i++) {
+        const struct consumer_rec *c = &p->consumers[i];
+        if (c->active && !c->paused && c->window_start != NO_WINDOW)
+            phases[n++] = c->window_start % p->sampler_samples;
+    }
+    tsock__sampler_keep_segments(&p->sampler, phases, n);
+}
+
 /* Asks the sampler what the slot must hold. Returns 0, or TSOCK_E_END after the last epoch. */
 static int
 plan_slot(tsock_producer *p, struct tsock_slot *s)
@@ -298,8 +319,15 @@ plan_slot(tsock_producer *p, struct tsock_slot *s)
     s->index_in_epoch = 0;
     s->epoch_end = 0;
     s->ids = NULL;
+    s->position = p->free_position;
     if (!p->use_sampler)
         return 0;
+    if (p->sampler.position == 0 && p->sampler.epoch > 0) {
+        pthread_mutex_lock(&p->mu);
+        keep_consumer_phases(p);
+        pthread_mutex_unlock(&p->mu);
+    }
+    s->position = tsock__sampler_stream_position(&p->sampler);
     s->ids = p->slot_ids + (size_t)s->index * p->batch_size;
     s->planned = tsock__sampler_next(&p->sampler, p->batch_size, s->ids, &s->epoch,
                                      &s->index_in_epoch, &s->epoch_end);
@@ -375,13 +403,20 @@ tsock_slot_set_epoch(tsock_slot *slot, uint64_t epoch, uint64_t index_in_epoch, 
     return 0;
 }
 
+/* The consumers a batch published now goes to; a consumer's first batch after joining or
+ * resuming starts its window (mu held). */
 static uint64_t
-active_mask(const tsock_producer *p)
+take_holders(tsock_producer *p, uint64_t position)
 {
     uint64_t mask = 0;
-    for (int i = 0; i < MAX_CONSUMERS; i++)
-        if (p->consumers[i].active)
-            mask |= (uint64_t)1 << i;
+    for (int i = 0; i < MAX_CONSUMERS; i++) {
+        struct consumer_rec *c = &p->consumers[i];
+        if (!c->active || c->paused)
+            continue;
+        mask |= (uint64_t)1 << i;
+        if (c->window_start == NO_WINDOW)
+            c->window_start = position;
+    }
     return mask;
 }
 
@@ -393,7 +428,7 @@ tsock_producer_publish(tsock_producer *p, tsock_slot *slot, uint32_t samples)
     if (samples == 0 || samples > p->batch_size || (p->use_sampler && samples != slot->planned))
         return -EINVAL;
     pthread_mutex_lock(&p->mu);
-    uint64_t holders = active_mask(p), seq;
+    uint64_t holders = take_holders(p, slot->position), seq;
     tsock__ring_publish(&p->ring, slot->index, holders, &seq);
     p->stat_batches++;
     p->stat_samples += samples;
@@ -406,6 +441,7 @@ tsock_producer_publish(tsock_producer *p, tsock_slot *slot, uint32_t samples)
             .seq = seq,
             .epoch = slot->epoch,
             .index_in_epoch = slot->index_in_epoch,
+            .position = slot->position,
             .flags = slot->epoch_end ? TSOCK_BATCH_EPOCH_END : 0,
         };
     } else {
@@ -413,6 +449,7 @@ tsock_producer_publish(tsock_producer *p, tsock_slot *slot, uint32_t samples)
     }
     pthread_mutex_unlock(&p->mu);
     p->filling = 0;
+    p->free_position = slot->position + samples;
     if (holders)
         tsock__wake_signal(p->wake_fd);
     return 0;
@@ -569,6 +606,7 @@ fill_welcome(const tsock_producer *p, const struct consumer_rec *c, struct tsock
     w->ring_bytes = p->region.bytes;
     w->heartbeat_ms = (uint32_t)p->hb_interval_ms;
     w->device = TSOCK_DEVICE_CPU;
+    w->samples = p->use_sampler ? p->sampler_samples : 0;
     snprintf(w->shm_name, sizeof w->shm_name, "%s", p->region.name);
     w->tensor_count = (uint32_t)p->layout.count;
     for (int t = 0; t < p->layout.count; t++) {
@@ -615,6 +653,7 @@ on_hello(tsock_producer *p, const struct tsock_frame *f, const struct tsock_msg_
         c->pid = h->pid;
         memcpy(c->name, h->name, sizeof c->name);
         c->last_heard_ns = tsock__now_ns();
+        c->window_start = NO_WINDOW;
         p->consumer_count++;
         pthread_cond_broadcast(&p->cond);
         tsock__log(TSOCK_LOG_INFO, "consumer %llu joined (pid %u, \"%s\")",
@@ -641,6 +680,20 @@ on_release(tsock_producer *p, int index, const struct tsock_msg_release *r)
     p->stat_released++;
     if (freed)
         pthread_cond_broadcast(&p->cond);
+}
+
+/* PAUSE: the consumer finished an epoch and is busy elsewhere; its window and phase end here.
+ * RESUME: it comes back; its next batch starts a new window. */
+static void
+on_pause_resume(tsock_producer *p, int index, int type)
+{
+    struct consumer_rec *c = &p->consumers[index];
+    c->window_start = NO_WINDOW;
+    c->paused = type == TSOCK_MSG_PAUSE;
+    if (type == TSOCK_MSG_RESUME) {
+        struct tsock_msg m = {.type = TSOCK_MSG_RESUMED};
+        send_to(p, index, &m);
+    }
 }
 
 static void
@@ -674,6 +727,8 @@ handle_frame(tsock_producer *p, const struct tsock_frame *f)
     case TSOCK_MSG_RELEASE:
     case TSOCK_MSG_HEARTBEAT:
     case TSOCK_MSG_BYE:
+    case TSOCK_MSG_PAUSE:
+    case TSOCK_MSG_RESUME:
         if (index < 0) {
             /* A consumer we dropped (it was silent too long) or never knew: tell it. */
             reject(p, f, TSOCK_E_REJECTED);
@@ -681,6 +736,8 @@ handle_frame(tsock_producer *p, const struct tsock_frame *f)
             on_release(p, index, &m.u.release);
         } else if (m.type == TSOCK_MSG_BYE) {
             drop_consumer(p, index, "left", 0);
+        } else if (m.type != TSOCK_MSG_HEARTBEAT) {
+            on_pause_resume(p, index, m.type);
         }
         return;
     default: note_bad_message(p, f, TSOCK_E_PROTOCOL); return;

@@ -53,7 +53,10 @@ enum tsock_error {
     TSOCK_E_REJECTED = -10009,        /* the producer refused this consumer (see the log) */
     TSOCK_E_NOT_HELD = -10010,        /* releasing a batch that is not held */
     TSOCK_E_BUSY_ENDPOINT = -10011,   /* another live producer already serves this endpoint */
-    TSOCK_E_LAST = -10012
+    TSOCK_E_EPOCH_INTERRUPTED = -10012, /* the producer went away mid-epoch; with reconnect on,
+                                           the epoch ended early and the next call starts a new
+                                           one on the new producer */
+    TSOCK_E_LAST = -10013
 };
 
 /* A static, human-readable description of any return code (0, a negated errno, TSOCK_E_*).
@@ -260,10 +263,37 @@ TSOCK_API int tsock_consumer_set_heartbeat(tsock_consumer *c, int interval_ms, i
  * characters). Returns 0, -EINVAL, or TSOCK_E_STATE after start. */
 TSOCK_API int tsock_consumer_set_name(tsock_consumer *c, const char *name);
 
+/* The consumer's own batch size: 0 (the default) takes the producer's. Any other size works:
+ * a batch that lies inside one producer batch is a zero-copy view of the slot, any other is
+ * gathered into memory the consumer owns. TSOCK_E_STATE after start. */
+TSOCK_API int tsock_consumer_set_batch_size(tsock_consumer *c, uint32_t batch_size);
+
+/* Non-zero: drop the last batch of each epoch when it is short. Default 0 (keep it). */
+TSOCK_API int tsock_consumer_set_drop_last(tsock_consumer *c, int drop_last);
+
+/* Between epochs. After the last batch of an epoch was returned, a consumer that asks for the
+ * next batch within `grace_ms` goes on where it was (no sample is skipped). One that waits
+ * longer (validation, checkpointing) is paused: it gives back every slot it holds or was sent,
+ * so it slows nobody, and its next call rejoins the stream at the current position with a
+ * fresh, exact epoch. Default 100 ms; 0 pauses at once. TSOCK_E_STATE after start. */
+TSOCK_API int tsock_consumer_set_epoch_grace(tsock_consumer *c, int grace_ms);
+
+/* When the producer dies or stops, wait up to `timeout_ms` for a producer to come back on the
+ * same endpoint and go on with the next epoch there, instead of failing. An epoch cut short by
+ * the loss ends with TSOCK_E_EPOCH_INTERRUPTED from next(); the call after that starts a new
+ * epoch. 0 (the default) turns it off. TSOCK_E_STATE after start. */
+TSOCK_API int tsock_consumer_set_reconnect(tsock_consumer *c, int timeout_ms);
+
 /* Connects, introduces itself and maps the ring read-only. Waits up to `timeout_ms` (-1:
  * forever) for the producer to answer. Returns 0, -ETIMEDOUT, TSOCK_E_VERSION, TSOCK_E_FULL,
  * TSOCK_E_REJECTED or a negated errno from mapping the ring. */
 TSOCK_API int tsock_consumer_start(tsock_consumer *c, int timeout_ms);
+
+/* Epochs. With a producer sampler (tsock_producer_set_sampler), each consumer has epochs of its
+ * own: its epoch 0 starts with the first sample it receives, and every epoch holds each of the
+ * producer's samples exactly once, whenever it joined. Without one (free mode), epochs follow
+ * the producer's epoch marks. The last batch of an epoch has tsock_batch_is_epoch_end set; the
+ * call after it starts the next epoch. */
 
 /* The next batch. Blocks up to `timeout_ms` (-1: forever, 0: poll). On success sets *batch
  * (owned by the consumer, valid until released) and returns 0. A consumer may hold several
@@ -284,6 +314,10 @@ TSOCK_API int tsock_consumer_stat(tsock_consumer *c, int key, uint64_t *value);
 /* The batch size and slot count the producer announced (valid after start). */
 TSOCK_API uint32_t tsock_consumer_batch_capacity(const tsock_consumer *c);
 TSOCK_API uint32_t tsock_consumer_slot_count(const tsock_consumer *c);
+/* Samples per epoch (the producer sampler's dataset size; 0 in free mode), and the number of
+ * batches in one of this consumer's epochs at its batch size (0 in free mode). After start. */
+TSOCK_API uint64_t tsock_consumer_dataset_size(const tsock_consumer *c);
+TSOCK_API uint64_t tsock_consumer_batches_per_epoch(const tsock_consumer *c);
 
 /* Releases every held batch, says goodbye to the producer, unmaps the ring and frees the
  * consumer. NULL does nothing. */
@@ -292,8 +326,12 @@ TSOCK_API void tsock_consumer_destroy(tsock_consumer *c);
 /* ---- reading a batch (all pointers owned by the batch, valid until it is released) ---- */
 
 TSOCK_API uint32_t tsock_batch_samples(const tsock_batch *b); /* samples in this batch */
-TSOCK_API uint64_t tsock_batch_seq(const tsock_batch *b);     /* producer's batch number, from 0 */
-TSOCK_API uint64_t tsock_batch_epoch(const tsock_batch *b);   /* epoch (0 in free mode) */
+/* Sequence number of the producer batch this batch starts in. */
+TSOCK_API uint64_t tsock_batch_seq(const tsock_batch *b);
+/* This consumer's epoch, from 0 (in free mode: the producer's epoch mark). */
+TSOCK_API uint64_t tsock_batch_epoch(const tsock_batch *b);
+/* 1 when the batch is a zero-copy view of a slot, 0 when it was gathered from several. */
+TSOCK_API int tsock_batch_is_view(const tsock_batch *b);
 /* Position of this batch in its epoch, from 0, and a flag that it ends the epoch. */
 TSOCK_API uint64_t tsock_batch_index_in_epoch(const tsock_batch *b);
 TSOCK_API int tsock_batch_is_epoch_end(const tsock_batch *b);

@@ -13,6 +13,18 @@
  *       else Lemire's multiply-shift: p = x * m (64-bit); accept when (uint32_t)p >=
  *       (2^32 - m) mod m and return p >> 32; otherwise retry with the next draw.
  *
+ * Segment-preserving epochs (consumers that joined mid-epoch). A consumer's epoch is the N
+ * samples that follow its first one, so its window straddles two producer epochs: the suffix
+ * [o, N) of epoch e and the prefix [0, o) of epoch e + 1, where o is its phase. Both must be
+ * the whole dataset, hence epoch e + 1 must start with the same set of samples as epoch e did
+ * up to o. With several phases o_1 < ... < o_m, epoch e + 1 keeps the set of every segment
+ * [o_i, o_i+1) of epoch e and shuffles freely inside each. This is not a choice but the only
+ * freedom there is: at every step the next sample must be one the oldest running window has
+ * not had yet, and those are exactly the rest of its segment. When boundaries are kept, epoch
+ * e + 1 is epoch e with each segment shuffled by the same splitmix64 stream as above (draws
+ * continue from one segment to the next, segments in increasing order), so the result is
+ * reproducible from (samples, seed, e, phases).
+ *
  * The epoch is mixed before it meets the seed so that nearby (seed, epoch) pairs never share a
  * stream: with a plain seed ^ epoch, seed 1 epoch 0 would replay seed 0 epoch 1.
  */
@@ -64,20 +76,83 @@ splitmix_bounded(struct splitmix *g, uint64_t m)
     return p >> 32;
 }
 
+static struct splitmix
+epoch_stream(uint64_t seed, uint64_t epoch)
+{
+    struct splitmix g = {tsock__mix64(seed ^ tsock__mix64(epoch + GOLDEN_GAMMA))};
+    return g;
+}
+
+/* Fisher-Yates over perm[0..n-1] with draws from g. */
+static void
+shuffle(struct splitmix *g, uint64_t *perm, uint64_t n)
+{
+    for (uint64_t i = n; i > 1; i--) {
+        uint64_t j = splitmix_bounded(g, i);
+        uint64_t t = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = t;
+    }
+}
+
 void
 tsock__sampler_permutation(uint64_t samples, uint64_t seed, uint64_t epoch, uint64_t *perm)
 {
     if (perm == NULL || samples == 0 || samples > SAMPLER_MAX_SAMPLES)
         return;
-    struct splitmix g = {tsock__mix64(seed ^ tsock__mix64(epoch + GOLDEN_GAMMA))};
+    struct splitmix g = epoch_stream(seed, epoch);
     for (uint64_t i = 0; i < samples; i++)
         perm[i] = i;
-    for (uint64_t i = samples - 1; i > 0; i--) {
-        uint64_t j = splitmix_bounded(&g, i + 1);
-        uint64_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
+    shuffle(&g, perm, samples);
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int
+tsock__sampler_keep_segments(struct tsock_sampler *s, const uint64_t *phases, size_t count)
+{
+    if (s == NULL || (count > 0 && phases == NULL) || count > TSOCK_SAMPLER_MAX_PHASES)
+        return -EINVAL;
+    s->keep_count = 0;
+    for (size_t i = 0; i < count; i++)
+        if (phases[i] > 0 && phases[i] < s->samples)
+            s->keep[s->keep_count++] = phases[i];
+    qsort(s->keep, s->keep_count, sizeof s->keep[0], cmp_u64);
+    size_t unique = 0;
+    for (size_t i = 0; i < s->keep_count; i++)
+        if (unique == 0 || s->keep[unique - 1] != s->keep[i])
+            s->keep[unique++] = s->keep[i];
+    s->keep_count = unique;
+    return 0;
+}
+
+/* Turns perm (epoch e - 1) into epoch e: a fresh permutation when no boundary must be kept,
+ * otherwise each kept segment shuffled in place. */
+static void
+start_epoch(struct tsock_sampler *s)
+{
+    if (s->epoch == 0 || s->keep_count == 0) {
+        tsock__sampler_permutation(s->samples, s->seed, s->epoch, s->perm);
+        return;
     }
+    struct splitmix g = epoch_stream(s->seed, s->epoch);
+    uint64_t from = 0;
+    for (size_t i = 0; i <= s->keep_count; i++) {
+        uint64_t to = i < s->keep_count ? s->keep[i] : s->samples;
+        shuffle(&g, s->perm + from, to - from);
+        from = to;
+    }
+}
+
+uint64_t
+tsock__sampler_stream_position(const struct tsock_sampler *s)
+{
+    return s->epoch * s->samples + s->position;
 }
 
 int
@@ -138,7 +213,7 @@ tsock__sampler_next(struct tsock_sampler *s, uint32_t max, uint64_t *ids, uint64
     if (s == NULL || ids == NULL || max == 0 || sampler_exhausted(s))
         return 0;
     if (s->position == 0)
-        tsock__sampler_permutation(s->samples, s->seed, s->epoch, s->perm);
+        start_epoch(s);
     uint64_t left = s->samples - s->position;
     uint64_t k = left < max ? left : max;
     memcpy(ids, s->perm + s->position, (size_t)k * sizeof(uint64_t));

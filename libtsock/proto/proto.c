@@ -159,6 +159,9 @@ check_msg(const struct tsock_msg *msg)
         return msg->u.release.slot < MAX_SLOTS ? 0 : -1;
     case TSOCK_MSG_HEARTBEAT:
     case TSOCK_MSG_BYE:
+    case TSOCK_MSG_PAUSE:
+    case TSOCK_MSG_RESUME:
+    case TSOCK_MSG_RESUMED:
         return 0;
     case TSOCK_MSG_SHUTDOWN:
         return msg->u.shutdown.reason == TSOCK_SHUTDOWN_END ||
@@ -246,6 +249,7 @@ put_welcome(struct writer *w, const struct tsock_msg_welcome *m)
     put_le(w, m->ring_bytes, 8);
     put_le(w, m->heartbeat_ms, 4);
     put_le(w, m->device, 4);
+    put_le(w, m->samples, 8);
     put_str(w, m->shm_name, sizeof m->shm_name);
     put_le(w, m->tensor_count, 1);
     for (uint32_t t = 0; t < m->tensor_count; t++)
@@ -260,6 +264,7 @@ put_batch(struct writer *w, const struct tsock_msg_batch *b)
     put_le(w, b->seq, 8);
     put_le(w, b->epoch, 8);
     put_le(w, b->index_in_epoch, 8);
+    put_le(w, b->position, 8);
     put_le(w, b->flags, 4);
 }
 
@@ -287,7 +292,7 @@ put_body(struct writer *w, const struct tsock_msg *msg)
     case TSOCK_MSG_SHUTDOWN:
         put_le(w, msg->u.shutdown.reason, 4);
         break;
-    default: /* HEARTBEAT, BYE: empty body */
+    default: /* HEARTBEAT, BYE, PAUSE, RESUME, RESUMED: empty body */
         break;
     }
 }
@@ -397,6 +402,7 @@ get_welcome(struct reader *r, struct tsock_msg_welcome *m)
     m->ring_bytes = get_le(r, 8);
     m->heartbeat_ms = (uint32_t)get_le(r, 4);
     m->device = (uint32_t)get_le(r, 4);
+    m->samples = get_le(r, 8);
     get_str(r, m->shm_name, sizeof m->shm_name);
     m->tensor_count = (uint32_t)get_le(r, 1);
     if (m->tensor_count > TSOCK_MAX_TENSORS) {
@@ -423,6 +429,7 @@ get_batch(struct reader *r, struct tsock_msg_batch *b)
     b->seq = get_le(r, 8);
     b->epoch = get_le(r, 8);
     b->index_in_epoch = get_le(r, 8);
+    b->position = get_le(r, 8);
     b->flags = (uint32_t)get_le(r, 4);
 }
 
@@ -448,6 +455,9 @@ get_body(struct reader *r, struct tsock_msg *msg)
         break;
     case TSOCK_MSG_HEARTBEAT:
     case TSOCK_MSG_BYE:
+    case TSOCK_MSG_PAUSE:
+    case TSOCK_MSG_RESUME:
+    case TSOCK_MSG_RESUMED:
         break;
     case TSOCK_MSG_SHUTDOWN:
         msg->u.shutdown.reason = (uint32_t)get_le(r, 4);
@@ -491,10 +501,11 @@ tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock_msg *msg)
 const char *
 tsock__msg_type_name(int type)
 {
-    static const char *const names[] = {"?",       "HELLO",     "WELCOME", "REJECT",  "BATCH",
-                                        "RELEASE", "HEARTBEAT", "BYE",     "SHUTDOWN"};
+    static const char *const names[] = {"?",        "HELLO",     "WELCOME", "REJECT",
+                                        "BATCH",    "RELEASE",   "HEARTBEAT", "BYE",
+                                        "SHUTDOWN", "PAUSE",     "RESUME",  "RESUMED"};
 
-    if (type < TSOCK_MSG_HELLO || type > TSOCK_MSG_SHUTDOWN)
+    if (type < TSOCK_MSG_HELLO || type > TSOCK_MSG_RESUMED)
         return names[0];
     return names[type];
 }

@@ -28,7 +28,10 @@ enum tsock_msg_type {
     TSOCK_MSG_RELEASE = 5,   /* consumer -> producer: done with a slot */
     TSOCK_MSG_HEARTBEAT = 6, /* both ways: still alive */
     TSOCK_MSG_BYE = 7,       /* consumer -> producer: leaving */
-    TSOCK_MSG_SHUTDOWN = 8   /* producer -> consumer: no more batches, with the reason */
+    TSOCK_MSG_SHUTDOWN = 8,  /* producer -> consumer: no more batches, with the reason */
+    TSOCK_MSG_PAUSE = 9,     /* consumer -> producer: between epochs, send me nothing */
+    TSOCK_MSG_RESUME = 10,   /* consumer -> producer: include me again from the next batch */
+    TSOCK_MSG_RESUMED = 11   /* producer -> consumer: every BATCH after this one is for you */
 };
 
 /* Reasons carried by SHUTDOWN. */
@@ -60,6 +63,7 @@ struct tsock_msg_welcome {
     uint64_t ring_bytes;   /* size of the ring object */
     uint32_t heartbeat_ms; /* producer's heartbeat interval */
     uint32_t device;       /* tsock_device of the ring */
+    uint64_t samples;      /* samples per epoch of the producer's sampler; 0 in free mode */
     char shm_name[TSOCK_PROTO_MAX_SHM_NAME + 1];
     uint32_t tensor_count; /* 1..TSOCK_MAX_TENSORS */
     struct tsock_tensor_desc tensors[TSOCK_MAX_TENSORS];
@@ -77,6 +81,8 @@ struct tsock_msg_batch {
     uint64_t seq;
     uint64_t epoch;
     uint64_t index_in_epoch;
+    uint64_t position; /* stream position of the batch's first sample (samples published
+                          before it, counted from the start of the stream) */
     uint32_t flags;
 };
 

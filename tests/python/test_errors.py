@@ -93,3 +93,23 @@ def test_invalid_arguments_raise_with_codes(tsock, endpoint):
     with pytest.raises(tsock.TsockError) as info:
         tsock.Consumer(endpoint, name="x" * 200, timeout=0.1)
     assert info.value.code == -errno.EINVAL
+
+
+def test_log_callback_receives_library_lines(tsock, endpoint):
+    import numpy as np
+
+    lines = []
+    tsock.set_log(lambda level, message: lines.append((level, message)), tsock.LOG_DEBUG)
+    try:
+        with tsock.Producer(endpoint, batch_size=2) as producer:
+            producer.start((np.zeros((2, 1), np.uint8),))
+            with tsock.Consumer(endpoint, timeout=10):
+                producer.wait_consumers(1, timeout=10)
+    finally:
+        tsock.set_log(None)
+    assert lines, "no log line arrived"
+    assert all(isinstance(m, str) and 0 <= lvl <= tsock.LOG_DEBUG for lvl, m in lines)
+    count = len(lines)
+    with tsock.Producer(endpoint, batch_size=2) as producer:
+        producer.start((np.zeros((2, 1), np.uint8),))
+    assert len(lines) == count  # discarded again after set_log(None)

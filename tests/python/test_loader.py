@@ -3,8 +3,12 @@
 These tests pass with torch and without it (test_numpy_only.py runs this file again in a
 process where torch cannot be imported): items are torch tensors or numpy arrays accordingly.
 """
+import os
 import signal
+import subprocess
+import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -212,7 +216,9 @@ def test_producer_sigterm_stops_consumers(tsock, programs, procs, endpoint):
             while True:
                 for _ in loader:
                     pass
-        assert info.value.code in (tsock.E_PRODUCER_STOPPED, tsock.E_END), repr(info.value)
+        # An endless stream stopped by a signal did not end: the consumers are told it stopped.
+        assert isinstance(info.value, tsock.ProducerStopped), repr(info.value)
+        assert info.value.code == tsock.E_PRODUCER_STOPPED
 
 
 def test_batch_size_and_device_arguments(tsock, programs, procs, endpoint):
@@ -232,15 +238,55 @@ def test_batch_size_and_device_arguments(tsock, programs, procs, endpoint):
 
 
 def test_output_kind_matches_torch_availability(tsock, programs, procs, endpoint):
-    import os
-    import sys
-
     start_producer(programs, procs, endpoint, batch_size=8, samples=16, epochs=1)
     with tsock.DataLoader(endpoint, timeout=20) as loader:
         images, _ = next(iter(loader))
         if os.environ.get("TSOCK_TEST_EXPECT_NO_TORCH") == "1":
             assert loader.output == "numpy" and "torch" not in sys.modules
         assert type(images) is expected_type(tsock)
+
+
+def test_consumer_joining_mid_epoch(tsock, programs, procs, endpoint):
+    """A consumer joining while the producer is inside an epoch gets the rest of it as a short
+    first epoch (flagged partial), then whole epochs."""
+    prod = start_producer(programs, procs, endpoint, batch_size=8, samples=160, epochs=4,
+                          slots=4)
+    first = subprocess.Popen([programs["tsock-consume"], "--endpoint", endpoint, "--epochs", "4",
+                              "--samples", "160", "--delay-ms", "5", "--quiet"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    procs.append(first)
+    time.sleep(0.2)  # let the stream start; where exactly it is does not matter below
+    with tsock.DataLoader(endpoint, return_ids=True, timeout=20) as loader:
+        batches, ids, _, _ = read_epoch(loader)
+        assert len(set(ids.tolist())) == len(ids)  # no duplicates, whatever the join point
+        assert loader.partial_epoch == (batches < 20)
+        batches, ids, _, _ = read_epoch(loader)
+        assert not loader.partial_epoch
+        assert batches == 20 and sorted(ids.tolist()) == list(range(160))
+    assert first.wait(timeout=20) == 0, first.stderr.read()
+    assert prod.wait(timeout=20) == 0
+
+
+def test_close_warns_about_views_still_alive(tsock, programs, procs, endpoint):
+    start_producer(programs, procs, endpoint, batch_size=8, samples=32, epochs=0)
+    loader = tsock.DataLoader(endpoint, timeout=20)
+    images, labels = next(iter(loader))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader.close()
+    assert any(issubclass(w.category, ResourceWarning) and "unmapped" in str(w.message)
+               for w in caught), [str(w.message) for w in caught]
+    del images, labels
+    loader = tsock.DataLoader(endpoint, timeout=20)
+    for item in loader:
+        pass
+    del item  # a loop variable outlives its loop
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader.close()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+    with pytest.raises(ValueError, match="closed"):
+        iter(loader)
 
 
 def test_timeout_without_producer(tsock, endpoint):

@@ -245,6 +245,19 @@ class Consumer:
         self._held[ptr] = batch
         return batch
 
+    def _poll(self):
+        """The next batch if one is there already, else None (errors included: the blocking
+        next() that follows reports them)."""
+        if self._h is None:
+            return None
+        rc = lib.tsock_consumer_next(self._h, 0, self._next_ref)
+        if rc < 0:
+            return None
+        ptr = self._next_out.value
+        batch = Batch(self, ptr)
+        self._held[ptr] = batch
+        return batch
+
     def _wait_more(self, remaining_ms):
         deadline = None if remaining_ms < 0 else time.monotonic() + remaining_ms / 1000.0
         while True:
@@ -426,6 +439,7 @@ class DataLoader:
                  timeout=10.0, return_ids=False, name=None, samples=None, names=None,
                  output=None, heartbeat=None):
         self._consumer = None
+        _ms(timeout)  # validates it before anything is imported or connected
         self._device = _resolve_device(device)
         if output is None:
             output = "torch" if _views.get_torch() is not None else "numpy"
@@ -475,40 +489,59 @@ class DataLoader:
     def _next_item(self, it):
         if it._generation != self._generation or self._consumer is None:
             raise StopIteration  # superseded by a newer iter(), or closed
-        self._release_held()
         if it._done:
+            self._release_held()
             raise StopIteration
         first = not self._in_epoch
         if self._end is not None:
+            self._release_held()
             it._done = True
             if first:
                 raise self._end  # the stream ended: this iter() has no epoch to give
             raise StopIteration
+        # The previous batch goes back when the next is requested. When the next one is
+        # already there, it is released after the new views are built: the wake-ups its
+        # release sets off (service thread, producer) then overlap the caller's training step
+        # instead of this call. When the next one is not there yet, it is released before
+        # waiting, so a waiting consumer never sits on a slot the producer could refill.
+        prev = self._held
+        self._held = None
+        batch = None
+        if prev is not None:
+            batch = self._consumer._poll()
+            if batch is None:
+                self._consumer.release(prev)
+                prev = None
         try:
-            batch = self._consumer._next(self.timeout)
-        except errors.EndOfStream as e:
-            self._end = e
-            it._done = True
-            if first:
-                raise
-            self._in_epoch = False
-            raise StopIteration from None  # the stream ended inside an epoch
-        if first or batch.epoch_end:
-            # Batches never straddle epochs: the epoch information is read where an epoch
-            # starts or ends, not for every batch.
-            batch._load_meta()
-            if first:
-                self.partial_epoch = batch._index != 0
-            self.epoch = batch._epoch
-        self._in_epoch = not batch.epoch_end
-        if batch.epoch_end:
-            it._done = True  # the next request releases this batch and stops
-            self._learn_length(batch)
-            if self.drop_last and batch.samples < self.batch_size:
-                self._consumer.release(batch)
-                raise StopIteration
-        self._held = batch
-        return self._item(batch)
+            if batch is None:
+                try:
+                    batch = self._consumer._next(self.timeout)
+                except errors.EndOfStream as e:
+                    self._end = e
+                    it._done = True
+                    if first:
+                        raise
+                    self._in_epoch = False
+                    raise StopIteration from None  # the stream ended inside an epoch
+            if first or batch.epoch_end:
+                # Batches never straddle epochs: the epoch information is read where an
+                # epoch starts or ends, not for every batch.
+                batch._load_meta()
+                if first:
+                    self.partial_epoch = batch._index != 0
+                self.epoch = batch._epoch
+            self._in_epoch = not batch.epoch_end
+            if batch.epoch_end:
+                it._done = True  # the next request releases this batch and stops
+                self._learn_length(batch)
+                if self.drop_last and batch.samples < self.batch_size:
+                    self._consumer.release(batch)
+                    raise StopIteration
+            self._held = batch
+            return self._item(batch)
+        finally:
+            if prev is not None:
+                self._consumer.release(prev)
 
     def _item(self, batch):
         sel = self._select

@@ -1,0 +1,114 @@
+/* Reading a batch: its place in the stream and its tensors. Every pointer returned is owned by
+ * the batch and valid until it is released. */
+#include <errno.h>
+#include <string.h>
+
+#include "consumer_internal.h"
+
+uint32_t
+tsock_batch_samples(const tsock_batch *b)
+{
+    return b ? b->samples : 0;
+}
+
+uint64_t
+tsock_batch_seq(const tsock_batch *b)
+{
+    return b ? b->seq : 0;
+}
+
+uint64_t
+tsock_batch_epoch(const tsock_batch *b)
+{
+    return b ? b->epoch : 0;
+}
+
+uint64_t
+tsock_batch_index_in_epoch(const tsock_batch *b)
+{
+    return b ? b->index : 0;
+}
+
+int
+tsock_batch_is_epoch_end(const tsock_batch *b)
+{
+    return b ? b->epoch_end : 0;
+}
+
+int
+tsock_batch_is_view(const tsock_batch *b)
+{
+    return b ? b->view : 0;
+}
+
+static const struct tsock_tensor_desc *
+tensor_desc(const tsock_batch *b, int tensor)
+{
+    if (!b || tensor < 0 || (uint32_t)tensor >= b->owner->welcome.tensor_count)
+        return NULL;
+    return &b->owner->welcome.tensors[tensor];
+}
+
+int
+tsock_batch_tensor_count(const tsock_batch *b)
+{
+    return b ? (int)b->owner->welcome.tensor_count : 0;
+}
+
+int
+tsock_batch_find(const tsock_batch *b, const char *name)
+{
+    for (int t = 0; name && t < tsock_batch_tensor_count(b); t++)
+        if (strcmp(b->owner->welcome.tensors[t].name, name) == 0)
+            return t;
+    return -ENOENT;
+}
+
+const char *
+tsock_batch_tensor_name(const tsock_batch *b, int tensor)
+{
+    const struct tsock_tensor_desc *d = tensor_desc(b, tensor);
+    return d ? d->name : NULL;
+}
+
+int
+tsock_batch_tensor_dtype(const tsock_batch *b, int tensor)
+{
+    const struct tsock_tensor_desc *d = tensor_desc(b, tensor);
+    return d ? d->dtype : -EINVAL;
+}
+
+int
+tsock_batch_tensor_ndim(const tsock_batch *b, int tensor)
+{
+    const struct tsock_tensor_desc *d = tensor_desc(b, tensor);
+    return d ? d->ndim + 1 : -EINVAL;
+}
+
+int64_t
+tsock_batch_tensor_dim(const tsock_batch *b, int tensor, int dim)
+{
+    const struct tsock_tensor_desc *d = tensor_desc(b, tensor);
+    if (!d || dim < 0 || dim > d->ndim)
+        return -1;
+    return dim == 0 ? (int64_t)b->samples : d->sample_shape[dim - 1];
+}
+
+size_t
+tsock_batch_tensor_bytes(const tsock_batch *b, int tensor)
+{
+    const struct tsock_tensor_desc *d = tensor_desc(b, tensor);
+    return d ? (size_t)d->sample_bytes * b->samples : 0;
+}
+
+const void *
+tsock_batch_tensor_data(const tsock_batch *b, int tensor)
+{
+    return tensor_desc(b, tensor) ? b->data[tensor] : NULL;
+}
+
+int
+tsock_batch_tensor_device(const tsock_batch *b, int tensor)
+{
+    return tensor_desc(b, tensor) ? (int)b->owner->welcome.device : -EINVAL;
+}

@@ -1,0 +1,111 @@
+/* The consumer's state, shared by the caller-facing side (consumer.c) and the session side
+ * (consumer_session.c: socket, service thread, handshake, pause, reconnect). */
+#ifndef TSOCK_CONSUMER_INTERNAL_H
+#define TSOCK_CONSUMER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/core.h"
+#include "proto/proto.h"
+#include "ring/epoch_plan.h"
+#include "transport/transport.h"
+
+struct tsock_batch {
+    tsock_consumer *owner;
+    int held;
+    int view;            /* points into a slot (else into gather[]) */
+    uint32_t view_slot;  /* the slot a view references */
+    uint64_t generation; /* the session the view's slot belongs to */
+    uint32_t samples;
+    uint64_t seq, epoch, index;
+    int epoch_end;
+    int free_end; /* its last sample ends a producer epoch (free mode) */
+    const uint8_t *data[TSOCK_MAX_TENSORS];
+    uint8_t *gather[TSOCK_MAX_TENSORS];
+    size_t gather_cap[TSOCK_MAX_TENSORS];
+    tsock_batch *next_free; /* free list */
+    tsock_batch *next_all;  /* every batch object, for validation and cleanup */
+};
+
+/* A producer batch this consumer was sent: referenced by the read queue until fully taken
+ * and by every view into it; released to the producer when the last reference goes. */
+struct slot_hold {
+    int refs;
+    struct tsock_msg_batch msg;
+};
+
+struct pending_release {
+    uint32_t slot;
+    uint64_t seq;
+};
+
+/* Where the consumer stands with the producer's stream. */
+enum consumer_phase {
+    PHASE_ACTIVE,   /* given every batch */
+    PHASE_PAUSED,   /* between epochs past the grace period: given nothing */
+    PHASE_RESUMING  /* asked to come back; batches before RESUMED are not ours */
+};
+
+#define TSOCK_MAX_OLD_MAPPINGS 8
+
+struct tsock_consumer {
+    char endpoint[TSOCK_ENDPOINT_MAX];
+    char name[TSOCK_MAX_NAME + 1];
+    int hb_interval_ms, hb_timeout_ms;
+    uint32_t batch_size;
+    int drop_last, grace_ms, reconnect_ms;
+    int started;
+
+    void *zctx;
+    void *dealer;
+    int wake_fd;
+    pthread_t thread;
+    int thread_started;
+
+    /* Shared between the caller's thread and the service thread, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int stop_thread;
+    int welcomed;
+    int ready_to_read;
+    int start_error;    /* why the handshake failed */
+    int terminal_error; /* once set, next returns it after the queue drains */
+    uint64_t generation; /* sessions opened so far: a reconnect starts a new one */
+    struct tsock_msg_welcome welcome;
+    struct tsock_region region;
+    struct tsock_region old_regions[TSOCK_MAX_OLD_MAPPINGS]; /* kept while views may use them */
+    int old_region_count;
+    struct slot_hold *holds;        /* one per slot */
+    uint32_t *ready;                /* slots announced, oldest first: slot_count entries */
+    uint32_t ready_head, ready_len;
+    uint32_t head_offset;           /* samples of the oldest announced batch already taken */
+    uint64_t expect_position;       /* stream position the next BATCH must start at */
+    struct pending_release *releases; /* slot_count entries */
+    uint32_t release_len;
+    enum consumer_phase phase;
+    int resume_sent;
+    int between_epochs;             /* the caller has the last batch of an epoch */
+    uint64_t epoch_ended_ns;
+    struct tsock_epoch_plan plan;
+    tsock_batch *building;          /* the batch being gathered */
+    tsock_batch *free_batches, *all_batches;
+    uint64_t last_heard_ns;
+    uint64_t stat_batches, stat_samples, stat_released, stat_bad, stat_wait_ns;
+    int held_count;
+
+    struct tsock_frame frame; /* service thread's receive buffer */
+};
+
+/* consumer_session.c */
+int tsock__session_open(tsock_consumer *c, int timeout_ms);
+int tsock__session_reopen(tsock_consumer *c, int timeout_ms);
+void tsock__session_close(tsock_consumer *c);
+void tsock__session_free_mappings(tsock_consumer *c);
+
+/* consumer.c, called by the session side with mu held */
+void tsock__unref_slot(tsock_consumer *c, uint32_t slot);
+void tsock__drop_queue(tsock_consumer *c);
+
+#endif
