@@ -262,7 +262,10 @@ take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t want)
     if (b->samples == 0)
         b->seq = h->msg.seq;
     b->samples += n;
-    b->free_end = (h->msg.flags & TSOCK_BATCH_EPOCH_END) && n == head_available(c, h);
+    /* In free mode the producer's epoch marks end the consumer's epochs; with a sampler only
+     * the consumer's own window does. */
+    b->free_end = c->plan.n == 0 && (h->msg.flags & TSOCK_BATCH_EPOCH_END) &&
+                  n == head_available(c, h);
     c->head_offset += n;
     if (c->head_offset == h->msg.samples)
         pop_head(c);
