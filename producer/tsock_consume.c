@@ -1,15 +1,22 @@
 /* tsock-consume: a verifying consumer for tests, demos and benchmarks.
  *
  * Takes batches from a tsock producer serving the synthetic dataset (see synthetic.h) and checks
- * every one: each image byte against the formula, each label against its sample id, and, per
- * epoch, that every sample id arrives exactly once. Optionally holds each batch for a while, as
- * a training step would.
+ * every one: each image byte against the formula, each label and index against its sample id,
+ * and, per epoch, that every sample id arrives exactly once. Optionally holds each batch for a
+ * while, as a training step would, and lingers between epochs, as validation would.
  *
- * Epoch accounting follows the epoch number and the epoch-end flag each batch carries. An epoch
- * is complete when its epoch-end batch arrived; only complete epochs count towards --epochs and
- * are checked for missing samples. When the consumer joins in the middle of an epoch (its first
- * batch is not the first of its epoch), that first epoch is partial: it is checked for
- * duplicates only and reported under "partial_epochs".
+ * Epoch accounting follows the epoch number and the epoch-end flag each batch carries.
+ *  - With a producer sampler (the library reports a dataset size; tsock-producer always has
+ *    one) every epoch of this consumer must be exact, whenever it joined: each sample id once,
+ *    every batch but the epoch's last of the consumer's batch size, as many batches as the
+ *    library announced. With --drop-last the short tail of each epoch is left out: it is
+ *    counted under "dropped", and only the rest must be there. An epoch cut short by the loss
+ *    of the producer (TSOCK_E_EPOCH_INTERRUPTED, with --reconnect-ms) is counted under
+ *    "interrupted_epochs" and checked for duplicates only.
+ *  - In free mode (no sampler) epochs follow the producer's marks; a consumer that joins in
+ *    the middle of one sees a partial first epoch, checked for duplicates only and reported
+ *    under "partial_epochs".
+ * Only complete epochs count towards --epochs.
  *
  * Exit status: 0 the run completed and every check passed; 1 a library error ended the run
  * (producer lost or stopped, timeout, stream ended before --epochs epochs); 2 bad command line;
@@ -63,8 +70,21 @@ usage(FILE *f)
             "                             ipc endpoint)\n"
             "  --epochs N                 stop after N complete epochs; 0 = until the stream\n"
             "                             ends (default 1)\n"
-            "  --samples N                dataset size, for the coverage check (default 4096)\n"
+            "  --samples N                dataset size, for the coverage check (default: the\n"
+            "                             producer's; 4096 when it has no sampler); a value\n"
+            "                             other than the producer's is an error\n"
+            "  --batch-size N             samples per batch, any size; 0 = the producer's\n"
+            "                             (default 0)\n"
+            "  --drop-last                leave out the short last batch of each epoch\n"
             "  --delay-ms N               hold each batch N ms, like a training step (default 0)\n"
+            "  --join-after-ms N          wait N ms before connecting (default 0)\n"
+            "  --pause-between-epochs-ms N\n"
+            "                             after each epoch's last batch, wait N ms before asking\n"
+            "                             for the next epoch, like validation (default 0)\n"
+            "  --epoch-grace-ms N         how long the library waits between epochs before it\n"
+            "                             pauses this consumer (library default 100)\n"
+            "  --reconnect-ms N           when the producer goes away, wait up to N ms for one on\n"
+            "                             the same endpoint and go on there; 0 = fail (default)\n"
             "  --timeout-ms N             longest wait for one batch, -1 = forever (default "
             "10000)\n"
             "  --connect-timeout-ms N     longest wait for the producer to answer, -1 = forever\n"
@@ -74,6 +94,7 @@ usage(FILE *f)
             "                             3000)\n"
             "  --name NAME                name shown in the producer's statistics\n"
             "  --json                     print one JSON object with the results at the end\n"
+            "  --trace-times              with --json: add the receive time of every batch\n"
             "  --quiet                    print only errors and warnings\n"
             "  --verbose                  print every library log line\n"
             "  --help                     show this help\n"
@@ -160,76 +181,157 @@ struct config {
     const char *endpoint;
     const char *name;
     int64_t epochs, samples, delay_ms, timeout_ms, connect_timeout_ms;
+    int64_t batch_size, join_after_ms, pause_ms, reconnect_ms;
+    int64_t grace_ms; /* -1: the library's default */
     int heartbeat_ms, heartbeat_timeout_ms;
-    int json, quiet, verbose;
+    int drop_last, json, trace_times, quiet, verbose;
 };
 
 /* ---- results ----------------------------------------------------------------------------- */
 
-struct results {
-    uint64_t batches, samples, epochs, partial_epochs;
-    uint64_t content_errors, label_errors, index_errors, layout_errors;
-    uint64_t duplicates, missing, out_of_order;
-    uint64_t wait_ns;
-    uint64_t *lat; /* latency of every successful next, ns */
-    size_t lat_count, lat_cap;
-    uint64_t *per_epoch; /* samples received per epoch seen, in order */
-    size_t per_epoch_count, per_epoch_cap;
-    uint32_t capacity, slots;
+struct u64_list {
+    uint64_t *v;
+    size_t count, cap;
 };
 
-static int
-push_u64(uint64_t **arr, size_t *count, size_t *cap, uint64_t v)
+struct results {
+    uint64_t batches, samples, epochs, partial_epochs, interrupted_epochs;
+    uint64_t content_errors, label_errors, index_errors, layout_errors;
+    uint64_t duplicates, missing, out_of_order, dropped;
+    uint64_t batch_size_errors, epoch_size_errors;
+    uint64_t views, gathers;
+    uint64_t wait_ns;
+    uint64_t first_seq;
+    int out_of_memory;
+    struct u64_list lat;            /* latency of every successful next, ns */
+    struct u64_list per_epoch;      /* samples received in each epoch seen, in order */
+    struct u64_list interrupted;    /* samples received in each interrupted epoch */
+    struct u64_list epoch_start_ns; /* receive time of each epoch's first batch, from start */
+    struct u64_list epoch_end_ns;   /* receive time of each epoch's last batch, from start */
+    struct u64_list batch_ns;       /* receive time of every batch, from start (--trace-times) */
+    uint32_t capacity, slots, batch_size;
+    uint64_t dataset;           /* the producer's dataset size; 0 in free mode */
+    uint64_t batches_per_epoch; /* as the library announced it; 0 in free mode */
+};
+
+static void
+push(struct results *r, struct u64_list *l, uint64_t v)
 {
-    if (*count == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 1024;
-        uint64_t *a = realloc(*arr, ncap * sizeof(*a));
-        if (!a)
-            return -ENOMEM;
-        *arr = a;
-        *cap = ncap;
+    if (l->count == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 1024;
+        uint64_t *a = realloc(l->v, ncap * sizeof(*a));
+        if (!a) {
+            r->out_of_memory = 1;
+            return;
+        }
+        l->v = a;
+        l->cap = ncap;
     }
-    (*arr)[(*count)++] = v;
-    return 0;
+    l->v[l->count++] = v;
 }
 
 /* Coverage of the epoch being received: one bit per sample id. */
 struct epoch_track {
-    int open;    /* an epoch is being received */
-    int partial; /* joined mid-epoch: the prefix was never ours to see */
+    int open;      /* an epoch is being received */
+    int partial;   /* free mode: joined mid-epoch, the prefix was never ours to see */
+    int short_end; /* sampler mode: its end mark came with too few samples */
     uint64_t epoch;
-    uint64_t received; /* samples received in this epoch, duplicates included */
+    uint64_t next_epoch; /* sampler mode: the number the next epoch must carry */
+    uint64_t received;   /* samples received in this epoch, duplicates included */
     uint64_t distinct;
+    uint64_t batches;
     uint8_t *bits;
     size_t bytes;
 };
 
-/* Closes the open epoch. `complete`: its epoch-end batch arrived. */
 static void
-epoch_close(struct epoch_track *e, struct results *r, uint64_t dataset, int complete)
-{
-    if (!e->open)
-        return;
-    if (e->partial) {
-        r->partial_epochs++;
-    } else {
-        r->missing += dataset - e->distinct;
-        if (complete)
-            r->epochs++;
-    }
-    push_u64(&r->per_epoch, &r->per_epoch_count, &r->per_epoch_cap, e->received);
-    e->open = 0;
-}
-
-static void
-epoch_open(struct epoch_track *e, uint64_t epoch, int partial)
+epoch_open(struct epoch_track *e, struct results *r, uint64_t epoch, int partial, uint64_t t)
 {
     memset(e->bits, 0, e->bytes);
     e->open = 1;
     e->partial = partial;
+    e->short_end = 0;
     e->epoch = epoch;
     e->received = 0;
     e->distinct = 0;
+    e->batches = 0;
+    push(r, &r->epoch_start_ns, t);
+}
+
+static void
+epoch_forget(struct epoch_track *e, struct results *r)
+{
+    push(r, &r->per_epoch, e->received);
+    e->next_epoch = e->epoch + 1;
+    e->open = 0;
+}
+
+/* The samples a complete epoch must hold: all of them, less the short tail --drop-last
+ * leaves out. */
+static uint64_t
+epoch_expected(const struct results *r, const struct config *cfg)
+{
+    uint64_t n = r->dataset;
+    return cfg->drop_last && r->batch_size ? n - n % r->batch_size : n;
+}
+
+/* Closes the open epoch after its end mark. Sampler mode: the epoch must be exact. */
+static void
+epoch_close_complete(struct epoch_track *e, struct results *r, const struct config *cfg,
+                     uint64_t samples)
+{
+    if (r->dataset > 0) {
+        uint64_t n = r->dataset, tail = n - epoch_expected(r, cfg);
+        uint64_t shortfall = n - e->distinct;
+        uint64_t dropped = shortfall < tail ? shortfall : tail;
+        r->dropped += dropped;
+        r->missing += shortfall - dropped;
+        if (r->batches_per_epoch && e->batches != r->batches_per_epoch)
+            r->epoch_size_errors++;
+        r->epochs++;
+    } else if (e->partial) {
+        r->partial_epochs++;
+    } else {
+        r->missing += samples - e->distinct;
+        r->epochs++;
+    }
+    epoch_forget(e, r);
+}
+
+/* Closes the open epoch whose end mark never came (or came too early): every sample it lacks
+ * is missing, and in sampler mode that is a broken epoch. */
+static void
+epoch_close_broken(struct epoch_track *e, struct results *r, uint64_t samples)
+{
+    if (e->partial) {
+        r->partial_epochs++;
+    } else {
+        r->missing += samples - e->distinct;
+        if (r->dataset > 0)
+            r->epoch_size_errors++;
+    }
+    epoch_forget(e, r);
+}
+
+/* The stream ended: an epoch still open was cut by the end (not an error; checked for
+ * duplicates only). */
+static void
+epoch_close_at_end(struct epoch_track *e, struct results *r)
+{
+    if (!e->open)
+        return;
+    r->partial_epochs++;
+    epoch_forget(e, r);
+}
+
+/* The library ended the epoch early because its producer went away (reconnect on). */
+static void
+epoch_close_interrupted(struct epoch_track *e, struct results *r)
+{
+    r->interrupted_epochs++;
+    push(r, &r->interrupted, e->open ? e->received : 0);
+    if (e->open)
+        epoch_forget(e, r);
 }
 
 static int
@@ -291,12 +393,61 @@ find_tensors(const tsock_batch *b, struct tensors *t, char *why, size_t why_size
     return 0;
 }
 
-static void
-check_batch(const tsock_batch *b, const struct tensors *t, const struct config *cfg,
-            struct epoch_track *e, struct results *r)
+/* Places the batch in this consumer's epochs (sampler mode). Returns 0, or -1 when the batch
+ * cannot be counted at all. */
+static int
+place_sampler(const tsock_batch *b, const struct config *cfg, struct epoch_track *e,
+              struct results *r, uint64_t t)
 {
     uint32_t n = tsock_batch_samples(b);
     uint64_t epoch = tsock_batch_epoch(b);
+    int end = tsock_batch_is_epoch_end(b);
+
+    if (e->open && (e->short_end || epoch != e->epoch))
+        epoch_close_broken(e, r, (uint64_t)cfg->samples);
+    if (!e->open) {
+        /* Epochs are numbered 0, 1, 2, ... and each starts at its first batch. */
+        if (epoch != e->next_epoch)
+            r->out_of_order++;
+        epoch_open(e, r, epoch, 0, t);
+    }
+    if (tsock_batch_index_in_epoch(b) != e->batches)
+        r->out_of_order++;
+    /* Every batch but an epoch's last has the consumer's batch size; with --drop-last, all. */
+    uint32_t want = r->batch_size;
+    if (n == 0 || n > want || (n != want && (!end || cfg->drop_last)))
+        r->batch_size_errors++;
+    return 0;
+}
+
+/* Places the batch in the producer's epochs (free mode). Returns 0, or -1 when the batch goes
+ * back to an epoch already closed. */
+static int
+place_free(const tsock_batch *b, const struct config *cfg, struct epoch_track *e, struct results *r,
+           uint64_t t)
+{
+    uint64_t epoch = tsock_batch_epoch(b);
+    if (e->open && epoch < e->epoch) {
+        r->out_of_order++;
+        return -1;
+    }
+    if (e->open && epoch > e->epoch)
+        epoch_close_broken(e, r, (uint64_t)cfg->samples); /* its end never came: a gap */
+    if (!e->open) {
+        /* Only the very first epoch may start late; later ones must start at their beginning,
+         * and a late start there shows up as missing samples. */
+        int first = r->per_epoch.count == 0;
+        epoch_open(e, r, epoch, first && tsock_batch_index_in_epoch(b) != 0, t);
+    }
+    return 0;
+}
+
+/* Checks one batch: its place in the epochs, then every sample's bytes, label and index. */
+static void
+check_batch(const tsock_batch *b, const struct tensors *t, const struct config *cfg,
+            struct epoch_track *e, struct results *r, uint64_t now)
+{
+    uint32_t n = tsock_batch_samples(b);
     const uint8_t *images = tsock_batch_tensor_data(b, t->image);
     const int64_t *labels = tsock_batch_tensor_data(b, t->label);
     const int64_t *indices = tsock_batch_tensor_data(b, t->index);
@@ -304,22 +455,15 @@ check_batch(const tsock_batch *b, const struct tensors *t, const struct config *
     if (!images || !labels || !indices || tsock_batch_tensor_dim(b, t->image, 0) != (int64_t)n ||
         tsock_batch_tensor_dim(b, t->label, 0) != (int64_t)n ||
         tsock_batch_tensor_dim(b, t->index, 0) != (int64_t)n ||
-        tsock_batch_tensor_bytes(b, t->image) != (size_t)n * t->image_bytes) {
+        tsock_batch_tensor_bytes(b, t->image) != (size_t)n * t->image_bytes ||
+        tsock_batch_tensor_bytes(b, t->label) != (size_t)n * sizeof(int64_t) ||
+        tsock_batch_tensor_bytes(b, t->index) != (size_t)n * sizeof(int64_t)) {
         r->layout_errors++;
         return;
     }
-    if (e->open && epoch < e->epoch) {
-        r->out_of_order++;
+    int placed = r->dataset > 0 ? place_sampler(b, cfg, e, r, now) : place_free(b, cfg, e, r, now);
+    if (placed < 0)
         return;
-    }
-    if (e->open && epoch > e->epoch)
-        epoch_close(e, r, (uint64_t)cfg->samples, 0); /* its end never came: a gap */
-    if (!e->open) {
-        /* Only the very first epoch may start late; later ones must start at their beginning,
-         * and a late start there shows up as missing samples. */
-        int first = r->per_epoch_count == 0;
-        epoch_open(e, epoch, first && tsock_batch_index_in_epoch(b) != 0);
-    }
 
     for (uint32_t i = 0; i < n; i++) {
         int64_t id = indices[i];
@@ -340,9 +484,18 @@ check_batch(const tsock_batch *b, const struct tensors *t, const struct config *
         }
     }
     e->received += n;
+    e->batches++;
     r->samples += n;
-    if (tsock_batch_is_epoch_end(b))
-        epoch_close(e, r, (uint64_t)cfg->samples, 1);
+    if (!tsock_batch_is_epoch_end(b))
+        return;
+    push(r, &r->epoch_end_ns, now);
+    if (r->dataset > 0 && e->received != epoch_expected(r, cfg)) {
+        /* Too short for an epoch: the stream may have ended inside it (then it is partial) or
+         * the library cut it wrongly (then the next batch shows it). Decided later. */
+        e->short_end = 1;
+        return;
+    }
+    epoch_close_complete(e, r, cfg, (uint64_t)cfg->samples);
 }
 
 /* ---- main -------------------------------------------------------------------------------- */
@@ -351,13 +504,20 @@ enum {
     OPT_ENDPOINT = 256,
     OPT_EPOCHS,
     OPT_SAMPLES,
+    OPT_BATCH_SIZE,
+    OPT_DROP_LAST,
     OPT_DELAY_MS,
+    OPT_JOIN_AFTER_MS,
+    OPT_PAUSE_MS,
+    OPT_EPOCH_GRACE_MS,
+    OPT_RECONNECT_MS,
     OPT_TIMEOUT_MS,
     OPT_CONNECT_TIMEOUT_MS,
     OPT_HEARTBEAT_MS,
     OPT_HEARTBEAT_TIMEOUT_MS,
     OPT_NAME,
     OPT_JSON,
+    OPT_TRACE_TIMES,
     OPT_QUIET,
     OPT_VERBOSE,
     OPT_HELP
@@ -370,13 +530,20 @@ parse_args(int argc, char **argv, struct config *cfg)
         {"endpoint", required_argument, NULL, OPT_ENDPOINT},
         {"epochs", required_argument, NULL, OPT_EPOCHS},
         {"samples", required_argument, NULL, OPT_SAMPLES},
+        {"batch-size", required_argument, NULL, OPT_BATCH_SIZE},
+        {"drop-last", no_argument, NULL, OPT_DROP_LAST},
         {"delay-ms", required_argument, NULL, OPT_DELAY_MS},
+        {"join-after-ms", required_argument, NULL, OPT_JOIN_AFTER_MS},
+        {"pause-between-epochs-ms", required_argument, NULL, OPT_PAUSE_MS},
+        {"epoch-grace-ms", required_argument, NULL, OPT_EPOCH_GRACE_MS},
+        {"reconnect-ms", required_argument, NULL, OPT_RECONNECT_MS},
         {"timeout-ms", required_argument, NULL, OPT_TIMEOUT_MS},
         {"connect-timeout-ms", required_argument, NULL, OPT_CONNECT_TIMEOUT_MS},
         {"heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT_MS},
         {"heartbeat-timeout-ms", required_argument, NULL, OPT_HEARTBEAT_TIMEOUT_MS},
         {"name", required_argument, NULL, OPT_NAME},
         {"json", no_argument, NULL, OPT_JSON},
+        {"trace-times", no_argument, NULL, OPT_TRACE_TIMES},
         {"quiet", no_argument, NULL, OPT_QUIET},
         {"verbose", no_argument, NULL, OPT_VERBOSE},
         {"help", no_argument, NULL, OPT_HELP},
@@ -399,8 +566,26 @@ parse_args(int argc, char **argv, struct config *cfg)
         case OPT_SAMPLES:
             cfg->samples = parse_i64("samples", optarg, 1, INT64_C(1) << 32);
             break;
+        case OPT_BATCH_SIZE:
+            cfg->batch_size = parse_i64("batch-size", optarg, 0, UINT32_MAX);
+            break;
+        case OPT_DROP_LAST:
+            cfg->drop_last = 1;
+            break;
         case OPT_DELAY_MS:
             cfg->delay_ms = parse_i64("delay-ms", optarg, 0, 3600000);
+            break;
+        case OPT_JOIN_AFTER_MS:
+            cfg->join_after_ms = parse_i64("join-after-ms", optarg, 0, 3600000);
+            break;
+        case OPT_PAUSE_MS:
+            cfg->pause_ms = parse_i64("pause-between-epochs-ms", optarg, 0, 3600000);
+            break;
+        case OPT_EPOCH_GRACE_MS:
+            cfg->grace_ms = parse_i64("epoch-grace-ms", optarg, 0, INT32_MAX);
+            break;
+        case OPT_RECONNECT_MS:
+            cfg->reconnect_ms = parse_i64("reconnect-ms", optarg, 0, INT32_MAX);
             break;
         case OPT_TIMEOUT_MS:
             cfg->timeout_ms = parse_i64("timeout-ms", optarg, -1, INT32_MAX);
@@ -421,6 +606,9 @@ parse_args(int argc, char **argv, struct config *cfg)
             break;
         case OPT_JSON:
             cfg->json = 1;
+            break;
+        case OPT_TRACE_TIMES:
+            cfg->trace_times = 1;
             break;
         case 'q':
         case OPT_QUIET:
@@ -455,11 +643,32 @@ parse_args(int argc, char **argv, struct config *cfg)
 }
 
 static void
-print_json(const struct config *cfg, struct results *r, double wall_s, int error_code,
-           const char *error, int exit_code)
+json_u64_list(FILE *f, const char *key, const struct u64_list *l)
 {
-    if (r->lat_count > 1)
-        qsort(r->lat, r->lat_count, sizeof(*r->lat), cmp_u64);
+    fprintf(f, ", \"%s\": [", key);
+    for (size_t i = 0; i < l->count; i++)
+        fprintf(f, "%s%" PRIu64, i ? ", " : "", l->v[i]);
+    fputc(']', f);
+}
+
+/* A list of times in ns, written in seconds. */
+static void
+json_times(FILE *f, const char *key, const struct u64_list *l)
+{
+    fprintf(f, ", \"%s\": [", key);
+    for (size_t i = 0; i < l->count; i++)
+        fprintf(f, "%s%.6f", i ? ", " : "", (double)l->v[i] * 1e-9);
+    fputc(']', f);
+}
+
+static void
+print_json(const struct config *cfg, struct results *r, uint64_t start_ns, double wall_s,
+           int error_code, const char *error, int exit_code)
+{
+    if (r->lat.count > 1)
+        qsort(r->lat.v, r->lat.count, sizeof(*r->lat.v), cmp_u64);
+    const uint64_t *lat = r->lat.v;
+    size_t nlat = r->lat.count;
     FILE *f = stdout;
     fputs("{\"name\": ", f);
     if (cfg->name)
@@ -473,21 +682,38 @@ print_json(const struct config *cfg, struct results *r, double wall_s, int error
         fputs("null", f);
     fprintf(f,
             ", \"batches\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"epochs\": %" PRIu64
-            ", \"partial_epochs\": %" PRIu64 ", \"content_errors\": %" PRIu64
-            ", \"label_errors\": %" PRIu64 ", \"index_errors\": %" PRIu64
-            ", \"layout_errors\": %" PRIu64 ", \"duplicates\": %" PRIu64 ", \"missing\": %" PRIu64
-            ", \"out_of_order\": %" PRIu64 ", \"wait_s\": %.6f, \"wall_s\": %.6f, \"cpu_s\": %.6f",
-            r->batches, r->samples, r->epochs, r->partial_epochs, r->content_errors,
-            r->label_errors, r->index_errors, r->layout_errors, r->duplicates, r->missing,
-            r->out_of_order, (double)r->wait_ns * 1e-9, wall_s, cpu_seconds());
+            ", \"partial_epochs\": %" PRIu64 ", \"interrupted_epochs\": %" PRIu64
+            ", \"content_errors\": %" PRIu64 ", \"label_errors\": %" PRIu64
+            ", \"index_errors\": %" PRIu64 ", \"layout_errors\": %" PRIu64
+            ", \"duplicates\": %" PRIu64 ", \"missing\": %" PRIu64 ", \"dropped\": %" PRIu64
+            ", \"out_of_order\": %" PRIu64 ", \"batch_size_errors\": %" PRIu64
+            ", \"epoch_size_errors\": %" PRIu64 ", \"views\": %" PRIu64 ", \"gathers\": %" PRIu64
+            ", \"wait_s\": %.6f, \"wall_s\": %.6f, \"cpu_s\": %.6f",
+            r->batches, r->samples, r->epochs, r->partial_epochs, r->interrupted_epochs,
+            r->content_errors, r->label_errors, r->index_errors, r->layout_errors, r->duplicates,
+            r->missing, r->dropped, r->out_of_order, r->batch_size_errors, r->epoch_size_errors,
+            r->views, r->gathers, (double)r->wait_ns * 1e-9, wall_s, cpu_seconds());
     fprintf(f,
             ", \"next_latency_us\": {\"p50\": %.3f, \"p99\": %.3f, \"max\": %.3f, \"count\": %zu}",
-            percentile_us(r->lat, r->lat_count, 0.50), percentile_us(r->lat, r->lat_count, 0.99),
-            r->lat_count ? (double)r->lat[r->lat_count - 1] / 1000.0 : 0.0, r->lat_count);
-    fputs(", \"per_epoch_samples\": [", f);
-    for (size_t i = 0; i < r->per_epoch_count; i++)
-        fprintf(f, "%s%" PRIu64, i ? ", " : "", r->per_epoch[i]);
-    fprintf(f, "], \"batch_capacity\": %u, \"slots\": %u, \"error\": ", r->capacity, r->slots);
+            percentile_us(lat, nlat, 0.50), percentile_us(lat, nlat, 0.99),
+            nlat ? (double)lat[nlat - 1] / 1000.0 : 0.0, nlat);
+    json_u64_list(f, "per_epoch_samples", &r->per_epoch);
+    json_u64_list(f, "interrupted_epoch_samples", &r->interrupted);
+    fprintf(f,
+            ", \"batch_size\": %u, \"drop_last\": %s, \"batches_per_epoch\": %" PRIu64
+            ", \"dataset_size\": %" PRIu64 ", \"batch_capacity\": %u, \"slots\": %u",
+            r->batch_size, cfg->drop_last ? "true" : "false", r->batches_per_epoch, r->dataset,
+            r->capacity, r->slots);
+    if (r->batches)
+        fprintf(f, ", \"first_seq\": %" PRIu64, r->first_seq);
+    else
+        fputs(", \"first_seq\": null", f);
+    fprintf(f, ", \"start_monotonic_s\": %.6f", (double)start_ns * 1e-9);
+    json_times(f, "epoch_start_times_s", &r->epoch_start_ns);
+    json_times(f, "epoch_end_times_s", &r->epoch_end_ns);
+    if (cfg->trace_times)
+        json_times(f, "batch_times_s", &r->batch_ns);
+    fputs(", \"error\": ", f);
     if (error)
         json_string(f, error);
     else
@@ -496,11 +722,99 @@ print_json(const struct config *cfg, struct results *r, double wall_s, int error
     fflush(f);
 }
 
+/* Waits for the next batch up to --timeout-ms, in slices so a signal is noticed. */
+static int
+next_batch(tsock_consumer *c, const struct config *cfg, tsock_batch **b)
+{
+    uint64_t t0 = now_ns();
+    for (;;) {
+        int slice = POLL_MS;
+        if (cfg->timeout_ms >= 0) {
+            int64_t left = cfg->timeout_ms - (int64_t)((now_ns() - t0) / 1000000u);
+            if (left < 0)
+                left = 0;
+            if (left < slice)
+                slice = (int)left;
+        }
+        int rc = tsock_consumer_next(c, slice, b);
+        if (rc != -ETIMEDOUT && rc != -EINTR)
+            return rc;
+        if (g_signal)
+            return rc;
+        if (cfg->timeout_ms >= 0 && now_ns() - t0 >= (uint64_t)cfg->timeout_ms * 1000000u)
+            return -ETIMEDOUT;
+    }
+}
+
+/* Applies the options to a created consumer. Returns 0, or the failing call's code with its
+ * name in *call. */
+static int
+configure(tsock_consumer *c, const struct config *cfg, const char **call)
+{
+    int rc = 0;
+    if (cfg->name && (rc = tsock_consumer_set_name(c, cfg->name)) < 0) {
+        *call = "tsock_consumer_set_name";
+        return rc;
+    }
+    if (cfg->heartbeat_ms || cfg->heartbeat_timeout_ms) {
+        rc = tsock_consumer_set_heartbeat(c, cfg->heartbeat_ms ? cfg->heartbeat_ms : 250,
+                                          cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms
+                                                                    : 3000);
+        if (rc < 0) {
+            *call = "tsock_consumer_set_heartbeat";
+            return rc;
+        }
+    }
+    if (cfg->batch_size && (rc = tsock_consumer_set_batch_size(c, (uint32_t)cfg->batch_size)) < 0) {
+        *call = "tsock_consumer_set_batch_size";
+        return rc;
+    }
+    if (cfg->drop_last && (rc = tsock_consumer_set_drop_last(c, 1)) < 0) {
+        *call = "tsock_consumer_set_drop_last";
+        return rc;
+    }
+    if (cfg->grace_ms >= 0 && (rc = tsock_consumer_set_epoch_grace(c, (int)cfg->grace_ms)) < 0) {
+        *call = "tsock_consumer_set_epoch_grace";
+        return rc;
+    }
+    if (cfg->reconnect_ms && (rc = tsock_consumer_set_reconnect(c, (int)cfg->reconnect_ms)) < 0) {
+        *call = "tsock_consumer_set_reconnect";
+        return rc;
+    }
+    return 0;
+}
+
+/* Reads what the producer announced (again after a reconnect). Returns 0, or -1 with a message
+ * when it does not fit --samples. */
+static int
+read_announced(tsock_consumer *c, const struct config *cfg, struct results *r, char *why,
+               size_t why_size)
+{
+    r->capacity = tsock_consumer_batch_capacity(c);
+    r->slots = tsock_consumer_slot_count(c);
+    r->dataset = tsock_consumer_dataset_size(c);
+    r->batches_per_epoch = tsock_consumer_batches_per_epoch(c);
+    r->batch_size = cfg->batch_size ? (uint32_t)cfg->batch_size : r->capacity;
+    if (r->dataset > 0 && r->dataset != (uint64_t)cfg->samples) {
+        snprintf(why, why_size,
+                 "--samples %" PRId64 " but the producer's dataset has %" PRIu64 " samples",
+                 cfg->samples, r->dataset);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+more_epochs_wanted(const struct config *cfg, const struct results *r)
+{
+    return cfg->epochs == 0 || r->epochs < (uint64_t)cfg->epochs;
+}
+
 int
 main(int argc, char **argv)
 {
     struct config cfg = {
-        .epochs = 1, .samples = 4096, .timeout_ms = 10000, .connect_timeout_ms = 10000};
+        .epochs = 1, .timeout_ms = 10000, .connect_timeout_ms = 10000, .grace_ms = -1};
     parse_args(argc, argv, &cfg);
     tsock_set_log(log_to_stderr, NULL, cfg.verbose ? TSOCK_LOG_DEBUG : TSOCK_LOG_WARN);
 
@@ -515,42 +829,29 @@ main(int argc, char **argv)
     memset(&r, 0, sizeof(r));
     struct epoch_track et;
     memset(&et, 0, sizeof(et));
-    et.bytes = (size_t)((cfg.samples + 7) / 8);
-    et.bits = calloc(et.bytes, 1);
-    if (!et.bits) {
-        fprintf(stderr, PROG ": out of memory for a %zu-byte coverage bitmap\n", et.bytes);
-        return 1;
-    }
 
+    if (cfg.join_after_ms > 0)
+        sleep_ms(cfg.join_after_ms);
     uint64_t t_start = now_ns();
     int error_code = 0;
     const char *error = NULL;
     const char *failed_call = NULL;
     char why[160] = "";
-    struct tensors tens;
+    struct tensors tens = {0};
     int have_tensors = 0;
     tsock_consumer *c = NULL;
 
-    int rc = tsock_consumer_create(&c, cfg.endpoint);
+    int rc = g_signal ? 0 : tsock_consumer_create(&c, cfg.endpoint);
     if (rc < 0) {
         failed_call = "tsock_consumer_create";
         error_code = rc;
         goto out;
     }
-    if (cfg.name && (rc = tsock_consumer_set_name(c, cfg.name)) < 0) {
-        failed_call = "tsock_consumer_set_name";
+    if (g_signal)
+        goto out;
+    if ((rc = configure(c, &cfg, &failed_call)) < 0) {
         error_code = rc;
         goto out;
-    }
-    if (cfg.heartbeat_ms || cfg.heartbeat_timeout_ms) {
-        rc = tsock_consumer_set_heartbeat(c, cfg.heartbeat_ms ? cfg.heartbeat_ms : 250,
-                                          cfg.heartbeat_timeout_ms ? cfg.heartbeat_timeout_ms
-                                                                   : 3000);
-        if (rc < 0) {
-            failed_call = "tsock_consumer_set_heartbeat";
-            error_code = rc;
-            goto out;
-        }
     }
     rc = tsock_consumer_start(c, (int)cfg.connect_timeout_ms);
     if (rc < 0) {
@@ -558,38 +859,42 @@ main(int argc, char **argv)
         error_code = rc;
         goto out;
     }
-    r.capacity = tsock_consumer_batch_capacity(c);
-    r.slots = tsock_consumer_slot_count(c);
+    if (cfg.samples == 0)
+        cfg.samples =
+            tsock_consumer_dataset_size(c) ? (int64_t)tsock_consumer_dataset_size(c) : 4096;
+    if (read_announced(c, &cfg, &r, why, sizeof(why)) < 0) {
+        error = why;
+        goto out;
+    }
+    et.bytes = (size_t)((cfg.samples + 7) / 8);
+    et.bits = calloc(et.bytes, 1);
+    if (!et.bits) {
+        snprintf(why, sizeof(why), "out of memory for a %zu-byte coverage bitmap", et.bytes);
+        error = why;
+        goto out;
+    }
     if (!cfg.quiet && !cfg.json)
-        fprintf(stderr, PROG ": connected (batch %u, %u slots)\n", r.capacity, r.slots);
+        fprintf(stderr,
+                PROG ": connected (producer batch %u, %u slots, dataset %" PRIu64
+                     "; batch %u, %" PRIu64 " batches per epoch)\n",
+                r.capacity, r.slots, r.dataset, r.batch_size, r.batches_per_epoch);
 
-    while (!g_signal && (cfg.epochs == 0 || r.epochs < (uint64_t)cfg.epochs)) {
+    while (!g_signal && more_epochs_wanted(&cfg, &r)) {
         tsock_batch *b = NULL;
         uint64_t t0 = now_ns();
-        /* One logical wait of up to --timeout-ms, in slices so a signal is seen. */
-        for (;;) {
-            int slice = POLL_MS;
-            if (cfg.timeout_ms >= 0) {
-                int64_t left = cfg.timeout_ms - (int64_t)((now_ns() - t0) / 1000000u);
-                if (left < 0)
-                    left = 0;
-                if (left < slice)
-                    slice = (int)left;
-            }
-            rc = tsock_consumer_next(c, slice, &b);
-            if (rc != -ETIMEDOUT && rc != -EINTR)
-                break;
-            if (g_signal)
-                break;
-            if (cfg.timeout_ms >= 0 && now_ns() - t0 >= (uint64_t)cfg.timeout_ms * 1000000u) {
-                rc = -ETIMEDOUT;
-                break;
-            }
-        }
+        rc = next_batch(c, &cfg, &b);
         uint64_t t1 = now_ns();
         r.wait_ns += t1 - t0;
-        if (rc == TSOCK_E_END && cfg.epochs == 0)
-            break; /* running until the stream ends: this is the clean end */
+        if (rc == TSOCK_E_EPOCH_INTERRUPTED) {
+            /* The producer went away mid-epoch; the next call waits for its successor. */
+            epoch_close_interrupted(&et, &r);
+            continue;
+        }
+        if (rc == TSOCK_E_END) {
+            epoch_close_at_end(&et, &r);
+            if (cfg.epochs == 0)
+                break; /* running until the stream ends: this is the clean end */
+        }
         if (rc < 0) {
             if (g_signal && (rc == -ETIMEDOUT || rc == -EINTR))
                 break;
@@ -597,8 +902,16 @@ main(int argc, char **argv)
             error_code = rc;
             break;
         }
-        push_u64(&r.lat, &r.lat_count, &r.lat_cap, t1 - t0);
+        push(&r, &r.lat, t1 - t0);
+        if (cfg.trace_times)
+            push(&r, &r.batch_ns, t1 - t_start);
+        if (r.batches == 0)
+            r.first_seq = tsock_batch_seq(b);
         r.batches++;
+        if (tsock_batch_is_view(b))
+            r.views++;
+        else
+            r.gathers++;
         if (!have_tensors) {
             if (find_tensors(b, &tens, why, sizeof(why)) < 0) {
                 r.layout_errors++;
@@ -608,7 +921,14 @@ main(int argc, char **argv)
             }
             have_tensors = 1;
         }
-        check_batch(b, &tens, &cfg, &et, &r);
+        /* After a reconnect the producer is another one: what it announced must still fit. */
+        if (cfg.reconnect_ms && read_announced(c, &cfg, &r, why, sizeof(why)) < 0) {
+            tsock_consumer_release(c, b);
+            error = why;
+            break;
+        }
+        int epoch_end = tsock_batch_is_epoch_end(b);
+        check_batch(b, &tens, &cfg, &et, &r, t1 - t_start);
         if (cfg.delay_ms > 0)
             sleep_ms(cfg.delay_ms);
         rc = tsock_consumer_release(c, b);
@@ -617,10 +937,17 @@ main(int argc, char **argv)
             error_code = rc;
             break;
         }
+        /* Validation, checkpointing: the library pauses this consumer once the grace is over. */
+        if (epoch_end && cfg.pause_ms > 0 && more_epochs_wanted(&cfg, &r))
+            sleep_ms(cfg.pause_ms);
     }
 
 out:;
     int exit_code = 0;
+    if (r.out_of_memory && !error && !error_code) {
+        snprintf(why, sizeof(why), "out of memory for the results");
+        error = why;
+    }
     if (error_code != 0) {
         error = tsock_strerror(error_code);
         fprintf(stderr, PROG ": %s: %s\n", failed_call, error);
@@ -632,28 +959,36 @@ out:;
         fprintf(stderr, PROG ": %s\n", error);
         exit_code = 3;
     } else if (r.content_errors || r.label_errors || r.index_errors || r.layout_errors ||
-               r.duplicates || r.missing || r.out_of_order) {
+               r.duplicates || r.missing || r.out_of_order || r.batch_size_errors ||
+               r.epoch_size_errors) {
         exit_code = 3;
     }
     /* Releases what is still held and says goodbye, so the producer can reuse the slots now. */
     tsock_consumer_destroy(c);
     double wall_s = (double)(now_ns() - t_start) * 1e-9;
     if (cfg.json) {
-        print_json(&cfg, &r, wall_s, error_code, error, exit_code);
+        print_json(&cfg, &r, t_start, wall_s, error_code, error, exit_code);
     } else if (!cfg.quiet) {
-        if (r.lat_count > 1)
-            qsort(r.lat, r.lat_count, sizeof(*r.lat), cmp_u64);
-        fprintf(stderr,
-                PROG ": %" PRIu64 " batches, %" PRIu64 " samples, %" PRIu64
-                     " epochs; content errors %" PRIu64 ", label errors %" PRIu64
-                     ", index errors %" PRIu64 ", duplicates %" PRIu64 ", missing %" PRIu64
-                     "; waited %.3f s, next p50 %.1f us p99 %.1f us\n",
-                r.batches, r.samples, r.epochs, r.content_errors, r.label_errors, r.index_errors,
-                r.duplicates, r.missing, (double)r.wait_ns * 1e-9,
-                percentile_us(r.lat, r.lat_count, 0.50), percentile_us(r.lat, r.lat_count, 0.99));
+        if (r.lat.count > 1)
+            qsort(r.lat.v, r.lat.count, sizeof(*r.lat.v), cmp_u64);
+        fprintf(
+            stderr,
+            PROG ": %" PRIu64 " batches (%" PRIu64 " views, %" PRIu64 " gathers), %" PRIu64
+                 " samples, %" PRIu64 " epochs (%" PRIu64 " interrupted); content errors %" PRIu64
+                 ", label errors %" PRIu64 ", index errors %" PRIu64 ", duplicates %" PRIu64
+                 ", missing %" PRIu64 ", dropped %" PRIu64 ", batch size errors %" PRIu64
+                 ", epoch size errors %" PRIu64 "; waited %.3f s, next p50 %.1f us p99 %.1f us\n",
+            r.batches, r.views, r.gathers, r.samples, r.epochs, r.interrupted_epochs,
+            r.content_errors, r.label_errors, r.index_errors, r.duplicates, r.missing, r.dropped,
+            r.batch_size_errors, r.epoch_size_errors, (double)r.wait_ns * 1e-9,
+            percentile_us(r.lat.v, r.lat.count, 0.50), percentile_us(r.lat.v, r.lat.count, 0.99));
     }
     free(et.bits);
-    free(r.lat);
-    free(r.per_epoch);
+    free(r.lat.v);
+    free(r.per_epoch.v);
+    free(r.interrupted.v);
+    free(r.epoch_start_ns.v);
+    free(r.epoch_end_ns.v);
+    free(r.batch_ns.v);
     return exit_code;
 }

@@ -12,13 +12,16 @@
  *    (ISLOW) IDCT and fancy upsampling; grayscale replicated; CMYK and YCCK JPEGs read with the
  *    Adobe (inverted) polarity PIL always assumes, and converted with PIL's CMYK-to-RGB formula;
  *    a PNG's alpha channel is dropped, not composited, as convert("RGB") drops it;
- *  - resizing is PIL's Image.resize(..., BILINEAR) bit for bit on the same decoded pixels
- *    (triangle filter whose support widens with the reduction factor, coefficients per output
- *    pixel in 22-bit fixed point, horizontal pass first with an 8-bit intermediate);
+ *  - resizing is Pillow 13's Image.resize(..., BILINEAR) bit for bit on the same decoded
+ *    pixels (triangle filter whose support widens with the reduction factor, taps per output
+ *    pixel in 22-bit fixed point, two passes with an 8-bit intermediate, the vertical pass
+ *    first when the height shrinks by more than twice as many pixels as the width; Pillow 12
+ *    and earlier always ran the horizontal pass first, which differs by at most 1 level at
+ *    some pixels in those cases);
  *  - crop boxes follow torchvision's RandomResizedCrop.get_params, Resize(int) and CenterCrop.
- * Two speed-ups change pixels and are therefore bounded: DCT-domain scaling (see
- * tsock__decode_resize) and nothing else; partial decoding of a crop gives the same pixels as a
- * full decode.
+ * One speed-up changes pixels, within a bound the tests check: DCT-domain scaling (see
+ * tsock__decode_resize). Partial decoding of a crop gives exactly the pixels of a full decode,
+ * and the SIMD resampling passes exactly those of the plain C ones.
  *
  * Error codes (negative errno values, as everywhere in libtsock):
  *   -ENODATA   empty input
@@ -86,13 +89,13 @@ enum tsock_image_color {
 };
 
 struct tsock_image_info {
-    int format;      /* enum tsock_image_format */
-    int width;       /* pixels; 0 when not known */
+    int format; /* enum tsock_image_format */
+    int width;  /* pixels; 0 when not known */
     int height;
-    int components;  /* JPEG: components in the frame (1, 3, 4); PNG: channels (palette: 1) */
-    int color;       /* enum tsock_image_color */
-    int progressive; /* JPEG: progressive (SOF2, SOF10); PNG: Adam7 interlaced */
-    int bit_depth;   /* bits per sample: 8 for JPEG, 1..16 for PNG */
+    int components;      /* JPEG: components in the frame (1, 3, 4); PNG: channels (palette: 1) */
+    int color;           /* enum tsock_image_color */
+    int progressive;     /* JPEG: progressive (SOF2, SOF10); PNG: Adam7 interlaced */
+    int bit_depth;       /* bits per sample: 8 for JPEG, 1..16 for PNG */
     int adobe_transform; /* JPEG: the Adobe APP14 transform (0, 1, 2), or -1 without APP14 */
     /* Bytes of header: JPEG up to the end of the first SOS segment, PNG up to the end of IHDR.
      * Set on success. */
@@ -130,18 +133,19 @@ void tsock__decoder_set_limits(struct tsock_decoder *d, uint64_t max_pixels, int
 
 /* Switches for tests and benchmarks; 0 (the default) enables every speed-up. */
 #define TSOCK_DECODE_NO_DCT_SCALE 1 /* always decode at full size */
-#define TSOCK_DECODE_NO_PARTIAL 2   /* decode every row and column, then resize */
+#define TSOCK_DECODE_NO_PARTIAL 2   /* decode every column and the rows from the top */
+#define TSOCK_DECODE_NO_AVX2 4      /* resample with SSE2 / plain C even where AVX2 is there */
 void tsock__decoder_set_flags(struct tsock_decoder *d, int flags);
 
 /* What the last decode did; for tests, statistics and benchmarks. */
 struct tsock_decode_report {
-    int format;         /* enum tsock_image_format */
-    int scale_num;      /* DCT scaling used: scale_num/8 (8: none) */
-    int decoded_w;      /* columns and rows the codec produced (after scaling and cropping) */
+    int format;    /* enum tsock_image_format */
+    int scale_num; /* DCT scaling used: scale_num/8 (8: none) */
+    int decoded_w; /* columns and rows the codec produced (after scaling and cropping) */
     int decoded_h;
-    int truncated;      /* the data ended before the image did */
-    double valid;       /* fraction of MCU rows decoded from real data (1 when complete) */
-    int warnings;       /* libjpeg warnings (corrupt data that was decoded anyway) */
+    int truncated; /* the data ended before the image did */
+    double valid;  /* fraction of MCU rows decoded from real data (1 when complete) */
+    int warnings;  /* libjpeg warnings (corrupt data that was decoded anyway) */
 };
 const struct tsock_decode_report *tsock__decoder_report(const struct tsock_decoder *d);
 
@@ -223,10 +227,10 @@ int tsock__center_offset(int size, int crop);
 /* ---- presets ---- */
 
 struct tsock_train_params {
-    int size;                     /* output side: 224 */
-    double scale_min, scale_max;  /* 0.08, 1.0 */
-    double ratio_min, ratio_max;  /* 3/4, 4/3 */
-    int flip;                     /* non-zero: horizontal flip with probability 0.5 */
+    int size;                    /* output side: 224 */
+    double scale_min, scale_max; /* 0.08, 1.0 */
+    double ratio_min, ratio_max; /* 3/4, 4/3 */
+    int flip;                    /* non-zero: horizontal flip with probability 0.5 */
 };
 
 /* The ImageNet training preset: RandomResizedCrop(size, scale, ratio) then

@@ -12,7 +12,9 @@ struct tsock__buf {
     void *p;
     size_t cap;
 };
-/* Makes room for n bytes (contents not kept). Returns the buffer or NULL (out of memory). */
+/* Makes room for n bytes and TSOCK__BUF_SLACK more (contents not kept). Returns the buffer or
+ * NULL (out of memory). */
+#define TSOCK__BUF_SLACK 16
 void *tsock__buf_get(struct tsock__buf *b, size_t n);
 void tsock__buf_free(struct tsock__buf *b);
 
@@ -25,10 +27,15 @@ struct tsock__coeffs {
     double in0, in1;
     int in_size, out_size, win0, win_n;
     int valid;
+    int no_avx2; /* use the SSE2 / plain passes even where AVX2 is there (tests) */
     int ksize;
     int *bounds;
     int32_t *k;
-    struct tsock__buf bounds_buf, k_buf, work_buf;
+    /* The taps again for the SIMD passes: per output, (ksize + 1) / 2 pairs of taps, each as
+     * two int32 holding two int16: the taps' high 11 bits, then their low 11 bits. Products of
+     * 8-bit samples with these fit pmaddwd, and high * 2048 + low gives PIL's exact sums. */
+    int32_t *kp;
+    struct tsock__buf bounds_buf, k_buf, kp_buf, work_buf;
 };
 
 /* Computes (or keeps, when the key is unchanged) the table. Returns 0 or -ENOMEM / -EINVAL. */
@@ -39,19 +46,26 @@ void tsock__coeffs_free(struct tsock__coeffs *c);
 /* The first source sample any kept output reads, and one past the last. */
 void tsock__coeffs_span(const struct tsock__coeffs *c, int *first, int *end);
 
-/* Horizontal pass of one row: `in` holds the source samples from the table's sample 0 on,
- * `stride` bytes per pixel of which the first `nch` are resampled; writes win_n * nch bytes. */
-void tsock__resample_row(const struct tsock__coeffs *c, const uint8_t *in, int stride, int nch,
-                         uint8_t *out);
+/* Horizontal pass of one row: `in` holds `in_bytes` bytes of source samples from the table's
+ * sample `first` on (at least up to the span's end), `stride` bytes per pixel of which the
+ * first `nch` are resampled; writes win_n * nch bytes. */
+void tsock__resample_row(const struct tsock__coeffs *c, const uint8_t *in, size_t in_bytes,
+                         int first, int stride, int nch, uint8_t *out);
 
-/* Vertical pass, written into the caller's RGB buffer: `rows` holds the horizontally resampled
- * rows (width w pixels of nch channels, `rows_first` being the source row of rows[0]); writes
- * c->win_n rows of w RGB pixels, mirrored when flip, gray (nch 1) replicated. acc is scratch
- * of w * nch int32. */
-void tsock__resample_cols(const struct tsock__coeffs *c, const uint8_t *rows, int rows_first,
-                          int w, int nch, int flip, int32_t *acc, uint8_t *out);
+/* Whether PIL resizes in_w x in_h to out_w x out_h horizontal pass first (else vertical). */
+int tsock__horizontal_first(int in_w, int in_h, int out_w, int out_h);
 
-/* PIL's CMYK-to-RGB conversion of pixels as libjpeg delivers them (Adobe polarity). */
+/* Vertical pass for the table's output y: `rows` holds source rows `pitch` bytes apart, the
+ * first being the table's sample rows_first; the first `len` bytes of each take part (every
+ * byte is a channel of its own). Writes len bytes to out; acc is scratch of len int32. */
+void tsock__resample_col(const struct tsock__coeffs *c, int y, const uint8_t *rows, int rows_first,
+                         size_t pitch, size_t len, int32_t *acc, uint8_t *out);
+
+/* Writes a row of w pixels of nch (1 or 3) channels as RGB, mirrored when flip. */
+void tsock__emit_row(const uint8_t *row, int w, int nch, int flip, uint8_t *dst);
+
+/* PIL's CMYK-to-RGB conversion of pixels as libjpeg delivers them (Adobe polarity). In place
+ * (out == in) is allowed. */
 void tsock__cmyk_to_rgb(const uint8_t *in, uint8_t *out, int n);
 
 /* The plan both codecs follow, in the coordinates of the decoded (possibly DCT-scaled)
@@ -62,6 +76,7 @@ struct tsock__plan {
     int need_x0, need_x1; /* decoded columns the horizontal pass reads: [need_x0, need_x1) */
     int need_y0, need_y1; /* decoded rows the vertical pass reads */
     int nch;              /* channels resampled: 1 (gray) or 3 */
+    int hfirst;           /* horizontal pass first (PIL's order for these sizes) */
     int flip;
     int out_w, out_h;
 };
@@ -71,18 +86,19 @@ struct tsock_decoder {
     int max_scans;
     int flags;
     struct tsock_decode_report report;
-    struct tsock__coeffs ch, cv;         /* horizontal and vertical tables */
-    struct tsock__buf rows;              /* horizontally resampled rows */
-    struct tsock__buf line;              /* codec output lines */
-    struct tsock__buf conv;              /* a converted line (CMYK to RGB) */
-    struct tsock__buf acc;               /* vertical accumulators */
-    struct tsock__buf image;             /* a whole decoded PNG */
-    void *jpeg;                          /* struct tsock__jpeg (jpeg.c), created on first use */
+    struct tsock__coeffs ch, cv; /* horizontal and vertical tables */
+    struct tsock__buf rows;      /* rows kept for the second pass */
+    struct tsock__buf line;      /* codec output lines not kept */
+    struct tsock__buf conv;      /* one row between passes */
+    struct tsock__buf conv2;     /* one output row before it is written */
+    struct tsock__buf acc;       /* vertical accumulators */
+    struct tsock__buf image;     /* a whole decoded PNG */
+    void *jpeg;                  /* struct tsock__jpeg (jpeg.c), created on first use */
 };
 
 /* Sets up the plan and the tables for a decoded image of src_w x src_h, into which the crop
  * maps as the box [bx0, bx1) x [by0, by1) clamped to the pixels [cx0, cx1) x [cy0, cy1).
- * Returns 0 or a negative code. */
+ * The pass order is PIL's for the clamp rectangle's size. Returns 0 or a negative code. */
 int tsock__plan_make(struct tsock_decoder *d, struct tsock__plan *pl, int src_w, int src_h,
                      double bx0, double by0, double bx1, double by1, int cx0, int cy0, int cx1,
                      int cy1, const struct tsock_resize_spec *spec, int nch);
@@ -93,6 +109,14 @@ int tsock__jpeg_decode(struct tsock_decoder *d, const uint8_t *data, size_t size
                        const struct tsock_image_info *info, const struct tsock_resize_spec *spec,
                        uint8_t *out);
 void tsock__jpeg_free(void *jpeg);
+/* The second half of every decode, once the codec has delivered its rows. With the horizontal
+ * pass first, `rows` holds the horizontally resampled rows need_y0 .. need_y1-1 (out_w * nch
+ * bytes each). Otherwise it holds the decoded rows need_y0 .. need_y1-1, `pitch` bytes apart,
+ * each starting at decoded column `rows_x0` with `px` bytes per pixel of which the first nch
+ * are used. Writes the output. Returns 0 or -ENOMEM. */
+int tsock__finish(struct tsock_decoder *d, const struct tsock__plan *pl, const uint8_t *rows,
+                  size_t pitch, int rows_x0, int px, uint8_t *out);
+
 int tsock__png_decode(struct tsock_decoder *d, const uint8_t *data, size_t size,
                       const struct tsock_image_info *info, const struct tsock_resize_spec *spec,
                       uint8_t *out);

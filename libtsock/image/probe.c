@@ -139,8 +139,7 @@ probe_jpeg(const uint8_t *p, size_t n, struct tsock_image_info *info)
             }
             /* DNL-defined height, other than 8-bit samples, components libjpeg cannot turn
              * into RGB: valid JPEG, not decoded (libjpeg-turbo 2.1 refuses the first two). */
-            if (info->height == 0 || info->bit_depth != 8 ||
-                (s[5] != 1 && s[5] != 3 && s[5] != 4))
+            if (info->height == 0 || info->bit_depth != 8 || (s[5] != 1 && s[5] != 3 && s[5] != 4))
                 unsupported = 1;
             break;
         case 0xC3: /* lossless */

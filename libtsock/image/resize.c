@@ -5,7 +5,9 @@
  *    reduction factor when reducing (antialiasing);
  *  - each output pixel has its own taps, computed in double, normalised to sum 1, then rounded
  *    to 22-bit fixed point (PRECISION_BITS = 32 - 8 - 2);
- *  - the horizontal pass runs first and rounds to 8 bits; the vertical pass works on that.
+ *  - one pass rounds to 8 bits and the other works on that; the horizontal pass runs first
+ *    unless the height shrinks by more than twice as many pixels as the width (Pillow 13's
+ *    rule; see tsock__horizontal_first).
  * Reproducing the double arithmetic step by step (and in PIL's order) is what makes the tables
  * identical, so the code below follows precompute_coeffs() closely on purpose.
  */
@@ -15,6 +17,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define TSOCK_SSE2 1
+#endif
+/* An AVX2 horizontal pass, compiled for AVX2 whatever the build's flags and chosen at run time
+ * (gcc and clang on x86-64). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define TSOCK_AVX2 1
+#endif
+
 #include "core/core.h"
 #include "image/image_int.h"
 
@@ -23,8 +36,9 @@
 void *
 tsock__buf_get(struct tsock__buf *b, size_t n)
 {
-    if (n == 0)
-        n = 1;
+    /* Every buffer has TSOCK__BUF_SLACK bytes beyond what was asked for: the SIMD horizontal
+     * pass stores whole 4-byte words for 3-byte pixels. */
+    n += TSOCK__BUF_SLACK;
     if (n > b->cap) {
         /* Grow by half again, so that a slowly rising size does not reallocate every time. */
         size_t cap = n + n / 2;
@@ -56,8 +70,8 @@ bilinear_filter(double x)
 }
 
 int
-tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_size,
-                      int out_size, int win0, int win_n)
+tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_size, int out_size,
+                      int win0, int win_n)
 {
     double support, scale, filterscale, ss;
     double *kk;
@@ -84,7 +98,8 @@ tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_si
     kk = tsock__buf_get(&c->work_buf, entries * sizeof(double));
     c->k = tsock__buf_get(&c->k_buf, entries * sizeof(int32_t));
     c->bounds = tsock__buf_get(&c->bounds_buf, (size_t)win_n * 2 * sizeof(int));
-    if (!kk || !c->k || !c->bounds)
+    c->kp = tsock__buf_get(&c->kp_buf, (size_t)win_n * (size_t)(ksize + 1) * 4 * sizeof(int32_t));
+    if (!kk || !c->k || !c->bounds || !c->kp)
         return -ENOMEM;
 
     ss = 1.0 / filterscale;
@@ -121,6 +136,19 @@ tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_si
     for (size_t e = 0; e < entries; e++)
         c->k[e] = kk[e] < 0 ? (int32_t)(-0.5 + kk[e] * (1 << PRECISION_BITS))
                             : (int32_t)(0.5 + kk[e] * (1 << PRECISION_BITS));
+    /* Split into 11-bit halves for pmaddwd (the bilinear taps are never negative, and at most
+     * 1 << 22, so the high half is at most 2048). */
+    for (int i = 0; i < win_n; i++) {
+        const int32_t *k = c->k + (size_t)i * ksize;
+        int32_t *kp = c->kp + (size_t)i * (ksize + 1) * 4;
+        for (int t = 0; t < ksize; t += 2) {
+            uint32_t a = (uint32_t)k[t], b = t + 1 < ksize ? (uint32_t)k[t + 1] : 0;
+            for (int lane = 0; lane < 4; lane++) { /* stored broadcast, ready to load */
+                kp[4 * t + lane] = (int32_t)((a >> 11) | (b >> 11) << 16);
+                kp[4 * t + 4 + lane] = (int32_t)((a & 2047) | (b & 2047) << 16);
+            }
+        }
+    }
 
     c->in0 = in0;
     c->in1 = in1;
@@ -138,6 +166,7 @@ tsock__coeffs_free(struct tsock__coeffs *c)
 {
     tsock__buf_free(&c->bounds_buf);
     tsock__buf_free(&c->k_buf);
+    tsock__buf_free(&c->kp_buf);
     tsock__buf_free(&c->work_buf);
     memset(c, 0, sizeof *c);
 }
@@ -172,76 +201,232 @@ clip8(int32_t v)
     return (uint8_t)(v >> PRECISION_BITS);
 }
 
-void
-tsock__resample_row(const struct tsock__coeffs *c, const uint8_t *in, int stride, int nch,
-                    uint8_t *out)
+#ifdef TSOCK_SSE2
+/* (high << 11) + low + rounding, shifted: PIL's clip8 of the exact sum, four lanes at once
+ * (packs/packus saturate to 0..255 as clip8 clamps). */
+static inline __m128i
+combine(__m128i h, __m128i l)
+{
+    __m128i v = _mm_add_epi32(_mm_add_epi32(_mm_slli_epi32(h, 11), l),
+                              _mm_set1_epi32(1 << (PRECISION_BITS - 1)));
+    return _mm_srai_epi32(v, PRECISION_BITS);
+}
+#endif
+
+/* One output sample (or RGB pixel) the plain way, as PIL's loop computes it. */
+static inline void
+row_scalar(const int32_t *k, int n, const uint8_t *p, int stride, int nch, uint8_t *out)
+{
+    for (int ch = 0; ch < nch; ch++) {
+        int32_t s = 1 << (PRECISION_BITS - 1);
+        for (int t = 0; t < n; t++)
+            s += p[t * stride + ch] * k[t];
+        out[ch] = clip8(s);
+    }
+}
+
+#ifdef TSOCK_AVX2
+/* Two output pixels per step, one in each 128-bit lane, each lane doing what the SSE2 loop
+ * does for one pixel: a pair of taps is a pixel and its right neighbour, widened, interleaved
+ * and fed to vpmaddwd with the taps' high and low halves. The two pixels' tap counts may
+ * differ: the shorter one's extra taps are 0 in the table, and the caller guarantees that the
+ * loads for max(n) taps stay inside the row. Returns the number of pixels done (even). */
+__attribute__((target("avx2"))) static int
+row_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *in, size_t in_bytes, int first,
+             int stride, uint8_t *out)
 {
     const int ksize = c->ksize;
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i round = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+    int i = 0;
 
-    if (nch == 1) {
-        for (int i = 0; i < c->win_n; i++) {
-            const uint8_t *p = in + (size_t)c->bounds[2 * i] * stride;
-            const int32_t *k = c->k + (size_t)i * ksize;
-            int32_t s = 1 << (PRECISION_BITS - 1);
-            for (int t = 0, n = c->bounds[2 * i + 1]; t < n; t++)
-                s += p[t * stride] * k[t];
-            out[i] = clip8(s);
+    for (; i + 1 < c->win_n; i += 2) {
+        const int *b = c->bounds + 2 * i;
+        int n = b[1] > b[3] ? b[1] : b[3];
+        size_t o0, o1;
+        if (b[1] <= 0 || b[3] <= 0)
+            break;
+        o0 = (size_t)(b[0] - first) * (size_t)stride;
+        o1 = (size_t)(b[2] - first) * (size_t)stride;
+        if (o0 + (size_t)n * stride + 8 > in_bytes || o1 + (size_t)n * stride + 8 > in_bytes)
+            break; /* near the end of the row: the caller finishes one at a time */
+        const uint8_t *p0 = in + o0, *p1 = in + o1;
+        const __m128i *k0 = (const __m128i *)(const void *)(c->kp + (size_t)i * (ksize + 1) * 4);
+        const __m128i *k1 =
+            (const __m128i *)(const void *)(c->kp + (size_t)(i + 1) * (ksize + 1) * 4);
+        __m256i h = z, l = z;
+        for (int t = 0; t < n; t += 2, p0 += 2 * stride, p1 += 2 * stride, k0 += 2, k1 += 2) {
+            __m256i a = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)p0)),
+                _mm_loadl_epi64((const __m128i *)(const void *)p1), 1);
+            __m256i bb = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(
+                    _mm_loadl_epi64((const __m128i *)(const void *)(p0 + stride))),
+                _mm_loadl_epi64((const __m128i *)(const void *)(p1 + stride)), 1);
+            __m256i x =
+                _mm256_unpacklo_epi16(_mm256_unpacklo_epi8(a, z), _mm256_unpacklo_epi8(bb, z));
+            __m256i kh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(k0)),
+                                                 _mm_loadu_si128(k1), 1);
+            __m256i kl = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(k0 + 1)),
+                                                 _mm_loadu_si128(k1 + 1), 1);
+            h = _mm256_add_epi32(h, _mm256_madd_epi16(x, kh));
+            l = _mm256_add_epi32(l, _mm256_madd_epi16(x, kl));
         }
-        return;
+        __m256i v = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), round);
+        v = _mm256_srai_epi32(v, PRECISION_BITS);
+        v = _mm256_packs_epi32(v, v);
+        v = _mm256_packus_epi16(v, v);
+        uint32_t q0 = (uint32_t)_mm_cvtsi128_si32(_mm256_castsi256_si128(v));
+        uint32_t q1 = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(v, 1));
+        /* 4-byte stores for 3-byte pixels: the stray byte lands on the next pixel, written
+         * later, or on the buffer's slack. */
+        memcpy(out + (size_t)i * 3, &q0, 4);
+        memcpy(out + (size_t)i * 3 + 3, &q1, 4);
     }
-    for (int i = 0; i < c->win_n; i++) {
-        const uint8_t *p = in + (size_t)c->bounds[2 * i] * stride;
+    return i;
+}
+#endif
+
+void
+tsock__resample_row(const struct tsock__coeffs *c, const uint8_t *in, size_t in_bytes, int first,
+                    int stride, int nch, uint8_t *out)
+{
+    const int ksize = c->ksize;
+    int i = 0;
+
+#ifdef TSOCK_AVX2
+    if (nch == 3 && !c->no_avx2 && __builtin_cpu_supports("avx2"))
+        i = row_rgb_avx2(c, in, in_bytes, first, stride, out);
+#endif
+    for (; i < c->win_n; i++) {
         const int32_t *k = c->k + (size_t)i * ksize;
-        int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-        for (int t = 0, n = c->bounds[2 * i + 1]; t < n; t++, p += stride) {
-            s0 += p[0] * k[t];
-            s1 += p[1] * k[t];
-            s2 += p[2] * k[t];
+        const int n = c->bounds[2 * i + 1];
+        uint8_t *o = out + (size_t)i * nch;
+        size_t off;
+
+        if (n <= 0) {
+            memset(o, 0, (size_t)nch); /* no taps: PIL's sum is the rounding term alone */
+            continue;
         }
-        out[3 * i] = clip8(s0);
-        out[3 * i + 1] = clip8(s1);
-        out[3 * i + 2] = clip8(s2);
+        off = (size_t)(c->bounds[2 * i] - first) * (size_t)stride;
+#ifdef TSOCK_SSE2
+        /* RGB: each pair of taps is two 8-byte loads (a pixel and the next), interleaved so
+         * that pmaddwd sums R0*k0 + R1*k1 and so on; the fourth lane is ignored. Pixels whose
+         * loads would pass the end of the row take the plain path. */
+        if (nch == 3 && off + (size_t)(n - 1) * stride + 8 <= in_bytes) {
+            const uint8_t *p = in + off;
+            const __m128i *kp =
+                (const __m128i *)(const void *)(c->kp + (size_t)i * (ksize + 1) * 4);
+            const __m128i z = _mm_setzero_si128();
+            __m128i h = z, l = z;
+            int t = 0;
+            for (; t + 1 < n; t += 2, p += 2 * stride, kp += 2) {
+                __m128i a = _mm_loadl_epi64((const __m128i *)(const void *)p);
+                __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(p + stride));
+                __m128i x = _mm_unpacklo_epi16(_mm_unpacklo_epi8(a, z), _mm_unpacklo_epi8(b, z));
+                h = _mm_add_epi32(h, _mm_madd_epi16(x, _mm_loadu_si128(kp)));
+                l = _mm_add_epi32(l, _mm_madd_epi16(x, _mm_loadu_si128(kp + 1)));
+            }
+            if (t < n) { /* odd tail: the pair's second tap is 0 */
+                __m128i a = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(const void *)p), z);
+                __m128i x = _mm_unpacklo_epi16(a, a);
+                h = _mm_add_epi32(h, _mm_madd_epi16(x, _mm_loadu_si128(kp)));
+                l = _mm_add_epi32(l, _mm_madd_epi16(x, _mm_loadu_si128(kp + 1)));
+            }
+            __m128i v = combine(h, l);
+            v = _mm_packus_epi16(_mm_packs_epi32(v, v), v);
+            /* Four bytes written, the fourth landing on the next pixel (written after this
+             * one) or on the buffer's slack (tsock__buf_get). */
+            uint32_t px = (uint32_t)_mm_cvtsi128_si32(v);
+            memcpy(o, &px, 4);
+            continue;
+        }
+#endif
+        row_scalar(k, n, in + off, stride, nch, o);
+    }
+}
+
+int
+tsock__horizontal_first(int in_w, int in_h, int out_w, int out_h)
+{
+    /* Pillow 13's ImagingResampleInner: "If height is being scaled down more than twice the
+     * amount the width is, run the vertical pass first". Earlier Pillow always ran the
+     * horizontal pass first; the two orders differ by at most 1 level at some pixels. */
+    int64_t dh = (int64_t)in_h - out_h, dw = (int64_t)in_w - out_w;
+    return !(dh > 0 && dh > dw * 2);
+}
+
+void
+tsock__resample_col(const struct tsock__coeffs *c, int y, const uint8_t *rows, int rows_first,
+                    size_t pitch, size_t len, int32_t *acc, uint8_t *out)
+{
+    const int32_t *k = c->k + (size_t)y * c->ksize;
+    const int n = c->bounds[2 * y + 1];
+    const uint8_t *src = n > 0 ? rows + (size_t)(c->bounds[2 * y] - rows_first) * pitch : rows;
+    size_t i = 0;
+
+#ifdef TSOCK_SSE2
+    /* 16 samples at a time: two rows (a pair of taps) interleaved into pmaddwd, with the
+     * high and low halves of the taps summed apart and combined at the end (exact). */
+    const int32_t *kp = c->kp + (size_t)y * (c->ksize + 1) * 4;
+    const __m128i z = _mm_setzero_si128();
+    for (; i + 16 <= len; i += 16) {
+        __m128i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
+        const uint8_t *r = src + i;
+        for (int t = 0; t < n; t += 2, r += 2 * pitch) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(const void *)r);
+            __m128i b = t + 1 < n ? _mm_loadu_si128((const __m128i *)(const void *)(r + pitch))
+                                  : a; /* odd tail: its tap is 0 */
+            __m128i alo = _mm_unpacklo_epi8(a, z), ahi = _mm_unpackhi_epi8(a, z);
+            __m128i blo = _mm_unpacklo_epi8(b, z), bhi = _mm_unpackhi_epi8(b, z);
+            __m128i x0 = _mm_unpacklo_epi16(alo, blo), x1 = _mm_unpackhi_epi16(alo, blo);
+            __m128i x2 = _mm_unpacklo_epi16(ahi, bhi), x3 = _mm_unpackhi_epi16(ahi, bhi);
+            __m128i kh = _mm_loadu_si128((const __m128i *)(const void *)(kp + 4 * t));
+            __m128i kl = _mm_loadu_si128((const __m128i *)(const void *)(kp + 4 * t + 4));
+            h0 = _mm_add_epi32(h0, _mm_madd_epi16(x0, kh));
+            h1 = _mm_add_epi32(h1, _mm_madd_epi16(x1, kh));
+            h2 = _mm_add_epi32(h2, _mm_madd_epi16(x2, kh));
+            h3 = _mm_add_epi32(h3, _mm_madd_epi16(x3, kh));
+            l0 = _mm_add_epi32(l0, _mm_madd_epi16(x0, kl));
+            l1 = _mm_add_epi32(l1, _mm_madd_epi16(x1, kl));
+            l2 = _mm_add_epi32(l2, _mm_madd_epi16(x2, kl));
+            l3 = _mm_add_epi32(l3, _mm_madd_epi16(x3, kl));
+        }
+        __m128i lo = _mm_packs_epi32(combine(h0, l0), combine(h1, l1));
+        __m128i hi = _mm_packs_epi32(combine(h2, l2), combine(h3, l3));
+        _mm_storeu_si128((__m128i *)(void *)(out + i), _mm_packus_epi16(lo, hi));
+    }
+#endif
+    /* The rest (or everything without SSE2): tap by tap over the row, the same sums as PIL's
+     * per-pixel loop (integer addition is exact) in an order a compiler can vectorise. */
+    if (i < len) {
+        const uint8_t *r = src + i;
+        size_t m = len - i;
+        for (size_t j = 0; j < m; j++)
+            acc[j] = 1 << (PRECISION_BITS - 1);
+        for (int t = 0; t < n; t++, r += pitch) {
+            const int32_t kt = k[t];
+            for (size_t j = 0; j < m; j++)
+                acc[j] += r[j] * kt;
+        }
+        for (size_t j = 0; j < m; j++)
+            out[i + j] = clip8(acc[j]);
     }
 }
 
 void
-tsock__resample_cols(const struct tsock__coeffs *c, const uint8_t *rows, int rows_first, int w,
-                     int nch, int flip, int32_t *acc, uint8_t *out)
+tsock__emit_row(const uint8_t *row, int w, int nch, int flip, uint8_t *dst)
 {
-    const size_t row_bytes = (size_t)w * nch;
-    const int ksize = c->ksize;
-
-    for (int y = 0; y < c->win_n; y++) {
-        const int32_t *k = c->k + (size_t)y * ksize;
-        const uint8_t *src = rows + (size_t)(c->bounds[2 * y] - rows_first) * row_bytes;
-        uint8_t *dst = out + (size_t)y * w * 3;
-
-        /* Tap by tap over whole rows: the same sums as PIL's per-pixel loop (integer addition
-         * is exact), in an order the compiler can vectorise. */
-        for (size_t i = 0; i < row_bytes; i++)
-            acc[i] = 1 << (PRECISION_BITS - 1);
-        for (int t = 0, n = c->bounds[2 * y + 1]; t < n; t++, src += row_bytes) {
-            const int32_t kt = k[t];
-            for (size_t i = 0; i < row_bytes; i++)
-                acc[i] += src[i] * kt;
+    if (nch == 1) {
+        for (int x = 0; x < w; x++) {
+            uint8_t *o = dst + 3 * (size_t)(flip ? w - 1 - x : x);
+            o[0] = o[1] = o[2] = row[x];
         }
-        if (nch == 1) {
-            for (int x = 0; x < w; x++) {
-                uint8_t v = clip8(acc[x]);
-                uint8_t *o = dst + 3 * (size_t)(flip ? w - 1 - x : x);
-                o[0] = o[1] = o[2] = v;
-            }
-        } else if (!flip) {
-            for (size_t i = 0; i < row_bytes; i++)
-                dst[i] = clip8(acc[i]);
-        } else {
-            for (int x = 0; x < w; x++) {
-                uint8_t *o = dst + 3 * (size_t)(w - 1 - x);
-                o[0] = clip8(acc[3 * x]);
-                o[1] = clip8(acc[3 * x + 1]);
-                o[2] = clip8(acc[3 * x + 2]);
-            }
-        }
+    } else if (!flip) {
+        memcpy(dst, row, (size_t)w * 3);
+    } else {
+        for (int x = 0; x < w; x++)
+            memcpy(dst + 3 * (size_t)(w - 1 - x), row + 3 * (size_t)x, 3);
     }
 }
 
@@ -253,9 +438,10 @@ tsock__cmyk_to_rgb(const uint8_t *in, uint8_t *out, int n)
      * nk - nk * C / 255 with nk = 255 - K and MULDIV255's rounding. In libjpeg's terms that is
      * below, and it reproduces PIL exactly. */
     for (int i = 0; i < n; i++, in += 4, out += 3) {
-        int nk = in[3];
+        /* All four read before any write: callers convert in place (out == in). */
+        const int c[3] = {in[0], in[1], in[2]}, nk = in[3];
         for (int ch = 0; ch < 3; ch++) {
-            int t = (255 - in[ch]) * nk + 128;
+            int t = (255 - c[ch]) * nk + 128;
             int v = nk - (((t >> 8) + t) >> 8);
             out[ch] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
         }

@@ -88,7 +88,8 @@ set_tensor(struct tsock_tensor_desc *t, const char *name, int dtype, int ndim, c
     t->sample_bytes = sample_bytes;
 }
 
-/* ImageNet-like: 32 images of 3x224x224 bytes and 32 int64 labels per slot, 8 slots. */
+/* ImageNet-like: 32 images of 3x224x224 bytes and 32 int64 labels per slot, 8 slots, a sampler
+ * over the 1 281 167 training images. */
 static void
 welcome(struct tsock_msg *m)
 {
@@ -104,6 +105,7 @@ welcome(struct tsock_msg *m)
     w->ring_bytes = w->slot_stride * 8;
     w->heartbeat_ms = 250;
     w->device = TSOCK_DEVICE_CPU;
+    w->samples = 1281167;
     snprintf(w->shm_name, sizeof w->shm_name, "/tsock-4242-ring");
     w->tensor_count = 2;
     set_tensor(&w->tensors[0], "image", TSOCK_UINT8, 3, chw, 0, 150528);
@@ -126,6 +128,7 @@ welcome_max(struct tsock_msg *m)
     w->slot_count = 1024;
     w->heartbeat_ms = 1000;
     w->device = TSOCK_DEVICE_CUDA;
+    w->samples = UINT64_MAX;
     w->shm_name[0] = '/';
     memset(w->shm_name + 1, 'r', TSOCK_PROTO_MAX_SHM_NAME - 1);
     w->tensor_count = TSOCK_MAX_TENSORS;
@@ -156,6 +159,8 @@ valid(const char *dir)
 
     welcome(&m);
     put(dir, "welcome.bin", &m);
+    m.u.welcome.samples = 0;
+    put(dir, "welcome-free.bin", &m);
     welcome_max(&m);
     put(dir, "welcome-max.bin", &m);
 
@@ -173,10 +178,20 @@ valid(const char *dir)
     m.u.batch.seq = 1000;
     m.u.batch.epoch = 2;
     m.u.batch.index_in_epoch = 40;
+    m.u.batch.position = 2 * 1281167 + 40 * 32;
     put(dir, "batch.bin", &m);
     m.u.batch.samples = 17;
+    m.u.batch.index_in_epoch = 40036;
+    m.u.batch.position = 2 * 1281167 + 40036 * 32;
     m.u.batch.flags = TSOCK_BATCH_EPOCH_END;
     put(dir, "batch-epoch-end.bin", &m);
+    m.u.batch.slot = 1023;
+    m.u.batch.samples = UINT32_MAX;
+    m.u.batch.seq = UINT64_MAX;
+    m.u.batch.epoch = UINT64_MAX;
+    m.u.batch.index_in_epoch = UINT64_MAX;
+    m.u.batch.position = UINT64_MAX;
+    put(dir, "batch-max.bin", &m);
 
     memset(&m, 0, sizeof m);
     m.type = TSOCK_MSG_RELEASE;
@@ -189,6 +204,12 @@ valid(const char *dir)
     put(dir, "heartbeat.bin", &m);
     m.type = TSOCK_MSG_BYE;
     put(dir, "bye.bin", &m);
+    m.type = TSOCK_MSG_PAUSE;
+    put(dir, "pause.bin", &m);
+    m.type = TSOCK_MSG_RESUME;
+    put(dir, "resume.bin", &m);
+    m.type = TSOCK_MSG_RESUMED;
+    put(dir, "resumed.bin", &m);
 
     memset(&m, 0, sizeof m);
     m.type = TSOCK_MSG_SHUTDOWN;
@@ -215,7 +236,7 @@ malformed(const char *dir)
     store_le(buf + 4, 2, 2);
     emit(dir, "bad-version.bin", buf, n);
     n = encode(&m, buf);
-    store_le(buf + 6, 9, 2);
+    store_le(buf + 6, TSOCK_MSG_RESUMED + 1, 2);
     emit(dir, "bad-type.bin", buf, n);
     n = encode(&m, buf);
     store_le(buf + 8, 0xFFFFFFF0u, 4);
@@ -225,12 +246,39 @@ malformed(const char *dir)
     store_le(buf + 8, n + 1 - TSOCK_PROTO_HEADER_SIZE, 4);
     emit(dir, "bad-trailing.bin", buf, n + 1);
     emit(dir, "bad-empty.bin", buf, 0);
+    /* The BATCH layout without `position` (40-byte body): flags moved up over it. */
+    n = encode(&m, buf);
+    memmove(buf + TSOCK_PROTO_HEADER_SIZE + 32, buf + TSOCK_PROTO_HEADER_SIZE + 40, 4);
+    n -= 8;
+    store_le(buf + 8, n - TSOCK_PROTO_HEADER_SIZE, 4);
+    emit(dir, "bad-batch-no-position.bin", buf, n);
+    /* A message with an empty body carrying one, announced and not. */
+    memset(&m, 0, sizeof m);
+    m.type = TSOCK_MSG_PAUSE;
+    n = encode(&m, buf);
+    memset(buf + n, 0, 4);
+    store_le(buf + 8, 4, 4);
+    emit(dir, "bad-pause-body.bin", buf, n + 4);
+    m.type = TSOCK_MSG_RESUMED;
+    n = encode(&m, buf);
+    buf[n] = 0;
+    emit(dir, "bad-resumed-trailing.bin", buf, n + 1);
+    m.type = TSOCK_MSG_RESUME;
+    n = encode(&m, buf);
+    emit(dir, "bad-resume-truncated.bin", buf, n - 1);
 
     welcome(&m);
     n = encode(&m, buf);
     emit(dir, "bad-truncated-welcome.bin", buf, n - 1);
     store_le(buf + 12 + 24, m.u.welcome.ring_bytes + 1, 8); /* ring_bytes != stride * count */
     emit(dir, "bad-ring-bytes.bin", buf, n);
+    /* The WELCOME layout without `samples`: the shm name moved up over it. */
+    n = encode(&m, buf);
+    memmove(buf + TSOCK_PROTO_HEADER_SIZE + 40, buf + TSOCK_PROTO_HEADER_SIZE + 48,
+            n - TSOCK_PROTO_HEADER_SIZE - 48);
+    n -= 8;
+    store_le(buf + 8, n - TSOCK_PROTO_HEADER_SIZE, 4);
+    emit(dir, "bad-welcome-no-samples.bin", buf, n);
 }
 
 int

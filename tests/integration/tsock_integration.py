@@ -132,10 +132,11 @@ class Env:
     def path(self, name):
         return os.path.join(self.dir, name)
 
-    def producer(self, *extra, endpoint=None, name="producer", stats=None, hb=True):
+    def producer(self, *extra, endpoint=None, name="producer", stats=None, hb=True,
+                 samples=SAMPLES, batch=BATCH, slots=4, image=IMAGE):
         argv = [self.args.producer, "--dataset", "synthetic", "--endpoint", endpoint or self.ipc,
-                "--samples", str(SAMPLES), "--image-size", str(IMAGE),
-                "--batch-size", str(BATCH), "--slots", "4"]
+                "--samples", str(samples), "--image-size", str(image),
+                "--batch-size", str(batch), "--slots", str(slots)]
         if hb:
             argv += ["--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1000"]
         if stats:
@@ -144,8 +145,8 @@ class Env:
         self.procs.append(p)
         return p
 
-    def consumer(self, *extra, endpoint=None, name="consumer", hb=True):
-        argv = [self.args.consume, "--endpoint", endpoint or self.ipc, "--samples", str(SAMPLES),
+    def consumer(self, *extra, endpoint=None, name="consumer", hb=True, samples=SAMPLES):
+        argv = [self.args.consume, "--endpoint", endpoint or self.ipc, "--samples", str(samples),
                 "--json", "--quiet", "--name", name]
         if hb:
             argv += ["--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1000"]
@@ -477,6 +478,13 @@ def test_bad_options(env):
         ([C, "--name", "n" * 100], "--name"),
         ([C, "--frobnicate"], "--frobnicate"),
         ([C, "--json", "stray"], "stray"),
+        ([C, "--batch-size", "-1"], "--batch-size"),
+        ([C, "--batch-size", "4294967296"], "--batch-size"),
+        ([C, "--join-after-ms", "soon"], "--join-after-ms"),
+        ([C, "--pause-between-epochs-ms", "-5"], "--pause-between-epochs-ms"),
+        ([C, "--epoch-grace-ms", "-1"], "--epoch-grace-ms"),
+        ([C, "--reconnect-ms", "x"], "--reconnect-ms"),
+        ([C, "--drop-last=yes"], "--drop-last"),
     ]
     for argv, needle in cases:
         r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -556,6 +564,232 @@ def test_garbage_client(env):
           f"must not count as consumers)")
 
 
+# ---- per-consumer epochs ---------------------------------------------------------------------
+
+ERROR_KEYS = ("content_errors", "label_errors", "index_errors", "layout_errors", "duplicates",
+              "missing", "out_of_order", "batch_size_errors", "epoch_size_errors")
+
+
+def check_exact(res, name, epochs, samples=SAMPLES, batch=BATCH, drop_last=False,
+                interrupted=0):
+    """A consumer's JSON after `epochs` complete epochs, each exact by its own accounting:
+    every sample id once (less the short tail with drop_last), every batch verified byte by
+    byte, batch sizes and batch counts as the library announced and as they must be."""
+    for key in ERROR_KEYS:
+        check(res[key] == 0, f"{name}: {key} = {res[key]}")
+    check(res["error"] is None, f"{name}: error {res['error']!r}")
+    check(res["exit_code"] == 0, f"{name}: exit code {res['exit_code']}")
+    check(res["epochs"] == epochs, f"{name}: {res['epochs']} epochs, expected {epochs}")
+    check(res["interrupted_epochs"] == interrupted,
+          f"{name}: {res['interrupted_epochs']} interrupted epochs, expected {interrupted}")
+    check(res["partial_epochs"] == 0, f"{name}: {res['partial_epochs']} partial epochs")
+    check(res["dataset_size"] == samples, f"{name}: dataset size {res['dataset_size']}")
+    check(res["batch_size"] == batch, f"{name}: batch size {res['batch_size']}")
+    tail = samples % batch if drop_last else 0
+    per_epoch = samples - tail
+    bpe = samples // batch if drop_last else -(-samples // batch)
+    check(res["batches_per_epoch"] == bpe,
+          f"{name}: the library announced {res['batches_per_epoch']} batches per epoch, "
+          f"expected {bpe}")
+    check(res["dropped"] == tail * epochs,
+          f"{name}: dropped {res['dropped']} samples, expected {tail * epochs}")
+    complete = [n for n in res["per_epoch_samples"]]
+    cut = list(res["interrupted_epoch_samples"])
+    for n in cut:  # an interrupted epoch appears in per_epoch_samples too, in its place
+        if n:
+            complete.remove(n)
+    check(complete == [per_epoch] * epochs,
+          f"{name}: per-epoch samples {res['per_epoch_samples']}, expected {epochs} x "
+          f"{per_epoch}")
+    if not interrupted:
+        check(res["samples"] == per_epoch * epochs, f"{name}: {res['samples']} samples")
+        check(res["batches"] == bpe * epochs, f"{name}: {res['batches']} batches")
+    check(res["views"] + res["gathers"] == res["batches"],
+          f"{name}: {res['views']} views + {res['gathers']} gathers != {res['batches']}")
+
+
+def wait_json(proc, timeout, what=None):
+    rc = proc.wait(timeout, what)
+    res = proc.json()
+    check(rc == 0, f"{proc.name} exit code {rc} ({res.get('error')})")
+    return res
+
+
+def stream_offset(res, first_seq, batches_per_producer_epoch):
+    """Where in a producer epoch a consumer's first batch fell (0: at an epoch start)."""
+    return (res["first_seq"] - first_seq) % batches_per_producer_epoch
+
+
+def test_four_batch_sizes(env):
+    """Producer batch 64 over 3000 samples (not a multiple of 64); consumers of batch 1, 48, 64
+    and 100 (and 128 with drop_last) joining at different moments, three of them while the
+    first ones are in the middle of an epoch: every consumer epoch is exact."""
+    samples, pbatch, slots = 3000, 64, 8
+    stats = env.path("stats.json")
+    prod = env.producer("--epochs", "0", stats=stats, samples=samples, batch=pbatch, slots=slots,
+                        image=8)
+    prod.wait_stderr("serving", 10)
+    # (batch, join after ms, delay ms, drop_last). The delays make one group epoch take about
+    # a second, so the joiners at 300, 450 and 600 ms land inside the first epoch.
+    plan = [(1, 0, 0, False), (64, 0, 20, False), (48, 300, 12, False), (128, 450, 25, True),
+            (100, 600, 20, False)]
+    cons = []
+    for batch, join, delay, drop in plan:
+        extra = ["--epochs", "3", "--batch-size", str(batch), "--join-after-ms", str(join),
+                 "--delay-ms", str(delay)] + (["--drop-last"] if drop else [])
+        cons.append(env.consumer(*extra, samples=samples,
+                                 name=f"batch{batch}" + ("-drop-last" if drop else "")))
+    results = {}
+    for (batch, join, delay, drop), c in zip(plan, cons):
+        res = wait_json(c, 25)
+        check_exact(res, c.name, 3, samples=samples, batch=batch, drop_last=drop)
+        results[c.name] = res
+        print(f"{c.name}: first seq {res['first_seq']}, {res['views']} views, "
+              f"{res['gathers']} gathers, {res['wall_s']:.2f} s")
+    # Zero-copy where a batch lies inside one producer batch, gathers where it cannot.
+    check(results["batch1"]["gathers"] == 0, "batch 1: a one-sample batch was gathered")
+    check(results["batch64"]["views"] > 0, "batch 64: no zero-copy view")
+    check(results["batch48"]["views"] > 0, "batch 48: no zero-copy view")
+    check(results["batch100"]["gathers"] > 0, "batch 100: no gather")
+    check(results["batch100"]["views"] == 0, "batch 100: a view larger than a producer batch")
+    check(results["batch128-drop-last"]["views"] == 0, "batch 128: a view of 128 samples")
+    # The late joiners started inside a producer epoch, not at its start (the stream began
+    # with the first batch the earliest consumer received).
+    per_producer_epoch = -(-samples // pbatch)
+    first = min(r["first_seq"] for r in results.values())
+    offsets = {n: stream_offset(results[n], first, per_producer_epoch)
+               for n in ("batch48", "batch128-drop-last", "batch100")}
+    print(f"late joiners' offsets in a producer epoch of {per_producer_epoch} batches: {offsets}")
+    check(any(offsets.values()), f"no late joiner started mid-epoch: {offsets}")
+    prod.signal(signal.SIGTERM)
+    rc = prod.wait(10, "after SIGTERM")
+    check(rc == 0, f"producer exit code {rc}")
+    st = read_stats(stats)
+    check(st["consumers_joined"] == len(plan), f"consumers_joined {st['consumers_joined']}")
+    check(st["consumers_lost"] == 0, f"consumers_lost {st['consumers_lost']}")
+
+
+def test_join_late_exact(env):
+    """One consumer from the start and one that joins in the middle of an epoch: both get
+    exact epochs. If the joiner happens to land on an epoch boundary, the scenario says
+    nothing about mid-epoch joins, so it runs again (at most three times)."""
+    per_producer_epoch = SAMPLES // BATCH
+    for attempt in range(3):
+        prod = env.producer("--epochs", "0", name=f"producer{attempt}")
+        prod.wait_stderr("serving", 10)
+        first = env.consumer("--epochs", "3", "--delay-ms", "5", name=f"first{attempt}")
+        late = env.consumer("--epochs", "3", "--delay-ms", "5", "--join-after-ms", "150",
+                            name=f"late{attempt}")
+        r_first = wait_json(first, 25)
+        r_late = wait_json(late, 25)
+        check_exact(r_first, first.name, 3)
+        check_exact(r_late, late.name, 3)
+        prod.signal(signal.SIGTERM)
+        rc = prod.wait(10, "after SIGTERM")
+        check(rc == 0, f"producer exit code {rc}")
+        offset = stream_offset(r_late, r_first["first_seq"], per_producer_epoch)
+        print(f"attempt {attempt}: the late consumer joined at batch {offset} of a producer "
+              f"epoch of {per_producer_epoch}")
+        if offset != 0:
+            return
+    raise Failure("the late consumer joined at an epoch boundary three times")
+
+
+def test_pause_between_epochs(env):
+    """B lingers 2 s between its epochs; meanwhile A keeps receiving. If B held its slots while
+    lingering, A could receive at most `slots` more batches before stalling; it must receive
+    many more, in every quarter of B's pause."""
+    slots = 4
+    prod = env.producer("--epochs", "0", slots=slots)
+    prod.wait_stderr("serving", 10)
+    # A: 10 epochs of 64 batches at >= 5 ms each, so it outlasts B's first epoch plus 2 s.
+    a = env.consumer("--epochs", "10", "--delay-ms", "5", "--trace-times", name="A")
+    b = env.consumer("--epochs", "2", "--pause-between-epochs-ms", "2000", "--trace-times",
+                     name="B")
+    ra = wait_json(a, 25)
+    rb = wait_json(b, 25)
+    check_exact(ra, "A", 10)
+    check_exact(rb, "B", 2)
+    # B's pause: from the batch that ended its epoch 0 to the first batch of its epoch 1, on
+    # the shared monotonic clock.
+    pause_from = rb["start_monotonic_s"] + rb["epoch_end_times_s"][0]
+    pause_to = rb["start_monotonic_s"] + rb["epoch_start_times_s"][1]
+    check(pause_to - pause_from >= 2.0, f"B's pause lasted {pause_to - pause_from:.3f} s")
+    times = [ra["start_monotonic_s"] + t for t in ra["batch_times_s"]]
+    check(len(times) == ra["batches"], f"A traced {len(times)} of {ra['batches']} batches")
+    check(times[0] < pause_from and times[-1] > pause_to,
+          "A did not run all through B's pause (the scenario is mis-sized): A from "
+          f"{times[0]:.3f} to {times[-1]:.3f}, pause from {pause_from:.3f} to {pause_to:.3f}")
+    inside = [t for t in times if pause_from < t < pause_to]
+    quarter = (pause_to - pause_from) / 4
+    per_quarter = [sum(1 for t in inside if pause_from + i * quarter < t
+                       <= pause_from + (i + 1) * quarter) for i in range(4)]
+    print(f"B paused {pause_to - pause_from:.3f} s; A received {len(inside)} batches meanwhile "
+          f"(per quarter {per_quarter}), {slots} slots")
+    check(len(inside) > slots, f"A received only {len(inside)} batches during B's pause")
+    for i, n in enumerate(per_quarter):
+        check(n > slots, f"A received {n} batches in quarter {i} of B's pause (slots {slots})")
+    prod.signal(signal.SIGTERM)
+    rc = prod.wait(10, "after SIGTERM")
+    check(rc == 0, f"producer exit code {rc}")
+
+
+def restart_reconnect(env, restart_after):
+    """The producer is killed in the middle of the consumer's second epoch and, `restart_after`
+    seconds later, another starts on the same endpoint: with --reconnect-ms the consumer's epoch
+    in progress ends early (TSOCK_E_EPOCH_INTERRUPTED), then it finishes its 4 epochs, exact, on
+    the new producer. If the kill happens to fall on one of its epoch boundaries nothing is
+    interrupted and the scenario runs again (at most three times). Without the option the
+    consumer fails: see kill_producer."""
+    for attempt in range(3):
+        p1 = env.producer("--epochs", "0", name=f"producer1-{attempt}")
+        p1.wait_stderr("serving", 10)
+        # 64 batches of >= 10 ms: an epoch takes about 0.65 s.
+        c = env.consumer("--epochs", "4", "--delay-ms", "10", "--reconnect-ms", "15000",
+                         name=f"consumer{attempt}")
+        time.sleep(1.0)
+        check(c.running(), f"{c.name} ended before the producer was killed: {c.stdout()}")
+        killed = time.monotonic()
+        p1.p.send_signal(signal.SIGKILL)
+        p1.wait(5)
+        time.sleep(restart_after)
+        p2 = env.producer("--epochs", "0", "--seed", "7", name=f"producer2-{attempt}")
+        p2.wait_stderr("serving", 10)
+        res = wait_json(c, 25, "after the producer was replaced")
+        p2.signal(signal.SIGTERM)
+        rc = p2.wait(10, "after SIGTERM")
+        check(rc == 0, f"producer2 exit code {rc}")
+        rel_kill = killed - res["start_monotonic_s"]
+        print(f"attempt {attempt}: killed at {rel_kill:.2f} s; per-epoch samples "
+              f"{res['per_epoch_samples']}, interrupted {res['interrupted_epoch_samples']}")
+        check(res["interrupted_epochs"] <= 1, f"{res['interrupted_epochs']} interrupted epochs")
+        check_exact(res, c.name, 4, interrupted=res["interrupted_epochs"])
+        starts = res["epoch_start_times_s"]
+        check(any(t < rel_kill for t in starts) and any(t > rel_kill for t in starts),
+              f"the consumer's epochs did not straddle the kill: starts {starts}")
+        if res["interrupted_epochs"] == 1:
+            cut = res["interrupted_epoch_samples"][0]
+            check(0 < cut < SAMPLES, f"interrupted epoch had {cut} samples")
+            # The interrupted epoch is neither the first nor the last: it is where the kill was.
+            idx = res["per_epoch_samples"].index(cut)
+            check(starts[idx] < rel_kill < (starts[idx + 1] if idx + 1 < len(starts) else 1e9),
+                  f"epoch {idx} ({cut} samples) was interrupted, but the kill was at "
+                  f"{rel_kill:.2f} s; epoch starts {starts}")
+            return
+    raise Failure("the producer's kill fell on the consumer's epoch boundary three times")
+
+
+def test_producer_restart_reconnect(env):
+    """A producer restarted at once, before the consumer noticed the old one's death (the
+    heartbeat timeout is 1 s here)."""
+    restart_reconnect(env, 0.0)
+
+
+def test_producer_restart_reconnect_late(env):
+    """A producer restarted after the consumer declared the old one lost."""
+    restart_reconnect(env, 2.0)
+
+
 TESTS = {
     "three_consumers": test_three_consumers,
     "kill_consumer": test_kill_consumer,
@@ -565,6 +799,11 @@ TESTS = {
     "tcp_loopback": test_tcp_loopback,
     "bad_options": test_bad_options,
     "garbage_client": test_garbage_client,
+    "four_batch_sizes": test_four_batch_sizes,
+    "join_late_exact": test_join_late_exact,
+    "pause_between_epochs": test_pause_between_epochs,
+    "producer_restart_reconnect": test_producer_restart_reconnect,
+    "producer_restart_reconnect_late": test_producer_restart_reconnect_late,
 }
 
 

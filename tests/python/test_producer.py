@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from tsock_testutil import as_numpy, start_python, synthetic_images, wait_until
+from tsock_testutil import start_python, synthetic_images, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

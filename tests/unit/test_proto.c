@@ -105,6 +105,7 @@ w_welcome(struct wire *w, const struct tsock_msg_welcome *m)
     w_le(w, m->ring_bytes, 8);
     w_le(w, m->heartbeat_ms, 4);
     w_le(w, m->device, 4);
+    w_le(w, m->samples, 8);
     w_str(w, m->shm_name, sizeof m->shm_name);
     w_le(w, m->tensor_count, 1);
     for (uint32_t t = 0; t < m->tensor_count && t < TSOCK_MAX_TENSORS; t++)
@@ -139,6 +140,7 @@ spec_encode(const struct tsock_msg *m, struct wire *w)
         w_le(w, b->seq, 8);
         w_le(w, b->epoch, 8);
         w_le(w, b->index_in_epoch, 8);
+        w_le(w, b->position, 8);
         w_le(w, b->flags, 4);
         break;
     case TSOCK_MSG_RELEASE:
@@ -148,7 +150,7 @@ spec_encode(const struct tsock_msg *m, struct wire *w)
     case TSOCK_MSG_SHUTDOWN:
         w_le(w, m->u.shutdown.reason, 4);
         break;
-    default:
+    default: /* HEARTBEAT, BYE, PAUSE, RESUME, RESUMED: empty bodies */
         break;
     }
     store_le(w->b + 8, w->n - 12, 4);
@@ -218,6 +220,7 @@ make_welcome(struct tsock_msg *m)
     w->ring_bytes = 864;
     w->heartbeat_ms = 250;
     w->device = TSOCK_DEVICE_CPU;
+    w->samples = 1281167;
     strcpy(w->shm_name, "/tsock-1234-ring");
     w->tensor_count = 2;
     set_tensor(&w->tensors[0], "image", TSOCK_UINT8, 3, image, 0, 60);
@@ -238,6 +241,7 @@ make_welcome_max(struct tsock_msg *m)
     w->slot_count = MAX_SLOTS;
     w->heartbeat_ms = UINT32_MAX;
     w->device = TSOCK_DEVICE_CUDA;
+    w->samples = UINT64_MAX;
     w->shm_name[0] = '/';
     memset(w->shm_name + 1, 'r', TSOCK_PROTO_MAX_SHM_NAME - 1);
     w->tensor_count = TSOCK_MAX_TENSORS;
@@ -255,7 +259,7 @@ make_welcome_max(struct tsock_msg *m)
     w->ring_bytes = offset * MAX_SLOTS;
 }
 
-/* One tensor whose single dimension is INT64_MAX bytes. */
+/* One tensor whose single dimension is INT64_MAX bytes; free mode (samples 0). */
 static void
 make_welcome_huge(struct tsock_msg *m)
 {
@@ -300,7 +304,15 @@ valid_messages(struct tsock_msg *out)
     out[n].u.batch.seq = UINT64_MAX;
     out[n].u.batch.epoch = UINT64_MAX;
     out[n].u.batch.index_in_epoch = UINT64_MAX;
+    out[n].u.batch.position = UINT64_MAX;
     out[n++].u.batch.flags = TSOCK_BATCH_EPOCH_END;
+    make(&out[n], TSOCK_MSG_BATCH); /* a joiner's first batch: mid-stream, mid-epoch */
+    out[n].u.batch.slot = 2;
+    out[n].u.batch.samples = 32;
+    out[n].u.batch.seq = 77;
+    out[n].u.batch.epoch = 3;
+    out[n].u.batch.index_in_epoch = 9;
+    out[n++].u.batch.position = 3 * 1000 + 9 * 32;
     make(&out[n], TSOCK_MSG_RELEASE);
     out[n].u.release.slot = 5;
     out[n++].u.release.seq = 0x0123456789ABCDEFu;
@@ -309,6 +321,9 @@ valid_messages(struct tsock_msg *out)
     out[n++].u.release.seq = UINT64_MAX;
     make(&out[n++], TSOCK_MSG_HEARTBEAT);
     make(&out[n++], TSOCK_MSG_BYE);
+    make(&out[n++], TSOCK_MSG_PAUSE);
+    make(&out[n++], TSOCK_MSG_RESUME);
+    make(&out[n++], TSOCK_MSG_RESUMED);
     make(&out[n], TSOCK_MSG_SHUTDOWN);
     out[n++].u.shutdown.reason = TSOCK_SHUTDOWN_END;
     make(&out[n], TSOCK_MSG_SHUTDOWN);
@@ -375,16 +390,16 @@ test_roundtrip(void)
 {
     struct tsock_msg msgs[MAX_SAMPLES];
     int n = valid_messages(msgs);
-    int seen[9] = {0};
+    int seen[TSOCK_MSG_RESUMED + 1] = {0};
 
     for (int i = 0; i < n; i++) {
         test_roundtrip_one(&msgs[i]);
         seen[msgs[i].type] = 1;
     }
-    for (int t = TSOCK_MSG_HELLO; t <= TSOCK_MSG_SHUTDOWN; t++)
+    for (int t = TSOCK_MSG_HELLO; t <= TSOCK_MSG_RESUMED; t++)
         CHECK(seen[t]);
     /* The largest message there is stays far below the frame limit. */
-    CHECK_EQ(tsock__msg_encode(&msgs[4], scratch, sizeof scratch), 2645);
+    CHECK_EQ(tsock__msg_encode(&msgs[4], scratch, sizeof scratch), 2653);
 
     /* Every TSOCK_E_* code can be carried by REJECT. */
     for (int code = TSOCK_E_PROTOCOL; code > TSOCK_E_LAST; code--) {
@@ -420,12 +435,13 @@ test_golden(void)
                                     0x00, 0x00, 0x00, 0x00,             /* flags */
                                     0x02, 'a',  'b'};                   /* name */
     static const uint8_t batch[] = {'T',  'S',  'C',  'K',  0x01, 0x00, 0x04, 0x00,
-                                    0x24, 0x00, 0x00, 0x00,                         /* header */
+                                    0x2C, 0x00, 0x00, 0x00,                         /* header */
                                     0x03, 0x00, 0x00, 0x00,                         /* slot */
                                     0x20, 0x00, 0x00, 0x00,                         /* samples */
                                     0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* seq */
                                     0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* epoch */
                                     0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* index */
+                                    0xA0, 0x0F, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* position */
                                     0x01, 0x00, 0x00, 0x00};                        /* flags */
     static const uint8_t reject[] = {'T',  'S',  'C',  'K',  0x01, 0x00, 0x03, 0x00,
                                      0x04, 0x00, 0x00, 0x00, 0xEE, 0xD8, 0xFF, 0xFF};
@@ -435,8 +451,11 @@ test_golden(void)
     static const uint8_t heartbeat[] = {'T', 'S', 'C', 'K', 1, 0, 6, 0, 0, 0, 0, 0};
     static const uint8_t bye[] = {'T', 'S', 'C', 'K', 1, 0, 7, 0, 0, 0, 0, 0};
     static const uint8_t shutdown[] = {'T', 'S', 'C', 'K', 1, 0, 8, 0, 4, 0, 0, 0, 2, 0, 0, 0};
+    static const uint8_t pause[] = {'T', 'S', 'C', 'K', 1, 0, 9, 0, 0, 0, 0, 0};
+    static const uint8_t resume[] = {'T', 'S', 'C', 'K', 1, 0, 10, 0, 0, 0, 0, 0};
+    static const uint8_t resumed[] = {'T', 'S', 'C', 'K', 1, 0, 11, 0, 0, 0, 0, 0};
     static const uint8_t welcome[] = {
-        'T',  'S',  'C',  'K',  0x01, 0x00, 0x02, 0x00, 0x48, 0x00, 0x00, 0x00, /* header */
+        'T',  'S',  'C',  'K',  0x01, 0x00, 0x02, 0x00, 0x50, 0x00, 0x00, 0x00, /* header */
         0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* consumer_id */
         0x02, 0x00, 0x00, 0x00,                                                 /* batch_size */
         0x03, 0x00, 0x00, 0x00,                                                 /* slot_count */
@@ -444,6 +463,7 @@ test_golden(void)
         0x30, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* ring_bytes */
         0xFA, 0x00, 0x00, 0x00,                                                 /* heartbeat */
         0x00, 0x00, 0x00, 0x00,                                                 /* device */
+        0x50, 0xC3, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* samples */
         0x02, '/',  'r',                                                        /* shm_name */
         0x01,                                                                   /* tensors */
         0x01, 'x',                                                              /* name */
@@ -466,6 +486,7 @@ test_golden(void)
     m.u.batch.seq = 0x1122334455667788u;
     m.u.batch.epoch = 2;
     m.u.batch.index_in_epoch = 5;
+    m.u.batch.position = 4000;
     m.u.batch.flags = TSOCK_BATCH_EPOCH_END;
     expect_golden(&m, batch, sizeof batch);
 
@@ -485,6 +506,12 @@ test_golden(void)
     make(&m, TSOCK_MSG_SHUTDOWN);
     m.u.shutdown.reason = TSOCK_SHUTDOWN_STOPPED;
     expect_golden(&m, shutdown, sizeof shutdown);
+    make(&m, TSOCK_MSG_PAUSE);
+    expect_golden(&m, pause, sizeof pause);
+    make(&m, TSOCK_MSG_RESUME);
+    expect_golden(&m, resume, sizeof resume);
+    make(&m, TSOCK_MSG_RESUMED);
+    expect_golden(&m, resumed, sizeof resumed);
 
     make(&m, TSOCK_MSG_WELCOME);
     m.u.welcome.consumer_id = 1;
@@ -493,6 +520,7 @@ test_golden(void)
     m.u.welcome.slot_stride = 16;
     m.u.welcome.ring_bytes = 48;
     m.u.welcome.heartbeat_ms = 250;
+    m.u.welcome.samples = 50000;
     strcpy(m.u.welcome.shm_name, "/r");
     m.u.welcome.tensor_count = 1;
     set_tensor(&m.u.welcome.tensors[0], "x", TSOCK_FLOAT32, 1, two, 0, 8);
@@ -544,7 +572,7 @@ test_header(void)
     CHECK_EQ(decode_exact(buf, 16, &d), 0);
 
     /* Unknown types, with empty and non-empty bodies; the encoder refuses them too. */
-    static const uint16_t types[] = {0, 9, 10, 0x100, 0xFFFF};
+    static const uint16_t types[] = {0, 12, 13, 0x100, 0x109, 0xFFFF};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         store_le(buf + 6, types[i], 2);
         CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
@@ -555,14 +583,46 @@ test_header(void)
         CHECK_EQ(tsock__msg_encode(&d, scratch, sizeof scratch), -EINVAL);
     }
 
-    /* HEARTBEAT and BYE have empty bodies. */
-    for (int type = TSOCK_MSG_HEARTBEAT; type <= TSOCK_MSG_BYE; type++) {
-        make(&m, type);
+    /* HEARTBEAT, BYE, PAUSE, RESUME and RESUMED have empty bodies: the header alone is the
+     * whole frame, and any body at all (zeros, or another message's body under this type) is
+     * refused, whether the header counts it or not. */
+    static const int empty[] = {TSOCK_MSG_HEARTBEAT, TSOCK_MSG_BYE, TSOCK_MSG_PAUSE,
+                                TSOCK_MSG_RESUME, TSOCK_MSG_RESUMED};
+    static const uint32_t bodies[] = {1, 4, 8, 12, 44};
+    for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++) {
+        make(&m, empty[i]);
         n = tsock__msg_encode(&m, buf, sizeof buf);
         CHECK_EQ(n, 12);
-        buf[12] = 0;
-        store_le(buf + 8, 1, 4);
-        CHECK_EQ(decode_exact(buf, 13, &d), TSOCK_E_PROTOCOL);
+        CHECK_EQ(buf[6] | buf[7] << 8, empty[i]);
+        CHECK_EQ(buf[8] | buf[9] | buf[10] | buf[11], 0);
+        CHECK_EQ(decode_exact(buf, 12, &d), 0);
+        CHECK_EQ(d.type, empty[i]);
+        for (size_t j = 0; j < sizeof bodies / sizeof bodies[0]; j++) {
+            memset(buf + 12, 0, bodies[j]);
+            store_le(buf + 8, bodies[j], 4);
+            CHECK_EQ(decode_exact(buf, 12 + bodies[j], &d), TSOCK_E_PROTOCOL);
+            CHECK_EQ(decode_exact(buf, 12, &d), TSOCK_E_PROTOCOL); /* body announced, missing */
+            store_le(buf + 8, 0, 4);
+            CHECK_EQ(decode_exact(buf, 12 + bodies[j], &d), TSOCK_E_PROTOCOL); /* not announced */
+        }
+        /* A SHUTDOWN and a BATCH relabelled with this type. */
+        struct tsock_msg other;
+        make(&other, TSOCK_MSG_SHUTDOWN);
+        other.u.shutdown.reason = TSOCK_SHUTDOWN_END;
+        n = tsock__msg_encode(&other, buf, sizeof buf);
+        store_le(buf + 6, (uint64_t)empty[i], 2);
+        CHECK_EQ(decode_exact(buf, (size_t)n, &d), TSOCK_E_PROTOCOL);
+        make(&other, TSOCK_MSG_BATCH);
+        other.u.batch.samples = 1;
+        n = tsock__msg_encode(&other, buf, sizeof buf);
+        CHECK_EQ(n, 56);
+        store_le(buf + 6, (uint64_t)empty[i], 2);
+        CHECK_EQ(decode_exact(buf, (size_t)n, &d), TSOCK_E_PROTOCOL);
+        /* And the other way round: an empty body under a type that needs one. */
+        make(&m, empty[i]);
+        tsock__msg_encode(&m, buf, sizeof buf);
+        store_le(buf + 6, TSOCK_MSG_BATCH, 2);
+        CHECK_EQ(decode_exact(buf, 12, &d), TSOCK_E_PROTOCOL);
     }
 
     /* Frames larger than the limit are refused before anything else is looked at, even when
@@ -612,7 +672,7 @@ patched_decode(const struct tsock_msg *m, size_t off, uint8_t v)
 static size_t
 tensor_offset(const struct tsock_msg_welcome *w, uint32_t t)
 {
-    size_t off = 12 + 40 + 1 + strlen(w->shm_name) + 1;
+    size_t off = 12 + 48 + 1 + strlen(w->shm_name) + 1;
 
     for (uint32_t i = 0; i < t; i++)
         off += 1 + strlen(w->tensors[i].name) + 2 + 8u * w->tensors[i].ndim + 16;
@@ -703,6 +763,29 @@ test_welcome_ring_rules(void)
     EXPECT_INVALID(m);
     w->device = UINT32_MAX;
     EXPECT_INVALID(m);
+
+    /* samples: any value (0 is free mode); it sits at body offset 40, after device. */
+    static const uint64_t samples[] = {0, 1, 1281167, UINT64_MAX};
+    for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++) {
+        m = base;
+        w->samples = samples[i];
+        EXPECT_VALID(m);
+    }
+    struct wire wire;
+    struct tsock_msg d;
+    m = base;
+    w->samples = 0;
+    spec_encode(&m, &wire);
+    wire.b[12 + 40 + 7] = 0x80;
+    CHECK_EQ(decode_exact(wire.b, wire.n, &d), 0);
+    CHECK(d.u.welcome.samples == 0x8000000000000000u);
+    CHECK_EQ(d.u.welcome.device, TSOCK_DEVICE_CPU);
+    CHECK(strcmp(d.u.welcome.shm_name, base.u.welcome.shm_name) == 0);
+    /* A WELCOME without the samples field (the layout before it existed) is refused. */
+    memmove(wire.b + 12 + 40, wire.b + 12 + 48, wire.n - (12 + 48));
+    wire.n -= 8;
+    store_le(wire.b + 8, wire.n - 12, 4);
+    CHECK_EQ(decode_exact(wire.b, wire.n, &d), TSOCK_E_PROTOCOL);
 }
 
 static void
@@ -725,8 +808,8 @@ test_welcome_shm_rules(void)
     w->shm_name[0] = '/';
     CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
 
-    CHECK_EQ(patched_decode(&base, 12 + 40 + 1 + 3, 0), TSOCK_E_PROTOCOL);
-    CHECK_EQ(patched_decode(&base, 12 + 40 + 1 + 3, 'q'), 0);
+    CHECK_EQ(patched_decode(&base, 12 + 48 + 1 + 3, 0), TSOCK_E_PROTOCOL);
+    CHECK_EQ(patched_decode(&base, 12 + 48 + 1 + 3, 'q'), 0);
 }
 
 static void
@@ -895,6 +978,33 @@ test_small_message_rules(void)
     m.u.batch.flags = 0x80000000u | TSOCK_BATCH_EPOCH_END;
     EXPECT_INVALID(m);
 
+    /* position: any value, even one where position + samples wraps (the consumer, not the
+     * codec, checks positions against the stream); it sits at body offset 32, before flags. */
+    static const uint64_t positions[] = {0, 1, 1ull << 40, UINT64_MAX};
+    make(&m, TSOCK_MSG_BATCH);
+    m.u.batch.samples = UINT32_MAX;
+    for (size_t i = 0; i < sizeof positions / sizeof positions[0]; i++) {
+        m.u.batch.position = positions[i];
+        EXPECT_VALID(m);
+    }
+    struct wire wire;
+    struct tsock_msg d;
+    m.u.batch.position = 0;
+    m.u.batch.flags = TSOCK_BATCH_EPOCH_END;
+    spec_encode(&m, &wire);
+    CHECK_EQ(wire.n, 56);
+    wire.b[12 + 32] = 0x11;
+    wire.b[12 + 39] = 0x22;
+    CHECK_EQ(decode_exact(wire.b, wire.n, &d), 0);
+    CHECK(d.u.batch.position == 0x2200000000000011u);
+    CHECK_EQ(d.u.batch.flags, TSOCK_BATCH_EPOCH_END);
+    CHECK(d.u.batch.index_in_epoch == 0);
+    /* A BATCH without position (the layout before it existed) is refused: 40-byte body. */
+    memmove(wire.b + 12 + 32, wire.b + 12 + 40, 4);
+    wire.n -= 8;
+    store_le(wire.b + 8, wire.n - 12, 4);
+    CHECK_EQ(decode_exact(wire.b, wire.n, &d), TSOCK_E_PROTOCOL);
+
     make(&m, TSOCK_MSG_RELEASE);
     m.u.release.slot = MAX_SLOTS;
     EXPECT_INVALID(m);
@@ -920,8 +1030,14 @@ test_type_names(void)
     CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_HEARTBEAT), "HEARTBEAT") == 0);
     CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_BYE), "BYE") == 0);
     CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_SHUTDOWN), "SHUTDOWN") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_PAUSE), "PAUSE") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_RESUME), "RESUME") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_RESUMED), "RESUMED") == 0);
+    CHECK_EQ(TSOCK_MSG_PAUSE, 9);
+    CHECK_EQ(TSOCK_MSG_RESUME, 10);
+    CHECK_EQ(TSOCK_MSG_RESUMED, 11);
     CHECK(strcmp(tsock__msg_type_name(0), "?") == 0);
-    CHECK(strcmp(tsock__msg_type_name(9), "?") == 0);
+    CHECK(strcmp(tsock__msg_type_name(12), "?") == 0);
     CHECK(strcmp(tsock__msg_type_name(-1), "?") == 0);
 }
 
@@ -957,7 +1073,7 @@ test_random_bytes(void)
         if (i % 4 != 0 && len >= 12) {
             store_le(bytes, TSOCK_PROTO_MAGIC, 4);
             store_le(bytes + 4, i % 50 ? TSOCK_PROTO_VERSION : rnd() % 3, 2);
-            store_le(bytes + 6, rnd() % 10, 2);
+            store_le(bytes + 6, rnd() % 13, 2);
             store_le(bytes + 8, len - 12, 4);
             if (len > 20 && i % 3 == 0)
                 bytes[12 + 8] = (uint8_t)(rnd() % 16); /* short HELLO names */

@@ -113,17 +113,15 @@ class CachedView:
     torch .detach()), so whatever a user does to an object (requires_grad_, resize_) never
     reaches the next batch's."""
 
-    __slots__ = ("array", "tensor", "_array_refs", "_tensor_uses")
+    __slots__ = ("array", "tensor", "_tensor_uses")
 
     def __init__(self, array):
         self.array = array
         self.tensor = None
-        self._array_refs = sys.getrefcount(array)
         self._tensor_uses = None
 
     def make_tensor(self, bfloat16):
         self.tensor = to_torch(self.array, bfloat16)
-        self._array_refs = sys.getrefcount(self.array)  # the tensor's storage holds one
         use_count = getattr(_torch._C, "_storage_Use_Count", None)
         if use_count is not None:
             self._tensor_uses = (use_count, use_count(self.tensor.untyped_storage()._cdata))
@@ -131,7 +129,9 @@ class CachedView:
 
     def views_alive(self):
         """Whether views handed out may still be alive (best effort, for a warning)."""
-        if sys.getrefcount(self.array) > self._array_refs:
+        # References we hold: self.array, the torch storage's (once a tensor exists), and
+        # getrefcount's own argument. Any more are views handed out (numpy .view() objects).
+        if sys.getrefcount(self.array) > 2 + (self.tensor is not None):
             return True
         if self._tensor_uses is not None:
             use_count, base = self._tensor_uses

@@ -1,0 +1,440 @@
+/* JPEG back end: libjpeg's API (from libjpeg-turbo), because the TurboJPEG 2.x API has no way to
+ * decode part of an image; jpeg_crop_scanline, jpeg_skip_scanlines and scale_num/scale_denom
+ * are libjpeg-turbo's and work on every kind of JPEG it reads (baseline, progressive,
+ * arithmetic, gray, CMYK, YCCK).
+ *
+ * libjpeg reports errors through error_exit, which must not return: ours longjmps back into
+ * tsock__jpeg_decode, which destroys the decompressor and returns an error code. Nothing is
+ * ever printed: warnings are only counted.
+ *
+ * A fresh decompressor is created for every image. libjpeg keeps quantisation and Huffman
+ * tables across the images of one decompressor (for abbreviated datastreams), so a file that
+ * lacks a table would decode with whatever image the worker decoded before: different bytes
+ * with a different thread assignment. Creating one costs a few small allocations, nothing next
+ * to the decode.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h> /* jpeglib.h needs FILE and size_t */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jerror.h>
+#include <jpeglib.h>
+
+#include "image/image_int.h"
+
+/* Columns decoded beyond each side of what the resampler reads. libjpeg-turbo's cropped decode
+ * treats the crop's edges as image edges, so fancy upsampling replicates the last chroma sample
+ * there instead of interpolating with its neighbour; with 4:2:x subsampling that touches the
+ * outermost pixel on each side. Two pixels of margin keep every pixel the resampler reads equal
+ * to the full decode's (the unit test checks it). */
+#define CROP_MARGIN 2
+
+/* Lines asked of jpeg_read_scanlines per call: libjpeg returns at most one row group (up to 16
+ * lines with 4:2:0 at full scale), so more than that gains nothing. */
+#define LINES_PER_CALL 16
+
+struct tsock__jpeg {
+    struct jpeg_decompress_struct cinfo;
+    struct jpeg_error_mgr err;
+    struct jpeg_source_mgr src;
+    struct jpeg_progress_mgr progress;
+    jmp_buf jmp;
+    int created;   /* cinfo holds a decompressor to destroy */
+    int fail_code; /* set before our own longjmps (limits) */
+    int max_scans;
+    const uint8_t *data;
+    size_t size;
+    /* libjpeg's own sample-array allocator, which alloc_zeroed wraps */
+    JSAMPARRAY (*alloc_sarray)(j_common_ptr, int, JDIMENSION, JDIMENSION);
+    int eof;          /* the data ran out */
+    int eof_scan;     /* the scan being read when it did (1-based) */
+    unsigned eof_row; /* the iMCU row being read when it did */
+};
+
+static const JOCTET fake_eoi[2] = {0xFF, JPEG_EOI};
+
+static void
+on_error_exit(j_common_ptr cinfo)
+{
+    struct tsock__jpeg *j = cinfo->client_data;
+    longjmp(j->jmp, 1);
+}
+
+static void
+on_emit_message(j_common_ptr cinfo, int level)
+{
+    if (level < 0) /* a warning: corrupt data that libjpeg decodes anyway */
+        cinfo->err->num_warnings++;
+}
+
+static void
+on_output_message(j_common_ptr cinfo)
+{
+    (void)cinfo; /* the library never prints */
+}
+
+static void
+on_progress(j_common_ptr cinfo)
+{
+    struct tsock__jpeg *j = cinfo->client_data;
+    j_decompress_ptr dinfo = (j_decompress_ptr)cinfo;
+
+    /* TurboJPEG's TJFLAG_LIMITSCANS guard, called once per iMCU row. */
+    if (dinfo->input_scan_number > j->max_scans) {
+        j->fail_code = -EFBIG;
+        longjmp(j->jmp, 1);
+    }
+}
+
+/* Sample arrays (the main controller's and upsampler's row buffers) come zeroed. With some
+ * corrupt data and DCT scaling, libjpeg-turbo 2.1 emits rows of its buffers it never wrote
+ * (Valgrind shows them in the output); zeroed, they are at least the same bytes every time,
+ * which reproducibility needs. The arrays are a few rows wide: zeroing costs microseconds. */
+static JSAMPARRAY
+alloc_zeroed(j_common_ptr cinfo, int pool, JDIMENSION samples, JDIMENSION rows)
+{
+    struct tsock__jpeg *j = cinfo->client_data;
+    JSAMPARRAY a = j->alloc_sarray(cinfo, pool, samples, rows);
+    size_t len = (size_t)samples * sizeof(JSAMPLE);
+
+    /* libjpeg-turbo pads each row to a multiple of 64 bytes and lays the rows out one after
+     * the other in one block; its SIMD code reads the padding, so that is zeroed as well when
+     * the layout shows it (the distance between rows). */
+    if (rows > 1 && a[1] > a[0] && (size_t)(a[1] - a[0]) >= len &&
+        (size_t)(a[1] - a[0]) <= len + 256)
+        len = (size_t)(a[1] - a[0]);
+    for (JDIMENSION r = 0; r < rows; r++)
+        memset(a[r], 0, len);
+    return a;
+}
+
+static void
+src_init(j_decompress_ptr cinfo)
+{
+    (void)cinfo;
+}
+
+static boolean
+src_fill(j_decompress_ptr cinfo)
+{
+    struct tsock__jpeg *j = cinfo->client_data;
+
+    /* Called only when the data is used up (it was all handed over at the start). Remember
+     * where the decoder was, then feed it an EOI as jpeg_mem_src does: the rest of the image
+     * decodes as empty (mid-grey) blocks. */
+    if (!j->eof) {
+        j->eof = 1;
+        j->eof_scan = cinfo->input_scan_number;
+        j->eof_row = cinfo->input_iMCU_row;
+        WARNMS(cinfo, JWRN_JPEG_EOF);
+    }
+    cinfo->src->next_input_byte = fake_eoi;
+    cinfo->src->bytes_in_buffer = 2;
+    return TRUE;
+}
+
+static void
+src_skip(j_decompress_ptr cinfo, long num_bytes)
+{
+    struct jpeg_source_mgr *src = cinfo->src;
+
+    if (num_bytes <= 0)
+        return;
+    while ((size_t)num_bytes > src->bytes_in_buffer) {
+        num_bytes -= (long)src->bytes_in_buffer;
+        src_fill(cinfo);
+    }
+    src->next_input_byte += num_bytes;
+    src->bytes_in_buffer -= (size_t)num_bytes;
+}
+
+static void
+src_term(j_decompress_ptr cinfo)
+{
+    (void)cinfo;
+}
+
+void
+tsock__jpeg_free(void *jpeg)
+{
+    struct tsock__jpeg *j = jpeg;
+
+    if (!j)
+        return;
+    if (j->created)
+        jpeg_destroy_decompress(&j->cinfo);
+    free(j);
+}
+
+/* The DCT scale numerator (of 8): the smallest of 1/8, 1/4, 1/2 at which the crop is still at
+ * least the resized size in both dimensions, else 8/8. */
+static int
+choose_scale(const struct tsock_resize_spec *s, int flags)
+{
+    static const int candidates[3] = {1, 2, 4};
+
+    if (flags & TSOCK_DECODE_NO_DCT_SCALE)
+        return 8;
+    for (int i = 0; i < 3; i++) {
+        int n = candidates[i];
+        if ((int64_t)s->crop.w * n >= (int64_t)s->resize_w * 8 &&
+            (int64_t)s->crop.h * n >= (int64_t)s->resize_h * 8)
+            return n;
+    }
+    return 8;
+}
+
+static int
+map_error(const struct tsock__jpeg *j)
+{
+    if (j->fail_code)
+        return j->fail_code;
+    switch (j->err.msg_code) {
+    case JERR_OUT_OF_MEMORY:
+        return -ENOMEM;
+    case JERR_IMAGE_TOO_BIG:
+    case JERR_NO_BACKING_STORE:
+    case JERR_WIDTH_OVERFLOW:
+        return -EFBIG;
+    case JERR_BAD_PRECISION:
+    case JERR_SOF_UNSUPPORTED:
+    case JERR_CONVERSION_NOTIMPL:
+    case JERR_NOT_COMPILED:
+        return -ENOTSUP;
+    default:
+        return -EPROTO;
+    }
+}
+
+/* The decode proper, between setjmp and the cleanup. Everything that must survive a longjmp
+ * lives in *j or *d, never in this function's locals. */
+static int
+decode(struct tsock_decoder *d, struct tsock__jpeg *j, const struct tsock_image_info *info,
+       const struct tsock_resize_spec *s, uint8_t *out)
+{
+    j_decompress_ptr cinfo = &j->cinfo;
+    struct tsock__plan pl;
+    int n, nch, in_comps, px, r, partial, suspect, multi;
+    JDIMENSION x0 = 0, xw;
+    double bx0, by0, bx1, by1;
+    size_t line_bytes, keep_bytes;
+    uint8_t *lines, *rows, *conv = NULL;
+    JSAMPROW ptrs[LINES_PER_CALL];
+
+    partial = !(d->flags & TSOCK_DECODE_NO_PARTIAL);
+    suspect = !tsock__jpeg_has_eoi(j->data, j->size, info->header_size);
+
+    if (jpeg_read_header(cinfo, TRUE) != JPEG_HEADER_OK)
+        return -EPROTO;
+    multi = jpeg_has_multiple_scans(cinfo);
+    switch (cinfo->jpeg_color_space) {
+    case JCS_GRAYSCALE:
+        cinfo->out_color_space = JCS_GRAYSCALE;
+        nch = in_comps = 1;
+        break;
+    case JCS_CMYK:
+    case JCS_YCCK:
+        /* libjpeg turns YCCK into CMYK; tsock__cmyk_to_rgb does the rest as PIL does. */
+        cinfo->out_color_space = JCS_CMYK;
+        nch = 3;
+        in_comps = 4;
+        break;
+    case JCS_RGB:
+    case JCS_YCbCr:
+        cinfo->out_color_space = JCS_RGB;
+        nch = in_comps = 3;
+        break;
+    default:
+        return -ENOTSUP;
+    }
+    /* PIL's settings, which are libjpeg's defaults; set anyway so a changed default shows. */
+    cinfo->dct_method = JDCT_ISLOW;
+    cinfo->do_fancy_upsampling = TRUE;
+    n = choose_scale(s, d->flags);
+    cinfo->scale_num = (unsigned)n;
+    cinfo->scale_denom = 8;
+    jpeg_calc_output_dimensions(cinfo);
+    d->report.scale_num = n;
+
+    /* The crop in decoded pixels: exact at full scale; at 1/2..1/8 a fractional box inside
+     * the whole pixels that cover it (decoded pixel i covers source [8i/n, 8(i+1)/n)). */
+    bx0 = s->crop.x * (double)n / 8.0;
+    by0 = s->crop.y * (double)n / 8.0;
+    bx1 = (s->crop.x + s->crop.w) * (double)n / 8.0;
+    by1 = (s->crop.y + s->crop.h) * (double)n / 8.0;
+    {
+        int cx0 = (int)floor(bx0), cy0 = (int)floor(by0);
+        int cx1 = (int)ceil(bx1), cy1 = (int)ceil(by1);
+        int sw = (int)cinfo->output_width, sh = (int)cinfo->output_height;
+        if (cx1 > sw)
+            cx1 = sw;
+        if (cy1 > sh)
+            cy1 = sh;
+        r = tsock__plan_make(d, &pl, sw, sh, bx0, by0, bx1, by1, cx0, cy0, cx1, cy1, s, nch);
+        if (r != 0)
+            return r;
+    }
+
+    jpeg_start_decompress(cinfo);
+    xw = cinfo->output_width;
+    if (partial && (pl.need_x0 > 0 || pl.need_x1 < pl.src_w)) {
+        int a = pl.need_x0 - CROP_MARGIN, b = pl.need_x1 + CROP_MARGIN;
+        if (a < 0)
+            a = 0;
+        if (b > pl.src_w)
+            b = pl.src_w;
+        x0 = (JDIMENSION)a;
+        xw = (JDIMENSION)(b - a);
+        jpeg_crop_scanline(cinfo, &x0, &xw); /* moves x0 left to an iMCU boundary */
+    }
+    d->report.decoded_w = (int)xw;
+
+    /* Where the rows go. Horizontal pass first: each needed line is resampled as it arrives
+     * and only the out_w-wide result is kept. Vertical first: the needed lines themselves are
+     * kept (libjpeg writes them in place) and both passes run at the end. */
+    px = in_comps == 4 ? 3 : in_comps; /* bytes per pixel once CMYK is RGB */
+    line_bytes = (size_t)xw * (size_t)in_comps;
+    keep_bytes = pl.hfirst ? (size_t)pl.out_w * (size_t)nch : line_bytes;
+    lines = tsock__buf_get(&d->line, line_bytes * LINES_PER_CALL);
+    rows = tsock__buf_get(&d->rows, keep_bytes * (size_t)(pl.need_y1 - pl.need_y0));
+    if (in_comps == 4 && pl.hfirst)
+        conv = tsock__buf_get(&d->conv, (size_t)xw * 3);
+    if (!lines || !rows || (in_comps == 4 && pl.hfirst && !conv))
+        return -ENOMEM;
+
+    if (partial && pl.need_y0 > 0) {
+        if (jpeg_skip_scanlines(cinfo, (JDIMENSION)pl.need_y0) != (JDIMENSION)pl.need_y0)
+            return -EPROTO;
+    }
+    /* Every row up to need_y1 (from need_y0 when skipping), and with a suspected truncation
+     * every row to the end, so that the verdict below is the same for every crop. */
+    {
+        int last = suspect ? pl.src_h : pl.need_y1;
+        while ((int)cinfo->output_scanline < last) {
+            int y = (int)cinfo->output_scanline;
+            int want = last - y;
+            int got;
+
+            if (partial && y >= pl.need_y1 && want > 1) {
+                /* Past the rows we need: entropy-decode only. Skipping to the very end would
+                 * not read the data at all, so the last row is still decoded. */
+                JDIMENSION k = (JDIMENSION)(want - 1);
+                if (jpeg_skip_scanlines(cinfo, k) != k)
+                    return -EPROTO;
+                continue;
+            }
+            if (want > LINES_PER_CALL)
+                want = LINES_PER_CALL;
+            for (int i = 0; i < want; i++) {
+                int row = y + i;
+                ptrs[i] = !pl.hfirst && row >= pl.need_y0 && row < pl.need_y1
+                              ? rows + (size_t)(row - pl.need_y0) * keep_bytes
+                              : lines + (size_t)i * line_bytes;
+            }
+            got = (int)jpeg_read_scanlines(cinfo, ptrs, (JDIMENSION)want);
+            if (got <= 0)
+                return -EPROTO;
+            for (int i = 0; i < got; i++, y++) {
+                uint8_t *line = ptrs[i];
+                if (y < pl.need_y0 || y >= pl.need_y1)
+                    continue;
+                if (!pl.hfirst) {
+                    if (in_comps == 4) /* PIL converts before it resizes */
+                        tsock__cmyk_to_rgb(line, line, (int)xw);
+                    continue;
+                }
+                if (in_comps == 4) {
+                    tsock__cmyk_to_rgb(line, conv, (int)xw);
+                    line = conv;
+                }
+                tsock__resample_row(&d->ch, line, (size_t)xw * (size_t)px, (int)x0 - pl.clamp_x, px,
+                                    nch, rows + (size_t)(y - pl.need_y0) * keep_bytes);
+            }
+        }
+    }
+    d->report.decoded_h = pl.need_y1 - (partial ? pl.need_y0 : 0);
+    d->report.warnings = (int)j->err.num_warnings;
+
+    if (j->eof) {
+        double valid = 1.0;
+        if (!(multi && j->eof_scan > 1) && cinfo->total_iMCU_rows > 0)
+            valid = (double)j->eof_row / (double)cinfo->total_iMCU_rows;
+        if (valid > 1.0)
+            valid = 1.0;
+        d->report.truncated = 1;
+        d->report.valid = valid;
+        if (valid < TSOCK_IMAGE_MIN_VALID)
+            return -EPROTO;
+    }
+    if (pl.hfirst)
+        return tsock__finish(d, &pl, rows, keep_bytes, 0, nch, out);
+    return tsock__finish(d, &pl, rows, keep_bytes, (int)x0, px, out);
+}
+
+/* Runs one decode under setjmp. Its parameters are never modified, so they survive a longjmp
+ * intact (locals set after setjmp would not be guaranteed to). */
+static int
+run(struct tsock_decoder *d, struct tsock__jpeg *j, const uint8_t *data, size_t size,
+    const struct tsock_image_info *info, const struct tsock_resize_spec *spec, uint8_t *out)
+{
+    int r;
+
+    j->fail_code = 0;
+    j->max_scans = d->max_scans;
+    j->data = data;
+    j->size = size;
+    j->eof = 0;
+    j->eof_scan = 0;
+    j->eof_row = 0;
+
+    if (setjmp(j->jmp)) {
+        r = map_error(j);
+        if (j->created)
+            jpeg_destroy_decompress(&j->cinfo);
+        j->created = 0;
+        return r;
+    }
+    j->cinfo.err = jpeg_std_error(&j->err);
+    j->err.error_exit = on_error_exit;
+    j->err.emit_message = on_emit_message;
+    j->err.output_message = on_output_message;
+    j->cinfo.client_data = j; /* kept by jpeg_create_decompress, as err is */
+    j->created = 1;           /* destroying a half-created decompressor is safe */
+    jpeg_create_decompress(&j->cinfo);
+    j->alloc_sarray = j->cinfo.mem->alloc_sarray;
+    j->cinfo.mem->alloc_sarray = alloc_zeroed;
+
+    j->src.init_source = src_init;
+    j->src.fill_input_buffer = src_fill;
+    j->src.skip_input_data = src_skip;
+    j->src.resync_to_restart = jpeg_resync_to_restart;
+    j->src.term_source = src_term;
+    j->src.next_input_byte = data;
+    j->src.bytes_in_buffer = size;
+    j->cinfo.src = &j->src;
+    j->progress.progress_monitor = on_progress;
+    j->cinfo.progress = &j->progress;
+
+    r = decode(d, j, info, spec, out);
+
+    jpeg_destroy_decompress(&j->cinfo);
+    j->created = 0;
+    return r;
+}
+
+int
+tsock__jpeg_decode(struct tsock_decoder *d, const uint8_t *data, size_t size,
+                   const struct tsock_image_info *info, const struct tsock_resize_spec *spec,
+                   uint8_t *out)
+{
+    if (!d->jpeg) {
+        d->jpeg = calloc(1, sizeof(struct tsock__jpeg));
+        if (!d->jpeg)
+            return -ENOMEM;
+    }
+    return run(d, d->jpeg, data, size, info, spec, out);
+}
