@@ -10,9 +10,9 @@ TSOCK_APT_PACKAGES=(
     build-essential cmake pkg-config # compiler, build system
     libzmq3-dev                      # the control channel
     liburing-dev                     # io_uring reader (optional at build time)
-    libturbojpeg0-dev libpng-dev     # image decoding (upcoming JPEG pipeline)
+    libturbojpeg0-dev libpng-dev     # image decoding and encoding (pipeline, mkdataset)
     clang libclang-rt-14-dev         # fuzz targets (libFuzzer) and sanitizer runtimes
-    python3 python3-pip              # Python binding and its tests (upcoming)
+    python3 python3-pip python3-venv # Python binding and its tests
 )
 
 tsock_install_deps()
@@ -47,8 +47,25 @@ tsock_install_deps()
     "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
 }
 
+# The Python tests use real numpy and torch (CPU is enough) and pytest, from PyPI. Installed
+# only when an import fails; on a Debian system Python that refuses pip (PEP 668), retried with
+# --break-system-packages, since these are test-only packages on a test machine.
+TSOCK_PIP_PACKAGES=(numpy pytest torch)
+
+tsock_install_python_deps()
+{
+    if python3 -c 'import numpy, pytest, torch' >/dev/null 2>&1; then
+        echo "deps: python packages present (${TSOCK_PIP_PACKAGES[*]})"
+        return 0
+    fi
+    echo "deps: pip installing ${TSOCK_PIP_PACKAGES[*]}"
+    python3 -m pip install -q "${TSOCK_PIP_PACKAGES[@]}" ||
+        python3 -m pip install -q --break-system-packages "${TSOCK_PIP_PACKAGES[@]}"
+}
+
 # Run directly (not sourced): install now.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     set -euo pipefail
     tsock_install_deps
+    tsock_install_python_deps
 fi

@@ -118,10 +118,30 @@ section "dependencies"
 # shellcheck source=scripts/deps.sh
 source "$ROOT/scripts/deps.sh"
 tsock_install_deps
+tsock_install_python_deps
 
 section "normal build (RelWithDebInfo): all tests"
 configure_build normal -DTSOCK_SANITIZE=
 run_ctest normal --
+
+section "Python binding: pytest with real torch, and a numpy-only run (normal build)"
+pyrc=0
+TSOCK_LIBRARY="$BUILD/normal/libtsock/libtsock.so" TSOCK_BIN_DIR="$BUILD/normal/producer" \
+    python3 -m pytest "$ROOT/tests/python" -q -p no:cacheprovider 2>&1 | tee "$BUILD/normal/pytest.log" ||
+    pyrc=$?
+pyline=$(grep -E '^=* ?[0-9]+ (passed|failed)' "$BUILD/normal/pytest.log" | tail -n 1 || true)
+pypassed=$(grep -oE '[0-9]+ passed' <<<"$pyline" | grep -oE '[0-9]+' || echo 0)
+pyfailed=0
+for n in $(grep -oE '[0-9]+ (failed|errors?)' <<<"$pyline" | grep -oE '[0-9]+' || true); do
+    pyfailed=$((pyfailed + n))
+done
+PASSED=$((PASSED + pypassed))
+FAILED=$((FAILED + pyfailed))
+SUMMARY+=("$(printf '%-8s %s' python "${pyline:-pytest printed no summary}")")
+if [ "$pyrc" -ne 0 ]; then
+    FAILED_STEPS+=("pytest")
+    [ -n "$pyline" ] || FAILED=$((FAILED + 1))
+fi
 
 section "ASan + UBSan build: all tests"
 configure_build asan -DTSOCK_SANITIZE=address,undefined
