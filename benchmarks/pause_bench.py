@@ -122,6 +122,8 @@ def run_once(args, scenario, workdir, n):
     span = times[-1] - times[0]
     batches = len(times) - 1  # batches received after the first one, over `span`
     samples = res["samples"] - res["batch_size"]  # only the first batch is left out
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    typical = statistics.median(gaps)
     run = {
         "batches_per_s": batches / span,
         "samples_per_s": samples / span,
@@ -131,7 +133,10 @@ def run_once(args, scenario, workdir, n):
         "next_p99_us": res["next_latency_us"]["p99"],
         "next_max_us": res["next_latency_us"]["max"],
         # The longest gap between two of A's batches: a stall shows up here.
-        "longest_gap_ms": 1000 * max(b - a for a, b in zip(times, times[1:])),
+        "longest_gap_ms": 1000 * max(gaps),
+        # Time lost in gaps over 10 times the typical one (stalls), beyond the typical gap.
+        "stalls": sum(1 for g in gaps if g > 10 * typical),
+        "stalled_ms": 1000 * sum(g - typical for g in gaps if g > 10 * typical),
     }
     if peer_res:
         run["peer_epochs"] = peer_res["epochs"]
@@ -162,7 +167,8 @@ def main():
     }
     for scenario, runs in results.items():
         m = {k: median_of(runs, k) for k in ("batches_per_s", "samples_per_s",
-                                              "longest_gap_ms", "next_p99_us")}
+                                              "longest_gap_ms", "stalls", "stalled_ms",
+                                              "next_p99_us")}
         if "peer_epochs" in runs[0]:
             m["peer_epochs"] = median_of(runs, "peer_epochs")
         out["median"][scenario] = m

@@ -137,7 +137,18 @@ on_message(tsock_consumer *c, const struct tsock_msg *m)
     case TSOCK_MSG_WELCOME: on_welcome(c, &m->u.welcome); return;
     case TSOCK_MSG_BATCH: on_batch(c, &m->u.batch); return;
     case TSOCK_MSG_HEARTBEAT: return;
-    case TSOCK_MSG_REJECT: fail(c, m->u.reject.code); return;
+    case TSOCK_MSG_REJECT:
+        if (c->welcomed) {
+            /* The peer does not know us although we were welcomed: the producer we joined is
+             * gone and ZeroMQ reconnected us to one that replaced it on the endpoint (or it
+             * dropped us as dead). Either way that producer is lost to us. */
+            tsock__log(TSOCK_LOG_ERROR, "the producer no longer knows this consumer");
+            fail(c, TSOCK_E_PRODUCER_LOST);
+            tsock__shm_remove_if_orphaned(c->welcome.shm_name);
+            return;
+        }
+        fail(c, m->u.reject.code);
+        return;
     case TSOCK_MSG_RESUMED:
         if (c->phase == PHASE_RESUMING) {
             c->phase = PHASE_ACTIVE;
