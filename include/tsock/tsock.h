@@ -291,8 +291,8 @@ TSOCK_API int tsock_consumer_start(tsock_consumer *c, int timeout_ms);
 
 /* Epochs. With a producer sampler (tsock_producer_set_sampler), each consumer has epochs of its
  * own: its epoch 0 starts with the first sample it receives, and every epoch holds each of the
- * producer's samples exactly once, whenever it joined. Without one (free mode), epochs follow
- * the producer's epoch marks. The last batch of an epoch has tsock_batch_is_epoch_end set; the
+ * producer's samples exactly once, whenever it joined. Without one (free mode), epochs end at
+ * the producer's epoch marks, so a consumer that joined mid-epoch first gets the rest of it. The last batch of an epoch has tsock_batch_is_epoch_end set; the
  * call after it starts the next epoch. */
 
 /* The next batch. Blocks up to `timeout_ms` (-1: forever, 0: poll). On success sets *batch
@@ -328,7 +328,8 @@ TSOCK_API void tsock_consumer_destroy(tsock_consumer *c);
 TSOCK_API uint32_t tsock_batch_samples(const tsock_batch *b); /* samples in this batch */
 /* Sequence number of the producer batch this batch starts in. */
 TSOCK_API uint64_t tsock_batch_seq(const tsock_batch *b);
-/* This consumer's epoch, from 0 (in free mode: the producer's epoch mark). */
+/* This consumer's epoch, counted from 0 at its first batch (in free mode too, where the epoch
+ * ends follow the producer's marks). */
 TSOCK_API uint64_t tsock_batch_epoch(const tsock_batch *b);
 /* 1 when the batch is a zero-copy view of a slot, 0 when it was gathered from several. */
 TSOCK_API int tsock_batch_is_view(const tsock_batch *b);

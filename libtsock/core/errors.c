@@ -16,7 +16,12 @@ static const char *const tsock_messages[] = {
     [9] = "rejected by the producer",
     [10] = "batch not held by this consumer",
     [11] = "endpoint already served by a live producer",
+    [12] = "epoch interrupted: the producer went away mid-epoch; the next call starts a new one",
 };
+
+/* Every code in the reserved range must have a message. */
+_Static_assert(sizeof tsock_messages / sizeof tsock_messages[0] == TSOCK_E_BASE - TSOCK_E_LAST,
+               "tsock_messages must name every TSOCK_E_* code");
 
 const char *
 tsock_strerror(int code)

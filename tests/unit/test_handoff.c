@@ -308,6 +308,8 @@ test_api_misuse(void)
     tsock_consumer_destroy(NULL);
     CHECK(strcmp(tsock_strerror(TSOCK_E_END), "unknown error code") != 0);
     CHECK(strcmp(tsock_strerror(-ETIMEDOUT), "unknown error code") != 0);
+    for (int code = TSOCK_E_BASE; code > TSOCK_E_LAST; code--)
+        CHECK(tsock_strerror(code) != NULL && strcmp(tsock_strerror(code), "unknown error code"));
     CHECK_EQ(tsock_version(), TSOCK_VERSION_NUMBER);
 }
 

@@ -15,6 +15,7 @@ from .consumer import Batch, Consumer, DataLoader, TensorInfo
 from .errors import (
     E_BUSY_ENDPOINT,
     E_END,
+    E_EPOCH_INTERRUPTED,
     E_FULL,
     E_LAYOUT,
     E_NOT_HELD,
@@ -25,6 +26,7 @@ from .errors import (
     E_STATE,
     E_VERSION,
     EndOfStream,
+    EpochInterrupted,
     ProducerLost,
     ProducerStopped,
     Timeout,
@@ -62,9 +64,9 @@ def set_log(callback, level=LOG_WARN):
 
 __all__ = [
     "Batch", "Consumer", "DataLoader", "Producer", "TensorInfo",
-    "TsockError", "EndOfStream", "ProducerLost", "ProducerStopped", "Timeout",
+    "TsockError", "EndOfStream", "EpochInterrupted", "ProducerLost", "ProducerStopped", "Timeout",
     "LibraryNotFound", "VersionMismatch",
-    "E_BUSY_ENDPOINT", "E_END", "E_FULL", "E_LAYOUT", "E_NOT_HELD", "E_PRODUCER_LOST",
+    "E_BUSY_ENDPOINT", "E_END", "E_EPOCH_INTERRUPTED", "E_FULL", "E_LAYOUT", "E_NOT_HELD", "E_PRODUCER_LOST",
     "E_PRODUCER_STOPPED", "E_PROTOCOL", "E_REJECTED", "E_STATE", "E_VERSION",
     "LOG_ERROR", "LOG_WARN", "LOG_INFO", "LOG_DEBUG",
     "default_endpoint", "library_path", "library_version", "library_version_info",

@@ -125,18 +125,25 @@ _declare("tsock_default_endpoint", c_int, [ctypes.c_char_p, c_size_t])
 _declare("tsock_consumer_create", c_int, [P(c_void_p), c_char_p])
 _declare("tsock_consumer_set_heartbeat", c_int, [c_void_p, c_int, c_int])
 _declare("tsock_consumer_set_name", c_int, [c_void_p, c_char_p])
+_declare("tsock_consumer_set_batch_size", c_int, [c_void_p, c_uint32])
+_declare("tsock_consumer_set_drop_last", c_int, [c_void_p, c_int])
+_declare("tsock_consumer_set_epoch_grace", c_int, [c_void_p, c_int])
+_declare("tsock_consumer_set_reconnect", c_int, [c_void_p, c_int])
 _declare("tsock_consumer_start", c_int, [c_void_p, c_int])
 _declare("tsock_consumer_next", c_int, [c_void_p, c_int, P(c_void_p)])
 _declare("tsock_consumer_release", c_int, [c_void_p, c_void_p])
 _declare("tsock_consumer_stat", c_int, [c_void_p, c_int, P(c_uint64)])
 _declare("tsock_consumer_batch_capacity", c_uint32, [c_void_p])
 _declare("tsock_consumer_slot_count", c_uint32, [c_void_p])
+_declare("tsock_consumer_dataset_size", c_uint64, [c_void_p])
+_declare("tsock_consumer_batches_per_epoch", c_uint64, [c_void_p])
 _declare("tsock_consumer_destroy", None, [c_void_p])
 
 # ---- batches ----
 _declare("tsock_batch_samples", c_uint32, [c_void_p])
 _declare("tsock_batch_seq", c_uint64, [c_void_p])
 _declare("tsock_batch_epoch", c_uint64, [c_void_p])
+_declare("tsock_batch_is_view", c_int, [c_void_p])
 _declare("tsock_batch_index_in_epoch", c_uint64, [c_void_p])
 _declare("tsock_batch_is_epoch_end", c_int, [c_void_p])
 _declare("tsock_batch_tensor_count", c_int, [c_void_p])
@@ -166,9 +173,19 @@ def _check_version():
 version_info, version = _check_version()
 
 
+# Descriptions used when the library has none (tsock_strerror returned NULL for a code).
+_FALLBACK_MESSAGES = {
+    errors.E_EPOCH_INTERRUPTED: "epoch interrupted: the producer went away in the middle of "
+                                "this consumer's epoch",
+}
+
+
 def strerror(code):
     """tsock_strerror(code) as a str."""
-    return lib.tsock_strerror(int(code)).decode("utf-8", "replace")
+    text = lib.tsock_strerror(int(code))
+    if text is None:
+        return _FALLBACK_MESSAGES.get(int(code), f"tsock error {errors.code_name(int(code))}")
+    return text.decode("utf-8", "replace")
 
 
 def error(code, function=None):

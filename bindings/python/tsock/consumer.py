@@ -65,19 +65,26 @@ class Batch:
     """One batch held by a :class:`Consumer`.
 
     Attributes: ``samples`` (how many samples it holds), ``epoch_end`` (it ends its epoch),
-    ``seq`` (the producer's batch number), ``epoch``, ``index_in_epoch``. The tensors are read
+    ``is_view`` (True: a zero-copy view of one producer slot; False: gathered from several
+    slots into memory the consumer owns), ``seq`` (the producer batch it starts in),
+    ``epoch`` and ``index_in_epoch`` (this consumer's own epochs). The tensors are read
     with :meth:`array` (numpy) and :meth:`tensor` (torch); both are zero-copy views valid until
     :meth:`release`.
     """
 
-    __slots__ = ("_consumer", "_ptr", "samples", "epoch_end", "_seq", "_epoch", "_index",
-                 "__weakref__")
+    __slots__ = ("_consumer", "_ptr", "samples", "epoch_end", "is_view", "_seq", "_epoch",
+                 "_index", "__weakref__")
 
     def __init__(self, consumer, ptr):
         self._consumer = consumer
         self._ptr = ptr
         self.samples = lib.tsock_batch_samples(ptr)
         self.epoch_end = lib.tsock_batch_is_epoch_end(ptr) != 0
+        self.is_view = lib.tsock_batch_is_view(ptr) != 0
+        if self.is_view:
+            consumer._views_count += 1
+        else:
+            consumer._gathers_count += 1
         self._seq = None  # read on first use (or by Consumer.next): ctypes calls cost ~1 us
 
     def _load_meta(self):
@@ -90,14 +97,14 @@ class Batch:
 
     @property
     def seq(self):
-        """The producer's batch number, from 0."""
+        """The sequence number of the producer batch this batch starts in, from 0."""
         if self._seq is None:
             self._load_meta()
         return self._seq
 
     @property
     def epoch(self):
-        """The epoch this batch belongs to (the producer's numbering)."""
+        """This consumer's epoch, from 0 (in free mode: the producer's epoch mark)."""
         if self._seq is None:
             self._load_meta()
         return self._epoch
@@ -154,7 +161,8 @@ class Batch:
             return f"<tsock.Batch samples={self.samples} released>"
         state = "released" if self._ptr is None else "held"
         return (f"<tsock.Batch seq={self.seq} epoch={self.epoch} index={self.index_in_epoch}"
-                f"{' end' if self.epoch_end else ''} samples={self.samples} {state}>")
+                f"{' end' if self.epoch_end else ''} samples={self.samples}"
+                f"{'' if self.is_view else ' gathered'} {state}>")
 
 
 class _Mapping:
@@ -167,17 +175,40 @@ class _Mapping:
 class Consumer:
     """A connection to a tsock producer, batch by batch.
 
-    ``Consumer(endpoint=None, timeout=10.0, name=None, heartbeat=None)`` connects right away
-    (waiting up to `timeout` seconds for the producer to answer; the producer may start
-    later within that time). `heartbeat` is ``(interval_s, timeout_s)``: the producer silence
-    after which calls fail with :class:`tsock.ProducerLost` (library default: 0.25 s and 3 s).
+    ``Consumer(endpoint=None, timeout=10.0, name=None, heartbeat=None, batch_size=None,
+    drop_last=False, epoch_grace=None, reconnect=None)`` connects right away (waiting up to
+    `timeout` seconds for the producer to answer; the producer may start later within that
+    time). `heartbeat` is ``(interval_s, timeout_s)``: the producer silence after which calls
+    fail with :class:`tsock.ProducerLost` (library default: 0.25 s and 3 s).
+
+    `batch_size` is this consumer's own batch size (None: the producer's); batches that lie
+    inside one producer batch are zero-copy views, others are gathered (``Batch.is_view``).
+    `drop_last` drops the short last batch of each epoch (needs a producer sampler:
+    ValueError otherwise). `epoch_grace` (seconds, None: library default 0.1) is how long a
+    consumer may wait between epochs before it is paused. `reconnect` (seconds, None or 0:
+    off) waits that long for a producer to come back on the endpoint when it dies or stops;
+    the epoch cut short raises :class:`tsock.EpochInterrupted` once.
 
     :meth:`next` returns a :class:`Batch`; :meth:`release` gives it back. Most training code
     wants :class:`DataLoader` instead.
     """
 
-    def __init__(self, endpoint=None, timeout=10.0, name=None, heartbeat=None):
+    def __init__(self, endpoint=None, timeout=10.0, name=None, heartbeat=None, batch_size=None,
+                 drop_last=False, epoch_grace=None, reconnect=None):
         self._h = None
+        self._views_count = 0
+        self._gathers_count = 0
+        self._pending = 0  # an error code met by _poll, raised by the next _next
+        if batch_size is not None:
+            if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size <= 0:
+                raise ValueError(f"batch_size must be a positive integer or None, not "
+                                 f"{batch_size!r}")
+            if batch_size > 0xFFFFFFFF:
+                raise ValueError(f"batch_size {batch_size} is too large")
+        if epoch_grace is not None:
+            _ms(epoch_grace)
+        if reconnect is not None:
+            _ms(reconnect)
         self._finalizer = None
         self.layout = None
         self._held = {}
@@ -201,12 +232,35 @@ class Consumer:
                 _lib.check(lib.tsock_consumer_set_heartbeat(self._h, _ms(interval),
                                                             _ms(hb_timeout)),
                            "tsock_consumer_set_heartbeat")
-            _lib.check(lib.tsock_consumer_start(self._h, _ms(timeout)), "tsock_consumer_start")
+            if batch_size is not None:
+                _lib.check(lib.tsock_consumer_set_batch_size(self._h, int(batch_size)),
+                           "tsock_consumer_set_batch_size")
+            if drop_last:
+                _lib.check(lib.tsock_consumer_set_drop_last(self._h, 1),
+                           "tsock_consumer_set_drop_last")
+            if epoch_grace is not None:
+                _lib.check(lib.tsock_consumer_set_epoch_grace(self._h, _ms(epoch_grace)),
+                           "tsock_consumer_set_epoch_grace")
+            if reconnect:
+                _lib.check(lib.tsock_consumer_set_reconnect(self._h, _ms(reconnect)),
+                           "tsock_consumer_set_reconnect")
+            rc = lib.tsock_consumer_start(self._h, _ms(timeout))
+            if rc == -errno.EINVAL and drop_last:
+                raise ValueError(
+                    "drop_last=True needs a producer with a sampler (tsock-producer always has "
+                    "one): this producer publishes its own batches (free mode), where the "
+                    "library cannot know an epoch's last batch in advance; pass "
+                    "drop_last=False") from _lib.error(rc, "tsock_consumer_start")
+            _lib.check(rc, "tsock_consumer_start")
         except BaseException:
             self.close()
             raise
         self.endpoint = endpoint
-        self.batch_size = lib.tsock_consumer_batch_capacity(self._h)
+        self.drop_last = bool(drop_last)
+        #: The producer's batch size (the slot capacity).
+        self.producer_batch_size = lib.tsock_consumer_batch_capacity(self._h)
+        #: This consumer's batch size.
+        self.batch_size = int(batch_size) if batch_size is not None else self.producer_batch_size
         self.slots = lib.tsock_consumer_slot_count(self._h)
         self._next_out = ctypes.c_void_p()
         self._next_ref = ctypes.byref(self._next_out)
@@ -230,6 +284,10 @@ class Consumer:
         h = self._h
         if h is None:
             raise ValueError("the consumer is closed")
+        rc = self._pending
+        if rc:  # an error a poll met (some, like TSOCK_E_EPOCH_INTERRUPTED, come once)
+            self._pending = 0
+            raise _lib.error(rc, "tsock_consumer_next")
         total = _ms(timeout)
         chunk = _WAIT_CHUNK_MS if total < 0 else min(total, _WAIT_CHUNK_MS)
         rc = lib.tsock_consumer_next(h, chunk, self._next_ref)
@@ -248,10 +306,12 @@ class Consumer:
     def _poll(self):
         """The next batch if one is there already, else None (errors included: the blocking
         next() that follows reports them)."""
-        if self._h is None:
+        if self._h is None or self._pending:
             return None
         rc = lib.tsock_consumer_next(self._h, 0, self._next_ref)
         if rc < 0:
+            if rc not in _AGAIN:
+                self._pending = rc
             return None
         ptr = self._next_out.value
         batch = Batch(self, ptr)
@@ -336,7 +396,8 @@ class Consumer:
 
     def stats(self):
         """This consumer's figures: batches and samples received, released, held now,
-        bad_messages, and wait_s (seconds blocked in next)."""
+        bad_messages, wait_s (seconds blocked in next), and views / gathers (batches received
+        as zero-copy views of a slot / gathered from several slots)."""
         if self._h is None:
             raise ValueError("the consumer is closed")
         out = {}
@@ -348,7 +409,24 @@ class Consumer:
         _lib.check(lib.tsock_consumer_stat(self._h, _STAT_WAIT_NS, ctypes.byref(value)),
                    "tsock_consumer_stat")
         out["wait_s"] = value.value / 1e9
+        out["views"] = self._views_count
+        out["gathers"] = self._gathers_count
         return out
+
+    @property
+    def dataset_size(self):
+        """Samples per epoch (the producer sampler's dataset size); 0 in free mode."""
+        if self._h is None:
+            raise ValueError("the consumer is closed")
+        return lib.tsock_consumer_dataset_size(self._h)
+
+    @property
+    def batches_per_epoch(self):
+        """Batches in one of this consumer's epochs at its batch size (drop_last counted);
+        0 in free mode."""
+        if self._h is None:
+            raise ValueError("the consumer is closed")
+        return lib.tsock_consumer_batches_per_epoch(self._h)
 
     @property
     def closed(self):
@@ -409,9 +487,12 @@ class DataLoader:
 
     Arguments:
         endpoint: the producer's ZeroMQ endpoint (None: the default per-user endpoint).
-        batch_size: None or the producer's batch size (other sizes are not supported yet).
+        batch_size: this job's batch size, any positive int (None: the producer's). Batches
+            inside one producer batch are zero-copy views; others are gathered (a copy).
         device: None or "cpu". CUDA tensors are not supported yet (NotImplementedError).
-        drop_last: leave out the last batch of an epoch when it is short.
+        drop_last: leave out the last batch of an epoch when it is short (done by the
+            library; needs a producer sampler, which tsock-producer always has: ValueError
+            with a producer that publishes its own batches).
         timeout: seconds to wait for one batch (and for the producer at connection); None:
             forever. A dead producer is detected within the heartbeat timeout whatever this is.
         return_ids: items are (images, labels, ids), ids being the producer's "index" tensor.
@@ -422,13 +503,23 @@ class DataLoader:
         output: "torch" or "numpy" (default: torch when it is installed and TSOCK_NO_TORCH is
             not set, else numpy).
         heartbeat: (interval_s, timeout_s) for producer liveness (library default 0.25, 3).
+        epoch_grace: seconds this job may spend between two epochs (validation, checkpoints)
+            before it is paused and stops holding the producer back (None: library default,
+            0.1 s). A paused job rejoins with a fresh, complete epoch.
+        reconnect: seconds to wait for a producer to come back on the endpoint when it dies
+            or stops (None or 0: off, the producer's loss raises). The epoch cut short ends
+            its ``for`` loop early and sets ``last_epoch_interrupted``; the next ``for``
+            reads a complete epoch from the new producer.
 
     Iterating yields the batches up to and including the next one flagged as ending an epoch,
     then stops; the next ``iter()`` continues with the following epoch (what remains of an
-    epoch left by ``break`` is skipped). A consumer that joins in the middle of the producer's
-    epoch gets the rest of that epoch as its first, short, epoch. ``len()`` is the number of
-    batches per epoch: from `samples` when given, else from the first epoch end seen (before
-    that, len() raises TypeError, as for an iterable-style torch DataLoader).
+    epoch left by ``break`` is skipped). With a producer sampler (tsock-producer), every
+    epoch of this job holds each sample exactly once, even when it joined in the middle of
+    the producer's epoch, and ``len()`` is known from the start. In free mode (a producer
+    publishing its own batches), a job joining mid-epoch gets the rest of that epoch as its
+    first, short, epoch (``partial_epoch``), and ``len()`` comes from `samples` when given,
+    else from the first epoch end seen (before that, len() raises TypeError, as for an
+    iterable-style torch DataLoader).
 
     Items are views of shared memory (zero-copy): read-only numpy arrays, or torch tensors on
     them. A batch is released when the next one is requested: copy what you keep longer, and
@@ -437,7 +528,7 @@ class DataLoader:
 
     def __init__(self, endpoint=None, batch_size=None, device=None, drop_last=False,
                  timeout=10.0, return_ids=False, name=None, samples=None, names=None,
-                 output=None, heartbeat=None):
+                 output=None, heartbeat=None, epoch_grace=None, reconnect=None):
         self._consumer = None
         _ms(timeout)  # validates it before anything is imported or connected
         self._device = _resolve_device(device)
@@ -458,14 +549,9 @@ class DataLoader:
         self.return_ids = bool(return_ids)
         self.samples = samples
         self._names = tuple(names) if names is not None else None
-        self._consumer = Consumer(endpoint, timeout=timeout, name=name, heartbeat=heartbeat)
-        if batch_size is not None and batch_size != self._consumer.batch_size:
-            cap = self._consumer.batch_size
-            self.close()
-            raise ValueError(
-                f"batch_size={batch_size} differs from the producer's batch size {cap}: "
-                f"consumer batch sizes other than the producer's are not supported yet "
-                f"(tsock issue 3); pass batch_size=None or {cap}")
+        self._consumer = Consumer(endpoint, timeout=timeout, name=name, heartbeat=heartbeat,
+                                  batch_size=batch_size, drop_last=drop_last,
+                                  epoch_grace=epoch_grace, reconnect=reconnect)
         self.batch_size = self._consumer.batch_size
         self._select = None      # tensor infos to yield, resolved from the first batch
         self._held = None        # the batch handed out last
@@ -473,8 +559,10 @@ class DataLoader:
         self._end = None         # the EndOfStream error once the stream ended
         self._generation = 0     # bumped by each iter(): older iterators stop
         self._batches_per_epoch = None
-        self.epoch = None        # the producer's epoch number of the last batch
-        self.partial_epoch = False  # the epoch being read began before this consumer joined
+        self.epoch = None        # this consumer's epoch number of the last batch
+        self.partial_epoch = False  # free mode: the epoch began before this consumer joined
+        self.last_epoch_interrupted = False  # the last epoch was cut short (reconnect)
+        self.interrupted_epochs = 0  # how many epochs were cut short so far
 
     # ---- iteration ----
 
@@ -484,6 +572,7 @@ class DataLoader:
         self._release_held()
         if self._in_epoch:
             self._skip_rest_of_epoch()
+        self.last_epoch_interrupted = False
         return _EpochIterator(self, self._generation)
 
     def _next_item(self, it):
@@ -514,29 +603,39 @@ class DataLoader:
                 prev = None
         try:
             if batch is None:
-                try:
-                    batch = self._consumer._next(self.timeout)
-                except errors.EndOfStream as e:
-                    self._end = e
-                    it._done = True
-                    if first:
-                        raise
-                    self._in_epoch = False
-                    raise StopIteration from None  # the stream ended inside an epoch
+                while True:
+                    try:
+                        batch = self._consumer._next(self.timeout)
+                        break
+                    except errors.EndOfStream as e:
+                        self._end = e
+                        it._done = True
+                        if first:
+                            raise
+                        self._in_epoch = False
+                        raise StopIteration from None  # the stream ended inside an epoch
+                    except errors.EpochInterrupted:
+                        # The producer went away and another took over (reconnect on).
+                        self.interrupted_epochs += 1
+                        if first:
+                            continue  # nothing of that epoch was handed out: read the next
+                        self.last_epoch_interrupted = True
+                        self._in_epoch = False
+                        it._done = True
+                        raise StopIteration from None
             if first or batch.epoch_end:
                 # Batches never straddle epochs: the epoch information is read where an
                 # epoch starts or ends, not for every batch.
                 batch._load_meta()
                 if first:
-                    self.partial_epoch = batch._index != 0
+                    # Only free mode has epochs that began before this consumer joined.
+                    self.partial_epoch = (batch._index != 0
+                                          and self._consumer.batches_per_epoch == 0)
                 self.epoch = batch._epoch
             self._in_epoch = not batch.epoch_end
             if batch.epoch_end:
                 it._done = True  # the next request releases this batch and stops
                 self._learn_length(batch)
-                if self.drop_last and batch.samples < self.batch_size:
-                    self._consumer.release(batch)
-                    raise StopIteration
             self._held = batch
             return self._item(batch)
         finally:
@@ -575,10 +674,9 @@ class DataLoader:
         return tuple(by_name[n] for n in names)
 
     def _learn_length(self, batch):
-        n = batch.index_in_epoch + 1
-        if self.drop_last and batch.samples < self.batch_size:
-            n -= 1
-        self._batches_per_epoch = n
+        # Free mode only needs it (sampler mode knows len() up front); drop_last is done by
+        # the library, so the epoch-end batch is the epoch's last one either way.
+        self._batches_per_epoch = batch.index_in_epoch + 1
 
     def _release_held(self):
         batch = self._held
@@ -593,6 +691,9 @@ class DataLoader:
             except errors.EndOfStream as e:
                 self._end = e
                 break
+            except errors.EpochInterrupted:
+                self.interrupted_epochs += 1
+                break  # that epoch is over; the next call starts a new one
             self._in_epoch = not batch.epoch_end
             if batch.epoch_end:
                 batch._load_meta()
@@ -602,14 +703,19 @@ class DataLoader:
         self._in_epoch = False
 
     def __len__(self):
+        if self._consumer is not None and not self._consumer.closed:
+            n = self._consumer.batches_per_epoch
+            if n > 0:  # sampler mode: the library knows it (drop_last counted)
+                return int(n)
         if self.samples is not None:
             if self.drop_last:
                 return self.samples // self.batch_size
             return -(-self.samples // self.batch_size)
         if self._batches_per_epoch is None:
             raise TypeError(
-                "tsock.DataLoader does not know the epoch length yet: it is learnt when the "
-                "first epoch ends; pass samples=<dataset size> to know it from the start")
+                "tsock.DataLoader does not know the epoch length yet: this producer has no "
+                "sampler (free mode), so it is learnt when the first epoch ends; pass "
+                "samples=<dataset size> to know it from the start")
         return self._batches_per_epoch
 
     # ---- statistics and lifetime ----
@@ -621,7 +727,8 @@ class DataLoader:
 
     def stats(self):
         """Figures of this consumer: batches, samples, wait_s (seconds blocked waiting for
-        batches), released, held, bad_messages."""
+        batches), released, held, bad_messages, views and gathers (batches received as
+        zero-copy views of a slot / gathered from several slots)."""
         self._check_open()
         return self._consumer.stats()
 

@@ -20,6 +20,7 @@ E_FULL = -10008
 E_REJECTED = -10009
 E_NOT_HELD = -10010
 E_BUSY_ENDPOINT = -10011
+E_EPOCH_INTERRUPTED = -10012
 
 _CODE_NAMES = {
     E_PROTOCOL: "TSOCK_E_PROTOCOL",
@@ -33,6 +34,7 @@ _CODE_NAMES = {
     E_REJECTED: "TSOCK_E_REJECTED",
     E_NOT_HELD: "TSOCK_E_NOT_HELD",
     E_BUSY_ENDPOINT: "TSOCK_E_BUSY_ENDPOINT",
+    E_EPOCH_INTERRUPTED: "TSOCK_E_EPOCH_INTERRUPTED",
 }
 
 
@@ -86,6 +88,13 @@ class ProducerStopped(TsockError, ConnectionError):
     """The producer shut down before the stream ended."""
 
 
+class EpochInterrupted(TsockError):
+    """The producer went away in the middle of this consumer's epoch and the consumer (with
+    reconnect on) cut that epoch short; the next call starts a new epoch on the producer that
+    came back. Raised once per interruption. A :class:`tsock.DataLoader` does not raise it: it
+    ends that epoch's ``for`` loop and sets ``loader.last_epoch_interrupted``."""
+
+
 class Timeout(TsockError, TimeoutError):
     """A call waited longer than its timeout (-ETIMEDOUT)."""
 
@@ -94,6 +103,7 @@ _SUBCLASSES = {
     E_END: EndOfStream,
     E_PRODUCER_LOST: ProducerLost,
     E_PRODUCER_STOPPED: ProducerStopped,
+    E_EPOCH_INTERRUPTED: EpochInterrupted,
     -_errno.ETIMEDOUT: Timeout,
 }
 
