@@ -617,7 +617,8 @@ scan_class(void *arg, size_t c, char *buf)
     qsort_r(order, ndirs, sizeof *order, cmp_dir_index, &sc);
     for (size_t i = 0; i < ndirs; i++)
         rank[order[i]] = (uint32_t)i;
-    qsort_r(files, nfiles, sizeof *files, cmp_walk_file, &sc);
+    if (nfiles)
+        qsort_r(files, nfiles, sizeof *files, cmp_walk_file, &sc);
 
     for (size_t i = 0; i < nfiles; i++) {
         const char *rel = dirs[files[i].dir].rel;

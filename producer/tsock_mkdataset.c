@@ -1,0 +1,675 @@
+/* tsock-mkdataset: writes an ImageNet-shaped image tree for tests, demos and benchmarks.
+ *
+ *   OUT/<class>/<name>.JPEG
+ *
+ * Classes are named like ImageNet synsets ('n' and 8 digits); train files are named
+ * <class>_<number>.JPEG and val files ILSVRC2012_val_<8 digits>.JPEG, as in ImageNet once its
+ * validation set is sorted into class folders. Images have ImageNet-like dimensions and
+ * natural-image statistics (see mkdataset/synth.h), or are cropped from real photographs
+ * (--photos), and are JPEG-encoded 4:2:0 at the given quality. With --edge-cases every class
+ * also gets one file of each kind real ImageNet contains or a loader must survive: grayscale
+ * JPEG, CMYK JPEG, progressive JPEG, a PNG named .JPEG, a JPEG truncated to 30% of its bytes,
+ * an empty file and a text file named .JPEG. Their names look like any other; --json lists
+ * them.
+ *
+ * The output depends only on the options (not on --threads or timing): every file derives
+ * from (seed, class, position in class).
+ *
+ * Exit status: 0 done, 1 cannot write (unwritable OUT, full disk), 2 bad command line.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include "formats.h"
+#include "synth.h"
+
+#define PROG "tsock-mkdataset"
+#define MAX_IMAGES 100000000ull
+#define MAX_CLASSES 100000ull
+#define MAX_THREADS 256ull
+#define MAX_PHOTOS 256
+/* Photographs are decoded at most this large (TurboJPEG's DCT scaling brings them down). */
+#define MAX_PHOTO_SIDE 2048
+
+enum kind {
+    K_IMAGE = 0,
+    K_GRAY,
+    K_CMYK,
+    K_PROGRESSIVE,
+    K_PNG,
+    K_TRUNCATED,
+    K_EMPTY,
+    K_TEXT,
+    K_COUNT
+};
+static const char *const kind_name[K_COUNT] = {
+    "image", "grayscale", "cmyk", "progressive", "png", "truncated", "empty", "not_image"};
+static const char *const kind_text[K_COUNT] = {
+    "images",          "grayscale JPEG", "CMYK JPEG",   "progressive JPEG",
+    "PNG named .JPEG", "truncated JPEG", "empty files", "non-image files"};
+
+struct options {
+    const char *out;
+    uint64_t images, classes, seed, quality, threads;
+    int edge_cases, json, val;
+    const char *photos;
+};
+
+/* One file to write, and what was written. */
+struct item {
+    uint32_t cls;
+    uint32_t pos;    /* position in its class */
+    uint32_t number; /* the number in its file name */
+    uint8_t kind;
+    int width, height;
+    uint64_t bytes;
+};
+
+struct job {
+    const struct options *opt;
+    char **class_names;
+    struct item *items;
+    size_t count;
+    struct synth_photo *photos;
+    size_t nphotos;
+    atomic_size_t next;
+    atomic_int failed;
+    pthread_mutex_t lock;
+    char error[1024];
+};
+
+static void
+bad_usage(const char *fmt, ...)
+{
+    va_list ap;
+    fputs(PROG ": ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n" PROG ": try '" PROG " --help'\n", stderr);
+    exit(2);
+}
+
+static void
+usage(FILE *f)
+{
+    fprintf(f,
+            "usage: " PROG " OUT [options]\n"
+            "\n"
+            "Writes an ImageNet-shaped tree OUT/<class>/<name>.JPEG of synthetic photographs.\n"
+            "\n"
+            "  --images N         regular images in all, spread evenly over the classes\n"
+            "                     (default 1000)\n"
+            "  --classes K        class directories (default 10)\n"
+            "  --edge-cases       add to every class one grayscale, one CMYK and one progressive\n"
+            "                     JPEG, a PNG named .JPEG, a truncated JPEG, an empty file and a\n"
+            "                     text file named .JPEG\n"
+            "  --seed S           everything derives from it (default 0)\n"
+            "  --quality Q        JPEG quality 1..100 (default 90)\n"
+            "  --split train|val  file names as in ImageNet's train or val set (default train)\n"
+            "  --photos DIR       crop the images from the JPEG photographs found under DIR\n"
+            "                     (e.g. /usr/share/backgrounds) instead of synthesizing them\n"
+            "  --threads N        worker threads (default: one per CPU); does not change the "
+            "output\n"
+            "  --json             print the summary as JSON, edge-case files listed\n"
+            "  --help             show this help\n"
+            "\n"
+            "Exit status: 0 done, 1 cannot write, 2 bad usage.\n");
+}
+
+static uint64_t
+parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max)
+{
+    char *end = NULL;
+    if (s[0] < '0' || s[0] > '9')
+        bad_usage("--%s: '%s' is not a valid value (expected an integer in %" PRIu64 "..%" PRIu64
+                  ")",
+                  opt, s, min, max);
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        bad_usage("--%s: '%s' is not a valid value (expected an integer in %" PRIu64 "..%" PRIu64
+                  ")",
+                  opt, s, min, max);
+    return (uint64_t)v;
+}
+
+static void
+parse_options(int argc, char **argv, struct options *o)
+{
+    static const struct option longs[] = {
+        {"images", required_argument, NULL, 'i'},  {"classes", required_argument, NULL, 'c'},
+        {"edge-cases", no_argument, NULL, 'e'},    {"seed", required_argument, NULL, 's'},
+        {"quality", required_argument, NULL, 'q'}, {"split", required_argument, NULL, 'p'},
+        {"photos", required_argument, NULL, 'P'},  {"threads", required_argument, NULL, 't'},
+        {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+    *o = (struct options){.images = 1000,
+                          .classes = 10,
+                          .quality = 90,
+                          .threads = cpus < 1 ? 1 : (uint64_t)cpus};
+    if (o->threads > MAX_THREADS)
+        o->threads = MAX_THREADS;
+    opterr = 0;
+    for (;;) {
+        int c = getopt_long(argc, argv, ":", longs, NULL);
+        if (c == -1)
+            break;
+        switch (c) {
+        case 'i':
+            o->images = parse_u64("images", optarg, 0, MAX_IMAGES);
+            break;
+        case 'c':
+            o->classes = parse_u64("classes", optarg, 1, MAX_CLASSES);
+            break;
+        case 'e':
+            o->edge_cases = 1;
+            break;
+        case 's':
+            o->seed = parse_u64("seed", optarg, 0, UINT64_MAX);
+            break;
+        case 'q':
+            o->quality = parse_u64("quality", optarg, 1, 100);
+            break;
+        case 'p':
+            if (strcmp(optarg, "train") == 0)
+                o->val = 0;
+            else if (strcmp(optarg, "val") == 0)
+                o->val = 1;
+            else
+                bad_usage("--split: '%s' is not a valid value (expected train or val)", optarg);
+            break;
+        case 'P':
+            o->photos = optarg;
+            break;
+        case 't':
+            o->threads = parse_u64("threads", optarg, 1, MAX_THREADS);
+            break;
+        case 'j':
+            o->json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        case ':':
+            bad_usage("option '%s' needs a value", argv[optind - 1]);
+            break;
+        default:
+            /* getopt_long has moved past the option; OUT may have been permuted before it. */
+            bad_usage("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        bad_usage("missing the output directory OUT");
+    if (optind + 1 < argc)
+        bad_usage("unexpected argument '%s' (only one OUT directory)", argv[optind + 1]);
+    o->out = argv[optind];
+    if (!o->out[0])
+        bad_usage("OUT must not be empty");
+    if (o->images == 0 && !o->edge_cases)
+        bad_usage("--images: 0 images and no --edge-cases: nothing to write");
+}
+
+/* ---- photographs -------------------------------------------------------------------------- */
+
+static struct synth_photo *g_photos;
+static size_t g_nphotos;
+static char **g_photo_paths;
+static size_t g_nphoto_paths;
+
+static int
+collect_photo(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)ftw;
+    size_t n = strlen(path);
+    if (type != FTW_F || !S_ISREG(st->st_mode) || g_nphoto_paths >= 4 * MAX_PHOTOS)
+        return 0;
+    if ((n > 4 && strcasecmp(path + n - 4, ".jpg") == 0) ||
+        (n > 5 && strcasecmp(path + n - 5, ".jpeg") == 0)) {
+        char **p = realloc(g_photo_paths, (g_nphoto_paths + 1) * sizeof *p);
+        if (!p)
+            return 1;
+        g_photo_paths = p;
+        g_photo_paths[g_nphoto_paths++] = strdup(path);
+    }
+    return 0;
+}
+
+static int
+cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static uint8_t *
+read_all(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *p = NULL;
+    long n;
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (p = malloc((size_t)n)) && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    if (p)
+        *size = (size_t)n;
+    fclose(f);
+    return p;
+}
+
+/* Decodes the photographs under dir (sorted by path, so the choice of photo per image does
+ * not depend on the file system's order). Bad option -> exit 2. */
+static void
+load_photos(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        bad_usage("--photos: '%s' is not a directory", dir);
+    nftw(dir, collect_photo, 32, FTW_PHYS);
+    qsort(g_photo_paths, g_nphoto_paths, sizeof *g_photo_paths, cmp_str);
+    tjhandle tj = tjInitDecompress();
+    int nsf = 0;
+    tjscalingfactor *sf = tjGetScalingFactors(&nsf);
+    for (size_t i = 0; i < g_nphoto_paths && g_nphotos < MAX_PHOTOS; i++) {
+        size_t size;
+        uint8_t *jpeg = read_all(g_photo_paths[i], &size);
+        int w, h, subsamp, cs;
+        if (!jpeg)
+            continue;
+        if (tjDecompressHeader3(tj, jpeg, size, &w, &h, &subsamp, &cs) == 0 && cs != TJCS_CMYK &&
+            cs != TJCS_YCCK && w >= 64 && h >= 64) {
+            /* Decoded at the largest DCT scaling (1/8..1, never up) that fits the limit. */
+            int sw = 0, sh = 0;
+            for (int k = 0; k < nsf; k++) {
+                int tw = TJSCALED(w, sf[k]), th = TJSCALED(h, sf[k]);
+                if (sf[k].num <= sf[k].denom && tw <= MAX_PHOTO_SIDE && th <= MAX_PHOTO_SIDE &&
+                    tw > sw) {
+                    sw = tw;
+                    sh = th;
+                }
+            }
+            if (sw > 0) {
+                uint8_t *rgb = malloc((size_t)sw * sh * 3);
+                if (rgb && tjDecompress2(tj, jpeg, size, rgb, sw, 0, sh, TJPF_RGB, 0) == 0) {
+                    struct synth_photo *p = realloc(g_photos, (g_nphotos + 1) * sizeof *p);
+                    if (p) {
+                        g_photos = p;
+                        g_photos[g_nphotos++] = (struct synth_photo){sw, sh, rgb};
+                        rgb = NULL;
+                    }
+                }
+                free(rgb);
+            }
+        }
+        free(jpeg);
+    }
+    tjDestroy(tj);
+    if (g_nphotos == 0)
+        bad_usage("--photos: no decodable RGB or grayscale JPEG photograph under '%s'", dir);
+}
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+static void
+fail(struct job *j, const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&j->lock);
+    if (!atomic_load(&j->failed)) {
+        va_start(ap, fmt);
+        vsnprintf(j->error, sizeof j->error, fmt, ap);
+        va_end(ap);
+        atomic_store(&j->failed, 1);
+    }
+    pthread_mutex_unlock(&j->lock);
+}
+
+static void
+file_name(const struct job *j, const struct item *it, char *buf, size_t size)
+{
+    if (j->opt->val)
+        snprintf(buf, size, "%s/%s/ILSVRC2012_val_%08u.JPEG", j->opt->out,
+                 j->class_names[it->cls], it->number);
+    else
+        snprintf(buf, size, "%s/%s/%s_%u.JPEG", j->opt->out, j->class_names[it->cls],
+                 j->class_names[it->cls], it->number);
+}
+
+/* Writes a file whole; on any error removes it, so a full disk leaves no partial file. */
+static int
+write_file(struct job *j, const char *path, const uint8_t *p, size_t n)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fail(j, "cannot create %s: %s", path, strerror(errno));
+        return -1;
+    }
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : EIO;
+            close(fd);
+            unlink(path);
+            fail(j, "cannot write %s: %s", path, strerror(e));
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    if (close(fd) != 0) {
+        int e = errno;
+        unlink(path);
+        fail(j, "cannot write %s: %s", path, strerror(e));
+        return -1;
+    }
+    return 0;
+}
+
+static const char not_an_image[] =
+    "This file is not an image. tsock-mkdataset wrote it, named like a JPEG, so that data\n"
+    "loaders can show they report such files instead of failing.\n";
+
+static void *
+worker(void *arg)
+{
+    struct job *j = arg;
+    tjhandle tj = tjInitCompress();
+    struct synth_scratch scratch = {0};
+    struct bytes buf = {0};
+    uint8_t *rgb = NULL;
+    size_t rgb_cap = 0;
+    char err[256], path[4096];
+
+    if (!tj) {
+        fail(j, "cannot initialize TurboJPEG: %s", tjGetErrorStr2(NULL));
+        return NULL;
+    }
+    while (!atomic_load(&j->failed)) {
+        size_t i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->count)
+            break;
+        struct item *it = &j->items[i];
+        uint64_t seed = synth_mix(j->opt->seed ^ synth_mix(((uint64_t)it->cls << 32) | it->pos));
+        struct synth_rng g = {seed};
+        const uint8_t *data = NULL;
+        size_t len = 0;
+
+        file_name(j, it, path, sizeof path);
+        if (it->kind != K_EMPTY && it->kind != K_TEXT) {
+            synth_dims(&g, &it->width, &it->height);
+            size_t need = (size_t)it->width * it->height * 3;
+            if (need > rgb_cap) {
+                free(rgb);
+                rgb = malloc(need);
+                rgb_cap = rgb ? need : 0;
+            }
+            if (!rgb) {
+                fail(j, "out of memory");
+                break;
+            }
+            if (j->nphotos)
+                synth_from_photo(synth_next(&g), j->photos, j->nphotos, it->width, it->height,
+                                 rgb);
+            else if (synth_image(synth_next(&g), it->width, it->height, rgb, &scratch) != 0) {
+                fail(j, "out of memory");
+                break;
+            }
+            int r;
+            if (it->kind == K_PNG)
+                r = encode_png(rgb, it->width, it->height, &buf, err, sizeof err);
+            else
+                r = encode_jpeg(tj, rgb, it->width, it->height, (int)j->opt->quality,
+                                it->kind == K_GRAY          ? JPEG_GRAY
+                                : it->kind == K_CMYK        ? JPEG_CMYK
+                                : it->kind == K_PROGRESSIVE ? JPEG_PROGRESSIVE
+                                                            : JPEG_BASELINE,
+                                &buf, err, sizeof err);
+            if (r != 0) {
+                fail(j, "%s: %s", path, err);
+                break;
+            }
+            data = buf.p;
+            len = it->kind == K_TRUNCATED ? jpeg_truncation_point(buf.p, buf.len, 0.30) : buf.len;
+        } else if (it->kind == K_TEXT) {
+            data = (const uint8_t *)not_an_image;
+            len = sizeof not_an_image - 1;
+        }
+        if (write_file(j, path, data, len) != 0)
+            break;
+        it->bytes = len;
+    }
+    free(rgb);
+    bytes_free(&buf);
+    synth_scratch_free(&scratch);
+    tjDestroy(tj);
+    return NULL;
+}
+
+/* ---- plan and summary --------------------------------------------------------------------- */
+
+/* Class names like ImageNet's synset ids: 'n' and 8 digits, increasing, spaced irregularly. */
+static char **
+make_class_names(const struct options *o)
+{
+    char **names = calloc(o->classes, sizeof *names);
+    uint64_t id = 1440764;
+    for (uint64_t c = 0; names && c < o->classes; c++) {
+        names[c] = malloc(16);
+        if (!names[c])
+            return NULL;
+        snprintf(names[c], 16, "n%08u", (unsigned)(id % 100000000u));
+        id += 1 + synth_mix(o->seed ^ (c + 0xC1A55)) % 9000;
+    }
+    return names;
+}
+
+static void
+json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else if (*c < 0x20)
+            fprintf(f, "\\u%04x", *c);
+        else
+            fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int
+main(int argc, char **argv)
+{
+    struct options o;
+    struct job j;
+    uint64_t per_kind[K_COUNT] = {0};
+
+    parse_options(argc, argv, &o);
+    if (o.photos)
+        load_photos(o.photos);
+
+    memset(&j, 0, sizeof j);
+    j.opt = &o;
+    j.photos = g_photos;
+    j.nphotos = g_nphotos;
+    pthread_mutex_init(&j.lock, NULL);
+    j.class_names = make_class_names(&o);
+    uint64_t edge = o.edge_cases ? K_COUNT - 1 : 0;
+    j.count = (size_t)(o.images + edge * o.classes);
+    j.items = calloc(j.count ? j.count : 1, sizeof *j.items);
+    if (!j.class_names || !j.items) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return 1;
+    }
+
+    /* Plan: class c holds images/classes regular images (the first images % classes one
+     * more), then its edge cases. */
+    size_t at = 0;
+    for (uint64_t c = 0; c < o.classes; c++) {
+        uint64_t n = o.images / o.classes + (c < o.images % o.classes);
+        uint32_t number = 1000 + (uint32_t)(synth_mix(o.seed ^ (c << 20)) % 9000);
+        for (uint64_t k = 0; k < n + edge; k++) {
+            struct item *it = &j.items[at++];
+            it->cls = (uint32_t)c;
+            it->pos = (uint32_t)k;
+            it->kind = (uint8_t)(k < n ? K_IMAGE : K_GRAY + (k - n));
+            /* Increasing, with gaps, as ImageNet's numbers are. */
+            number += 1 + (uint32_t)(synth_mix(o.seed ^ (c << 32) ^ k) % 4);
+            it->number = number;
+        }
+    }
+    if (o.val) {
+        /* Val files are numbered 1..count across classes in a seeded random order. */
+        uint32_t *perm = malloc(j.count * sizeof *perm);
+        if (!perm) {
+            fprintf(stderr, PROG ": out of memory\n");
+            return 1;
+        }
+        for (size_t i = 0; i < j.count; i++)
+            perm[i] = (uint32_t)i;
+        struct synth_rng g = {synth_mix(o.seed ^ 0x7A1)};
+        for (size_t i = j.count; i > 1; i--) {
+            size_t k = (size_t)(synth_next(&g) % i);
+            uint32_t t = perm[i - 1];
+            perm[i - 1] = perm[k];
+            perm[k] = t;
+        }
+        for (size_t i = 0; i < j.count; i++)
+            j.items[i].number = perm[i] + 1;
+        free(perm);
+    }
+
+    /* Directories. */
+    struct stat st;
+    if (mkdir(o.out, 0755) != 0 && !(errno == EEXIST && stat(o.out, &st) == 0 &&
+                                     S_ISDIR(st.st_mode))) {
+        fprintf(stderr, PROG ": cannot create %s: %s\n", o.out,
+                errno == EEXIST ? "exists and is not a directory" : strerror(errno));
+        return 1;
+    }
+    for (uint64_t c = 0; c < o.classes; c++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", o.out, j.class_names[c]);
+        if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+            fprintf(stderr, PROG ": cannot create %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+    }
+
+    double t0 = now_s();
+    uint64_t threads = o.threads < j.count ? o.threads : (j.count ? j.count : 1);
+    pthread_t *tid = calloc(threads, sizeof *tid);
+    uint64_t started = 0;
+    for (; tid && started + 1 < threads; started++)
+        if (pthread_create(&tid[started], NULL, worker, &j) != 0)
+            break;
+    worker(&j);
+    for (uint64_t i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    free(tid);
+    double seconds = now_s() - t0;
+    if (atomic_load(&j.failed)) {
+        fprintf(stderr, PROG ": %s\n", j.error);
+        return 1;
+    }
+
+    uint64_t total_bytes = 0, img_bytes = 0, sum_w = 0, sum_h = 0;
+    for (size_t i = 0; i < j.count; i++) {
+        const struct item *it = &j.items[i];
+        per_kind[it->kind]++;
+        total_bytes += it->bytes;
+        if (it->kind == K_IMAGE) {
+            img_bytes += it->bytes;
+            sum_w += (uint64_t)it->width;
+            sum_h += (uint64_t)it->height;
+        }
+    }
+    uint64_t n = per_kind[K_IMAGE] ? per_kind[K_IMAGE] : 1;
+    double mean_w = (double)sum_w / n, mean_h = (double)sum_h / n;
+    double mean_bytes = (double)img_bytes / n;
+    double rate = seconds > 0 ? (double)j.count / seconds : 0;
+
+    if (o.json) {
+        printf("{\"out\": ");
+        json_string(stdout, o.out);
+        printf(", \"split\": \"%s\", \"seed\": %" PRIu64 ", \"quality\": %" PRIu64
+               ", \"classes\": %" PRIu64 ", \"images\": %" PRIu64 ", \"files\": %zu"
+               ", \"total_bytes\": %" PRIu64 ", \"mean_width\": %.1f, \"mean_height\": %.1f"
+               ", \"mean_bytes\": %.0f, \"source\": \"%s\", \"threads\": %" PRIu64
+               ", \"seconds\": %.3f, \"files_per_second\": %.1f",
+               o.val ? "val" : "train", o.seed, o.quality, o.classes, per_kind[K_IMAGE],
+               j.count, total_bytes, mean_w, mean_h, mean_bytes,
+               j.nphotos ? "photos" : "synthetic", threads, seconds, rate);
+        printf(", \"edge_cases\": {");
+        for (int k = K_GRAY; k < K_COUNT; k++) {
+            printf("%s\"%s\": [", k == K_GRAY ? "" : ", ", kind_name[k]);
+            int first = 1;
+            for (size_t i = 0; i < j.count; i++) {
+                if (j.items[i].kind != k)
+                    continue;
+                char path[4096];
+                file_name(&j, &j.items[i], path, sizeof path);
+                /* Relative to OUT, as a loader's index reports them. */
+                printf("%s", first ? "" : ", ");
+                json_string(stdout, path + strlen(o.out) + 1);
+                first = 0;
+            }
+            printf("]");
+        }
+        printf("}}\n");
+    } else {
+        printf(PROG ": wrote %zu files (%.1f MB) in %" PRIu64 " classes to %s in %.2f s "
+               "(%.0f files/s, %" PRIu64 " threads)\n",
+               j.count, (double)total_bytes / 1e6, o.classes, o.out, seconds, rate, threads);
+        printf("  %" PRIu64 " %s images, %s split, seed %" PRIu64 ", quality %" PRIu64
+               ": mean %.0f x %.0f px, mean %.1f KB\n",
+               per_kind[K_IMAGE], j.nphotos ? "photo-cropped" : "synthetic",
+               o.val ? "val" : "train", o.seed, o.quality, mean_w, mean_h, mean_bytes / 1e3);
+        if (o.edge_cases) {
+            printf("  edge cases:");
+            for (int k = K_GRAY; k < K_COUNT; k++)
+                printf("%s %" PRIu64 " %s", k == K_GRAY ? "" : ",", per_kind[k], kind_text[k]);
+            printf("\n");
+        }
+    }
+    for (uint64_t c = 0; c < o.classes; c++)
+        free(j.class_names[c]);
+    free(j.class_names);
+    free(j.items);
+    for (size_t i = 0; i < g_nphotos; i++)
+        free(g_photos[i].rgb);
+    free(g_photos);
+    for (size_t i = 0; i < g_nphoto_paths; i++)
+        free(g_photo_paths[i]);
+    free(g_photo_paths);
+    return 0;
+}
