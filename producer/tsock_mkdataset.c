@@ -55,8 +55,8 @@ enum kind {
     K_TEXT,
     K_COUNT
 };
-static const char *const kind_name[K_COUNT] = {
-    "image", "grayscale", "cmyk", "progressive", "png", "truncated", "empty", "not_image"};
+static const char *const kind_name[K_COUNT] = {"image", "grayscale", "cmyk",  "progressive",
+                                               "png",   "truncated", "empty", "not_image"};
 static const char *const kind_text[K_COUNT] = {
     "images",          "grayscale JPEG", "CMYK JPEG",   "progressive JPEG",
     "PNG named .JPEG", "truncated JPEG", "empty files", "non-image files"};
@@ -150,19 +150,21 @@ parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max)
 static void
 parse_options(int argc, char **argv, struct options *o)
 {
-    static const struct option longs[] = {
-        {"images", required_argument, NULL, 'i'},  {"classes", required_argument, NULL, 'c'},
-        {"edge-cases", no_argument, NULL, 'e'},    {"seed", required_argument, NULL, 's'},
-        {"quality", required_argument, NULL, 'q'}, {"split", required_argument, NULL, 'p'},
-        {"photos", required_argument, NULL, 'P'},  {"threads", required_argument, NULL, 't'},
-        {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {{"images", required_argument, NULL, 'i'},
+                                          {"classes", required_argument, NULL, 'c'},
+                                          {"edge-cases", no_argument, NULL, 'e'},
+                                          {"seed", required_argument, NULL, 's'},
+                                          {"quality", required_argument, NULL, 'q'},
+                                          {"split", required_argument, NULL, 'p'},
+                                          {"photos", required_argument, NULL, 'P'},
+                                          {"threads", required_argument, NULL, 't'},
+                                          {"json", no_argument, NULL, 'j'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
-    *o = (struct options){.images = 1000,
-                          .classes = 10,
-                          .quality = 90,
-                          .threads = cpus < 1 ? 1 : (uint64_t)cpus};
+    *o = (struct options){
+        .images = 1000, .classes = 10, .quality = 90, .threads = cpus < 1 ? 1 : (uint64_t)cpus};
     if (o->threads > MAX_THREADS)
         o->threads = MAX_THREADS;
     opterr = 0;
@@ -346,8 +348,8 @@ static void
 file_name(const struct job *j, const struct item *it, char *buf, size_t size)
 {
     if (j->opt->val)
-        snprintf(buf, size, "%s/%s/ILSVRC2012_val_%08u.JPEG", j->opt->out,
-                 j->class_names[it->cls], it->number);
+        snprintf(buf, size, "%s/%s/ILSVRC2012_val_%08u.JPEG", j->opt->out, j->class_names[it->cls],
+                 it->number);
     else
         snprintf(buf, size, "%s/%s/%s_%u.JPEG", j->opt->out, j->class_names[it->cls],
                  j->class_names[it->cls], it->number);
@@ -428,8 +430,7 @@ worker(void *arg)
                 break;
             }
             if (j->nphotos)
-                synth_from_photo(synth_next(&g), j->photos, j->nphotos, it->width, it->height,
-                                 rgb);
+                synth_from_photo(synth_next(&g), j->photos, j->nphotos, it->width, it->height, rgb);
             else if (synth_image(synth_next(&g), it->width, it->height, rgb, &scratch) != 0) {
                 fail(j, "out of memory");
                 break;
@@ -570,8 +571,8 @@ main(int argc, char **argv)
 
     /* Directories. */
     struct stat st;
-    if (mkdir(o.out, 0755) != 0 && !(errno == EEXIST && stat(o.out, &st) == 0 &&
-                                     S_ISDIR(st.st_mode))) {
+    if (mkdir(o.out, 0755) != 0 &&
+        !(errno == EEXIST && stat(o.out, &st) == 0 && S_ISDIR(st.st_mode))) {
         fprintf(stderr, PROG ": cannot create %s: %s\n", o.out,
                 errno == EEXIST ? "exists and is not a directory" : strerror(errno));
         return 1;
@@ -626,9 +627,9 @@ main(int argc, char **argv)
                ", \"total_bytes\": %" PRIu64 ", \"mean_width\": %.1f, \"mean_height\": %.1f"
                ", \"mean_bytes\": %.0f, \"source\": \"%s\", \"threads\": %" PRIu64
                ", \"seconds\": %.3f, \"files_per_second\": %.1f",
-               o.val ? "val" : "train", o.seed, o.quality, o.classes, per_kind[K_IMAGE],
-               j.count, total_bytes, mean_w, mean_h, mean_bytes,
-               j.nphotos ? "photos" : "synthetic", threads, seconds, rate);
+               o.val ? "val" : "train", o.seed, o.quality, o.classes, per_kind[K_IMAGE], j.count,
+               total_bytes, mean_w, mean_h, mean_bytes, j.nphotos ? "photos" : "synthetic", threads,
+               seconds, rate);
         printf(", \"edge_cases\": {");
         for (int k = K_GRAY; k < K_COUNT; k++) {
             printf("%s\"%s\": [", k == K_GRAY ? "" : ", ", kind_name[k]);
@@ -648,7 +649,7 @@ main(int argc, char **argv)
         printf("}}\n");
     } else {
         printf(PROG ": wrote %zu files (%.1f MB) in %" PRIu64 " classes to %s in %.2f s "
-               "(%.0f files/s, %" PRIu64 " threads)\n",
+                    "(%.0f files/s, %" PRIu64 " threads)\n",
                j.count, (double)total_bytes / 1e6, o.classes, o.out, seconds, rate, threads);
         printf("  %" PRIu64 " %s images, %s split, seed %" PRIu64 ", quality %" PRIu64
                ": mean %.0f x %.0f px, mean %.1f KB\n",

@@ -136,7 +136,7 @@ tsock__index_has_image_extension(const char *name)
 {
     /* torchvision.datasets.folder.IMG_EXTENSIONS; matched like str.lower().endswith(). No
      * non-ASCII character lowercases to any of these letters, so ASCII folding is exact. */
-    static const char *const ext[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
+    static const char *const ext[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
                                       ".pgm", ".tif",  ".tiff", ".webp"};
     size_t n = strlen(name);
 
@@ -384,9 +384,9 @@ struct walk_dir {
 
 /* A file met while walking one class. */
 struct walk_file {
-    uint32_t dir;      /* index into walk_dir */
-    int status;        /* -1 usable, else an enum reason */
-    uint64_t name;     /* offset in the names arena */
+    uint32_t dir;  /* index into walk_dir */
+    int status;    /* -1 usable, else an enum reason */
+    uint64_t name; /* offset in the names arena */
     uint64_t size;
 };
 
@@ -397,7 +397,7 @@ struct class_scan {
     struct {
         uint64_t path;
         uint32_t size;
-    } *files;
+    } * files;
     size_t nfiles, cap_files;
     struct tsock_index_watch *watch;
     size_t nwatch, cap_watch;
@@ -571,8 +571,8 @@ scan_class(void *arg, size_t c, char *buf)
      * afterwards. Each directory is stat'ed before it is listed, so a change made during or
      * after the listing moves its mtime past the recorded one. */
     for (size_t i = 0; i < ndirs; i++) {
-        int fd = i == 0 ? class_fd
-                        : openat(class_fd, dirs[i].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int fd =
+            i == 0 ? class_fd : openat(class_fd, dirs[i].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         struct stat st;
         if (fd < 0) {
             tsock__log(TSOCK_LOG_WARN, "index: cannot open %s/%s: %s", cs->name, dirs[i].rel,
@@ -592,15 +592,14 @@ scan_class(void *arg, size_t c, char *buf)
         for (int p = dirs[i].parent; p >= 0 && !cycle; p = dirs[p].parent)
             cycle = dirs[p].dev == st.st_dev && dirs[p].ino == st.st_ino;
         if (cycle) {
-            tsock__log(TSOCK_LOG_WARN, "index: skipped symlink loop: %s/%s", cs->name,
-                       dirs[i].rel);
+            tsock__log(TSOCK_LOG_WARN, "index: skipped symlink loop: %s/%s", cs->name, dirs[i].rel);
             close(fd);
             continue;
         }
         int r = add_watch(cs, dirs[i].rel, &st);
         if (r == 0)
-            r = list_dir(cs, fd, (uint32_t)i, &dirs, &ndirs, &cap_dirs, &files, &nfiles,
-                         &cap_files, &names, buf);
+            r = list_dir(cs, fd, (uint32_t)i, &dirs, &ndirs, &cap_dirs, &files, &nfiles, &cap_files,
+                         &names, buf);
         if (i != 0)
             close(fd);
         if (r != 0)
@@ -885,8 +884,8 @@ tsock__index_scan_folder(const char *root, int threads, struct tsock_index **out
         tsock__log(TSOCK_LOG_INFO,
                    "index: %s: %llu samples, %u classes, %.1f MB, scanned in %.2f s "
                    "(%.0f files/s), %.1f bytes per sample in memory",
-                   root, (unsigned long long)count, idx->classes, (double)idx->total_bytes / 1e6,
-                   s, s > 0 ? (double)count / s : 0.0,
+                   root, (unsigned long long)count, idx->classes, (double)idx->total_bytes / 1e6, s,
+                   s > 0 ? (double)count / s : 0.0,
                    (double)tsock__index_memory(idx) / (double)count);
     }
     goto out;
@@ -924,7 +923,7 @@ out:
 struct list_line {
     const char *path; /* NUL-terminated in place in the list buffer */
     uint32_t label;
-    int status;       /* -1 usable, else an enum reason */
+    int status; /* -1 usable, else an enum reason */
     uint64_t size;
 };
 
@@ -1219,8 +1218,8 @@ tsock__index_scan_list(const char *list_path, int threads, struct tsock_index **
     }
     {
         double s = (double)(tsock__now_ns() - t0) / 1e9;
-        tsock__log(TSOCK_LOG_INFO, "index: %s: %llu samples, %u classes, read in %.2f s",
-                   list_path, (unsigned long long)count, idx->classes, s);
+        tsock__log(TSOCK_LOG_INFO, "index: %s: %llu samples, %u classes, read in %.2f s", list_path,
+                   (unsigned long long)count, idx->classes, s);
     }
 out:
     if (dir_fd >= 0)
@@ -1283,8 +1282,8 @@ checksum64(const uint8_t *p, size_t n)
     for (; i + 32 <= n; i += 32)
         for (int k = 0; k < 4; k++)
             lane[k] = rotl64(lane[k] + get64(p + i + 8 * k) * p2, 31) * p1;
-    uint64_t h = rotl64(lane[0], 1) + rotl64(lane[1], 7) + rotl64(lane[2], 12) +
-                 rotl64(lane[3], 18);
+    uint64_t h =
+        rotl64(lane[0], 1) + rotl64(lane[1], 7) + rotl64(lane[2], 12) + rotl64(lane[3], 18);
     for (; i + 8 <= n; i += 8)
         h = tsock__mix64(h ^ get64(p + i));
     for (; i < n; i++)
@@ -1370,8 +1369,7 @@ is_clean_relative(const char *s)
 }
 
 int
-tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum,
-                    struct tsock_index **out)
+tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum, struct tsock_index **out)
 {
     struct tsock_index *idx = NULL;
     const uint8_t *p;
@@ -1393,8 +1391,9 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum,
         return -EBADMSG;
     /* Every term is bounded (2^32 x 32 at most), so the sum cannot overflow 64 bits. */
     uint64_t names = source == TSOCK_INDEX_FOLDER ? (uint64_t)classes * 8 : 0;
-    uint64_t want = (uint64_t)CACHE_HEADER + src_len + names + (uint64_t)nwatch * CACHE_WATCH_BYTES +
-                    count * CACHE_ENTRY_BYTES + pool_size + 8;
+    uint64_t want = (uint64_t)CACHE_HEADER + src_len + names +
+                    (uint64_t)nwatch * CACHE_WATCH_BYTES + count * CACHE_ENTRY_BYTES + pool_size +
+                    8;
     if (want != size)
         return -EBADMSG;
     if (verify_checksum && get64(data + size - 8) != checksum64(data, size - 8))
@@ -1591,8 +1590,7 @@ tsock__index_check_fresh(const struct tsock_index *idx)
 }
 
 int
-tsock__index_load(const char *cache_path, int source, const char *path,
-                  struct tsock_index **out)
+tsock__index_load(const char *cache_path, int source, const char *path, struct tsock_index **out)
 {
     char *bytes = NULL;
     size_t size = 0;
@@ -1633,6 +1631,23 @@ is_racy(const struct tsock_index *idx)
     return 0;
 }
 
+/* Whether the cache file would go into a directory the index watches: writing it there
+ * changes that directory's mtime, so the cache would be stale at once, on every run. */
+static int
+cache_in_tree(const struct tsock_index *idx, const char *cache_path)
+{
+    char *dir = dir_of(cache_path);
+    struct stat cache_dir, root;
+    int inside = 0;
+
+    if (dir && stat(dir, &cache_dir) == 0 && stat(idx->root, &root) == 0 &&
+        cache_dir.st_dev == root.st_dev)
+        for (uint32_t i = 0; i < idx->watch_count && !inside; i++)
+            inside = idx->watch[i].ino == (uint64_t)cache_dir.st_ino;
+    free(dir);
+    return inside;
+}
+
 int
 tsock__index_open(int source, const char *path, const char *cache_path, int threads,
                   struct tsock_index **out)
@@ -1649,8 +1664,7 @@ tsock__index_open(int source, const char *path, const char *cache_path, int thre
             return 0;
         }
         tsock__log(r == -ENOENT ? TSOCK_LOG_DEBUG : TSOCK_LOG_INFO,
-                   "index: cache %s not used (%s); scanning",
-                   cache_path,
+                   "index: cache %s not used (%s); scanning", cache_path,
                    r == -ESTALE    ? "the dataset changed since it was written"
                    : r == -EBADMSG ? "not a valid index cache"
                                    : strerror(-r));
@@ -1659,7 +1673,12 @@ tsock__index_open(int source, const char *path, const char *cache_path, int thre
                                      : tsock__index_scan_list(path, threads, out);
     if (r != 0 || !cache_path)
         return r;
-    if (is_racy(*out))
+    if (cache_in_tree(*out, cache_path))
+        tsock__log(TSOCK_LOG_WARN,
+                   "index: cache %s not written: it is inside the dataset tree, where writing "
+                   "it would change the tree and so make itself stale; put it elsewhere",
+                   cache_path);
+    else if (is_racy(*out))
         tsock__log(TSOCK_LOG_INFO,
                    "index: cache %s not written: the dataset was modified in the last %d s, "
                    "so it may still change unnoticed; the next run will write it",

@@ -72,24 +72,24 @@ struct tsock_index_watch {
 #define TSOCK_INDEX_RACY_NS 2000000000LL
 
 struct tsock_index {
-    int source;            /* enum tsock_index_source */
-    char *source_path;     /* the root (folder) or the list file (list), as given */
-    char *root;            /* directory the sample paths are relative to: the root, or the
-                            * list file's directory (list paths may also be absolute) */
-    uint32_t classes;      /* folder: class directories; list: largest label + 1 */
-    uint64_t count;        /* samples */
+    int source;        /* enum tsock_index_source */
+    char *source_path; /* the root (folder) or the list file (list), as given */
+    char *root;        /* directory the sample paths are relative to: the root, or the
+                        * list file's directory (list paths may also be absolute) */
+    uint32_t classes;  /* folder: class directories; list: largest label + 1 */
+    uint64_t count;    /* samples */
     struct tsock_index_entry *entries; /* count entries, in sample-id order */
-    uint64_t *class_names; /* folder: pool offset of each class's name; list: NULL */
+    uint64_t *class_names;             /* folder: pool offset of each class's name; list: NULL */
     char *pool;
     uint64_t pool_size;
     struct tsock_index_watch *watch;
     uint32_t watch_count;
-    uint64_t total_bytes;  /* sum of the entries' sizes */
-    int64_t scan_time_ns;  /* CLOCK_REALTIME when the scan started */
+    uint64_t total_bytes; /* sum of the entries' sizes */
+    int64_t scan_time_ns; /* CLOCK_REALTIME when the scan started */
     /* Left out, by reason. */
-    uint64_t empty;        /* size 0 */
-    uint64_t unreadable;   /* stat failed, or not a regular file */
-    uint64_t too_large;    /* 4 GiB or more */
+    uint64_t empty;         /* size 0 */
+    uint64_t unreadable;    /* stat failed, or not a regular file */
+    uint64_t too_large;     /* 4 GiB or more */
     uint32_t empty_classes; /* classes with no sample (their labels are still reserved) */
 };
 
@@ -128,7 +128,8 @@ int tsock__index_save(const struct tsock_index *idx, const char *cache_path);
  * otherwise scans (folder or list per `source`) and, when `cache_path` is not NULL, writes a
  * new cache. Why a cache was not used, and a failure to write one, are logged; neither fails
  * the call. A scan whose directories changed within TSOCK_INDEX_RACY_NS is not cached (its
- * cache would be stale at once). Returns what the scan returns. */
+ * cache would be stale at once), nor is one inside the folder tree (writing it would change
+ * the tree): keep the cache outside the dataset. Returns what the scan returns. */
 int tsock__index_open(int source, const char *path, const char *cache_path, int threads,
                       struct tsock_index **out);
 

@@ -107,9 +107,8 @@ pread_one(struct tsock_reader *r, struct tsock_read_req *q, int trust_expected)
             } else if (n > 0) {
                 result = -EFBIG;
                 /* It may still be growing: report at least what was seen. */
-                total = fstat(fd, &st) == 0 && (uint64_t)st.st_size > total
-                            ? (uint64_t)st.st_size
-                            : total + 1;
+                total = fstat(fd, &st) == 0 && (uint64_t)st.st_size > total ? (uint64_t)st.st_size
+                                                                            : total + 1;
             }
             break;
         }
@@ -211,8 +210,8 @@ uring_complete(struct tsock_reader *r, struct tsock_read_req *reqs, uint32_t slo
             q->result = RECHECK; /* size changed, buffer full, or size unknown */
     } else if (s->read_res == -EBADF || s->read_res == -ECANCELED || s->read_res == -EAGAIN ||
                s->read_res == -EINTR) {
-        /* -EBADF after a successful open: a kernel that resolves the fixed file when the
-         * link is submitted, before the open has filled the slot (before 5.19). */
+        /* -EBADF after a successful open: a kernel that looks the fixed file up when the
+         * link is submitted, before the open has filled the slot (older kernels). */
         if (s->read_res == -EBADF && !r->badf_logged) {
             r->badf_logged = 1;
             tsock__log(TSOCK_LOG_WARN, "reader: io_uring cannot read a file opened in the same "
@@ -275,8 +274,7 @@ uring_read(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n)
                                 .len = q->capacity > MAX_RW ? MAX_RW : (uint32_t)q->capacity};
             /* No O_CLOEXEC: direct descriptors are not in the fd table, and the kernel
              * rejects the flag for them. */
-            io_uring_prep_openat_direct(open_sqe, r->dir_fd, q->path, O_RDONLY | O_NOCTTY, 0,
-                                        slot);
+            io_uring_prep_openat_direct(open_sqe, r->dir_fd, q->path, O_RDONLY | O_NOCTTY, 0, slot);
             open_sqe->flags |= IOSQE_IO_LINK;
             io_uring_sqe_set_data64(open_sqe, (uint64_t)slot << 1 | OP_OPEN);
             io_uring_prep_read(read_sqe, (int)slot, q->buf, s->len, 0);

@@ -8,13 +8,15 @@
  *  - io_uring (when built with liburing): each request is a linked pair of operations, an
  *    openat into a direct descriptor (a slot of a registered file table, IORING_OP_OPENAT with
  *    file_index) and a read from that slot (IOSQE_FIXED_FILE), so a file costs two SQEs
- *    submitted together and two CQEs. No close is queued: opening the next file into the same slot
- *    closes the previous one, and io_uring_queue_exit closes the rest. Up to `depth` pairs
+ *    submitted together and two CQEs. No close is queued: opening the next file into the
+ *    same slot closes the previous one, and io_uring_queue_exit closes the rest (so up to
+ *    `depth` files stay open between calls). Up to `depth` pairs
  *    are in flight, submitted in batches. IORING_FILE_INDEX_ALLOC is not used because the
- *    linked read must name its slot before the open has run. Needs Linux 5.19 for the whole
- *    scheme (5.15: direct opens; 5.19: sparse file tables and fixed files
- *    looked up when a linked request runs rather than when it is submitted); liburing 2.2 or
- *    later (Debian 12 has 2.3).
+ *    linked read must name its slot before the open has run. Needs Linux 5.15 for direct
+ *    opens and 5.19 for sparse file tables (Debian 12 ships 6.1), and liburing 2.2 or later
+ *    (Debian 12 has 2.3). A kernel that looks a linked read's fixed file up at submission,
+ *    before the open has filled the slot, fails those reads with EBADF; each such file is
+ *    then read with pread (logged once), so results stay right, only slower.
  *  - pread: open, pread until the end of the file, close; one request after the other.
  *
  * TSOCK_IO_AUTO uses io_uring when it works and falls back to pread with a log line when it
@@ -48,7 +50,7 @@ enum tsock_io_mode {
 
 struct tsock_read_req {
     /* In. */
-    const char *path; /* relative to the reader's directory, or absolute; valid during the call */
+    const char *path;  /* relative to the reader's directory, or absolute; valid during the call */
     uint64_t expected; /* size the index recorded; 0 if unknown */
     void *buf;         /* where the file's bytes go; owned by the caller */
     size_t capacity;   /* bytes available at buf */

@@ -53,8 +53,8 @@ rgb_to_cmyk(const uint8_t *rgb, uint8_t *cmyk)
 }
 
 int
-encode_jpeg(void *tj, const uint8_t *rgb, int width, int height, int quality,
-            enum jpeg_kind kind, struct bytes *out, char *err, size_t err_size)
+encode_jpeg(void *tj, const uint8_t *rgb, int width, int height, int quality, enum jpeg_kind kind,
+            struct bytes *out, char *err, size_t err_size)
 {
     unsigned char *jpeg = NULL;
     unsigned long size = 0;
@@ -126,8 +126,7 @@ png_flush_cb(png_structp png)
 }
 
 int
-encode_png(const uint8_t *rgb, int width, int height, struct bytes *out, char *err,
-           size_t err_size)
+encode_png(const uint8_t *rgb, int width, int height, struct bytes *out, char *err, size_t err_size)
 {
     struct png_sink sink = {out, 0};
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);

@@ -67,8 +67,8 @@ synth_dims(struct synth_rng *g, int *width, int *height)
         aspect = 1.0;
     else
         aspect = exp(uniform(g, log(0.5), log(2.0)));
-    double longest = synth_unit(g) < 0.05 ? uniform(g, 1000, 1400)
-                                          : exp(uniform(g, log(75.0), log(900.0)));
+    double longest =
+        synth_unit(g) < 0.05 ? uniform(g, 1000, 1400) : exp(uniform(g, log(75.0), log(900.0)));
     double w = aspect >= 1 ? longest : longest * aspect;
     double h = aspect >= 1 ? longest / aspect : longest;
     *width = w < 32 ? 32 : (int)lround(w);
@@ -94,11 +94,11 @@ sym(uint32_t bits)
  * two, bilinearly, again and again until it covers the image; octave k (0 = coarsest) adds
  * fresh noise of amplitude amp * ratio^k, but only from octave `first` on, and none after
  * octave `last` (so a field can hold only the coarse or only the fine part of the spectrum).
- * Octave `first` gets amplitude `amp`. ratio = 0.5 gives an amplitude spectrum close to 1/f, as photographs have; larger ratios
- * rougher textures. a and b are scratch buffers of `cap` floats. */
+ * Octave `first` gets amplitude `amp`. ratio = 0.5 gives an amplitude spectrum close to 1/f, as
+ * photographs have; larger ratios rougher textures. a and b are scratch buffers of `cap` floats. */
 static void
-fractal(float *out, int w, int h, int first, int last, float amp, float ratio,
-        struct synth_rng *g, float *a, float *b)
+fractal(float *out, int w, int h, int first, int last, float amp, float ratio, struct synth_rng *g,
+        float *a, float *b)
 {
     int levels = 0, m = (w > h ? w : h) - 1;
     while ((m >> levels) > 4)
@@ -303,15 +303,14 @@ synth_image(uint64_t seed, int w, int h, uint8_t *rgb, struct synth_scratch *s)
                 continue;
             for (int x = xa; x < xb; x++) {
                 float dx = (float)x - p->cx;
-                float c = coverage(dx * p->cs + dy * p->sn, -dx * p->sn + dy * p->cs, p->rx,
-                                   p->ry, p->rect, p->soft);
+                float c = coverage(dx * p->cs + dy * p->sn, -dx * p->sn + dy * p->cs, p->rx, p->ry,
+                                   p->rect, p->soft);
                 if (c > 0) {
                     size_t i = (size_t)y * w + x;
                     /* Covering what is behind: the object's shade replaces the scene's
                      * large-scale variation partly, and its texture the scene's. */
                     size_t j = i + shift < n ? i + shift : i + shift - n;
-                    lum[i] += c * (p->dy + p->tex * detail[j] -
-                                   0.25f * (lum[i] - mean));
+                    lum[i] += c * (p->dy + p->tex * detail[j] - 0.25f * (lum[i] - mean));
                 }
             }
         }
@@ -322,8 +321,8 @@ synth_image(uint64_t seed, int w, int h, uint8_t *rgb, struct synth_scratch *s)
                 continue;
             for (int x = xa / 2; x < (xb + 1) / 2 && x < cw; x++) {
                 float dx = (float)(2 * x) - p->cx;
-                float c = coverage(dx * p->cs + dy * p->sn, -dx * p->sn + dy * p->cs, p->rx,
-                                   p->ry, p->rect, p->soft);
+                float c = coverage(dx * p->cs + dy * p->sn, -dx * p->sn + dy * p->cs, p->rx, p->ry,
+                                   p->rect, p->soft);
                 if (c > 0) {
                     size_t i = (size_t)y * cw + x;
                     cb[i] += c * (p->dcb - 0.5f * cb[i]);

@@ -201,8 +201,8 @@ test_names(void)
     CHECK(tsock__index_name_compare("abc", "abc") == 0);
     CHECK(tsock__index_name_compare("ab", "abc") < 0);
     CHECK(tsock__index_name_compare("", "a") < 0);
-    CHECK(tsock__index_name_compare("B", "a") < 0);       /* byte order, not case-folded */
-    CHECK(tsock__index_name_compare("sub-x", "sub/d") < 0); /* '-' < '/' */
+    CHECK(tsock__index_name_compare("B", "a") < 0);          /* byte order, not case-folded */
+    CHECK(tsock__index_name_compare("sub-x", "sub/d") < 0);  /* '-' < '/' */
     CHECK(tsock__index_name_compare("10.jpg", "2.jpg") < 0); /* not natural order */
     /* Valid UTF-8 sorts by code point, which is byte order. */
     CHECK(tsock__index_name_compare("\xc3\xa9", "\xe4\xb8\x80") < 0);
@@ -249,8 +249,8 @@ make_tree(void)
     put("tree/B_upper/q.ppm", 41);
     put("tree/root-file.jpg", 51); /* files in the root are not samples */
     mkdirs("tree/c_empty");
-    link_to("a", "tree/link");          /* a symlinked class */
-    link_to("../../a", "tree/b/sub/alink"); /* a symlinked nested directory */
+    link_to("a", "tree/link");               /* a symlinked class */
+    link_to("../../a", "tree/b/sub/alink");  /* a symlinked nested directory */
     link_to("..", "tree/b/sub/deeper/loop"); /* a loop: skipped */
     link_to("nowhere", "tree/b/broken.jpg");
     char fifo[1024];
@@ -521,6 +521,16 @@ test_cache(void)
     backdate("ctree");
     CHECK_EQ(tsock__index_open(TSOCK_INDEX_FOLDER, root, cache, 1, &idx), 0);
     CHECK(access(cache, F_OK) == 0);
+    tsock__index_destroy(idx);
+
+    /* A cache inside the tree would change the tree by being written: it is not written. */
+    char inside[1024];
+    path_of(inside, sizeof inside, "ctree/n01/cache.idx");
+    clear_log();
+    CHECK_EQ(tsock__index_open(TSOCK_INDEX_FOLDER, root, inside, 1, &idx), 0);
+    CHECK(logged("inside the dataset tree"));
+    CHECK(access(inside, F_OK) != 0);
+    CHECK_EQ(tsock__index_check_fresh(idx), 0);
     tsock__index_destroy(idx);
 }
 

@@ -221,7 +221,7 @@ test_many(int mode, unsigned depth)
 {
     struct tsock_reader *r;
     struct tsock_read_req *q = calloc(SMALL_FILES, sizeof *q);
-    char (*names)[32] = calloc(SMALL_FILES, 32);
+    char(*names)[32] = calloc(SMALL_FILES, 32);
     uint8_t *bufs = malloc((size_t)SMALL_FILES * 2048);
     struct tsock_reader_stats st;
 

@@ -1,0 +1,62 @@
+"""tsock-mkdataset writes the tree it describes: regular images of ImageNet-like sizes in
+sorted class folders, the edge cases it lists (each really what it claims to be, by its
+leading bytes), deterministic output for a seed, and clear errors for bad options."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def run(mk, *args):
+    return subprocess.run([mk, *args], capture_output=True, text=True, timeout=120)
+
+
+def tree_digest(root):
+    h = hashlib.sha256()
+    for dirpath, _, files in sorted(os.walk(root)):
+        for name in sorted(files):
+            path = os.path.join(dirpath, name)
+            h.update(os.path.relpath(path, root).encode())
+            with open(path, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
+
+
+def main(mk):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "tree")
+        r = run(mk, out, "--images", "40", "--classes", "4", "--edge-cases", "--json",
+                "--seed", "3")
+        assert r.returncode == 0, r.stderr
+        info = json.loads(r.stdout)
+        assert info["images"] == 40 and info["classes"] == 4, info
+        classes = sorted(os.listdir(out))
+        assert len(classes) == 4, classes
+        files = sum(len(os.listdir(os.path.join(out, c))) for c in classes)
+        assert files == info["files"], (files, info["files"])
+        assert 200 <= info["mean_width"] <= 700 and 200 <= info["mean_height"] <= 700, info
+        edge = info["edge_cases"]
+        magic = {"progressive": b"\xff\xd8", "grayscale": b"\xff\xd8", "cmyk": b"\xff\xd8",
+                 "png": b"\x89PNG"}
+        for kind, prefix in magic.items():
+            assert edge[kind], kind
+            for rel in edge[kind]:
+                with open(os.path.join(out, rel), "rb") as f:
+                    assert f.read(4).startswith(prefix), (kind, rel)
+        for rel in edge.get("empty", []):
+            assert os.path.getsize(os.path.join(out, rel)) == 0, rel
+        again = os.path.join(tmp, "again")
+        r = run(mk, again, "--images", "40", "--classes", "4", "--edge-cases", "--seed", "3")
+        assert r.returncode == 0, r.stderr
+        assert tree_digest(out) == tree_digest(again), "same seed, different bytes"
+        for bad in (["--images", "x"], ["--classes", "0"], ["--quality", "101"], ["--nope"]):
+            r = run(mk, os.path.join(tmp, "bad"), *bad)
+            assert r.returncode == 2, (bad, r.returncode, r.stderr)
+            assert bad[0] in r.stderr, (bad, r.stderr)
+    print("mkdataset: 1 passed, 0 failed")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
