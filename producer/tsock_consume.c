@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "synthetic.h"
+#include "cli.h"
 #include "tsock/tsock.h"
 
 #define PROG "tsock-consume"
@@ -101,38 +102,6 @@ usage(FILE *f)
             "\n"
             "Exit status: 0 clean run, 1 library error (producer lost or stopped, timeout,\n"
             "stream ended early), 2 bad usage, 3 a check failed, 130 interrupted.\n");
-}
-
-static void
-bad_usage(const char *fmt, ...)
-{
-    va_list ap;
-    fputs(PROG ": ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs("\n" PROG ": try '" PROG " --help'\n", stderr);
-    exit(2);
-}
-
-/* Parses a decimal integer in [min, max] for option `opt`; anything else ends the program with
- * status 2 and a message naming the option. */
-static int64_t
-parse_i64(const char *opt, const char *s, int64_t min, int64_t max)
-{
-    char *end = NULL;
-    const char *digits = s[0] == '-' ? s + 1 : s;
-    if (digits[0] < '0' || digits[0] > '9')
-        bad_usage("--%s: '%s' is not a valid value (expected an integer in %" PRId64 "..%" PRId64
-                  ")",
-                  opt, s, min, max);
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max)
-        bad_usage("--%s: '%s' is not a valid value (expected an integer in %" PRId64 "..%" PRId64
-                  ")",
-                  opt, s, min, max);
-    return (int64_t)v;
 }
 
 static uint64_t
@@ -557,51 +526,51 @@ parse_args(int argc, char **argv, struct config *cfg)
         switch (c) {
         case OPT_ENDPOINT:
             if (optarg[0] == '\0')
-                bad_usage("--endpoint: the endpoint must not be empty");
+                cli_bad_usage("--endpoint: the endpoint must not be empty");
             cfg->endpoint = optarg;
             break;
         case OPT_EPOCHS:
-            cfg->epochs = parse_i64("epochs", optarg, 0, INT64_C(1) << 40);
+            cfg->epochs = cli_parse_i64("epochs", optarg, 0, INT64_C(1) << 40);
             break;
         case OPT_SAMPLES:
-            cfg->samples = parse_i64("samples", optarg, 1, INT64_C(1) << 32);
+            cfg->samples = cli_parse_i64("samples", optarg, 1, INT64_C(1) << 32);
             break;
         case OPT_BATCH_SIZE:
-            cfg->batch_size = parse_i64("batch-size", optarg, 0, UINT32_MAX);
+            cfg->batch_size = cli_parse_i64("batch-size", optarg, 0, UINT32_MAX);
             break;
         case OPT_DROP_LAST:
             cfg->drop_last = 1;
             break;
         case OPT_DELAY_MS:
-            cfg->delay_ms = parse_i64("delay-ms", optarg, 0, 3600000);
+            cfg->delay_ms = cli_parse_i64("delay-ms", optarg, 0, 3600000);
             break;
         case OPT_JOIN_AFTER_MS:
-            cfg->join_after_ms = parse_i64("join-after-ms", optarg, 0, 3600000);
+            cfg->join_after_ms = cli_parse_i64("join-after-ms", optarg, 0, 3600000);
             break;
         case OPT_PAUSE_MS:
-            cfg->pause_ms = parse_i64("pause-between-epochs-ms", optarg, 0, 3600000);
+            cfg->pause_ms = cli_parse_i64("pause-between-epochs-ms", optarg, 0, 3600000);
             break;
         case OPT_EPOCH_GRACE_MS:
-            cfg->grace_ms = parse_i64("epoch-grace-ms", optarg, 0, INT32_MAX);
+            cfg->grace_ms = cli_parse_i64("epoch-grace-ms", optarg, 0, INT32_MAX);
             break;
         case OPT_RECONNECT_MS:
-            cfg->reconnect_ms = parse_i64("reconnect-ms", optarg, 0, INT32_MAX);
+            cfg->reconnect_ms = cli_parse_i64("reconnect-ms", optarg, 0, INT32_MAX);
             break;
         case OPT_TIMEOUT_MS:
-            cfg->timeout_ms = parse_i64("timeout-ms", optarg, -1, INT32_MAX);
+            cfg->timeout_ms = cli_parse_i64("timeout-ms", optarg, -1, INT32_MAX);
             break;
         case OPT_CONNECT_TIMEOUT_MS:
-            cfg->connect_timeout_ms = parse_i64("connect-timeout-ms", optarg, -1, INT32_MAX);
+            cfg->connect_timeout_ms = cli_parse_i64("connect-timeout-ms", optarg, -1, INT32_MAX);
             break;
         case OPT_HEARTBEAT_MS:
-            cfg->heartbeat_ms = (int)parse_i64("heartbeat-ms", optarg, 1, 600000);
+            cfg->heartbeat_ms = (int)cli_parse_i64("heartbeat-ms", optarg, 1, 600000);
             break;
         case OPT_HEARTBEAT_TIMEOUT_MS:
-            cfg->heartbeat_timeout_ms = (int)parse_i64("heartbeat-timeout-ms", optarg, 1, 3600000);
+            cfg->heartbeat_timeout_ms = (int)cli_parse_i64("heartbeat-timeout-ms", optarg, 1, 3600000);
             break;
         case OPT_NAME:
             if (optarg[0] == '\0' || strlen(optarg) > TSOCK_MAX_NAME)
-                bad_usage("--name: the name must have 1 to %d bytes", TSOCK_MAX_NAME);
+                cli_bad_usage("--name: the name must have 1 to %d bytes", TSOCK_MAX_NAME);
             cfg->name = optarg;
             break;
         case OPT_JSON:
@@ -623,21 +592,21 @@ parse_args(int argc, char **argv, struct config *cfg)
             usage(stdout);
             exit(0);
         case ':':
-            bad_usage("%s: missing value", argv[optind - 1]);
+            cli_bad_usage("%s: missing value", argv[optind - 1]);
             break;
         default:
             if (optopt && optopt < 256)
-                bad_usage("unknown option '-%c'", optopt);
-            bad_usage("unknown option '%s'", argv[optind - 1]);
+                cli_bad_usage("unknown option '-%c'", optopt);
+            cli_bad_usage("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc)
-        bad_usage("unexpected argument '%s' (every setting is an --option)", argv[optind]);
+        cli_bad_usage("unexpected argument '%s' (every setting is an --option)", argv[optind]);
     if (cfg->heartbeat_ms || cfg->heartbeat_timeout_ms) {
         int interval = cfg->heartbeat_ms ? cfg->heartbeat_ms : 250;
         int timeout = cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms : 3000;
         if (timeout <= interval)
-            bad_usage("--heartbeat-timeout-ms (%d) must be greater than --heartbeat-ms (%d)",
+            cli_bad_usage("--heartbeat-timeout-ms (%d) must be greater than --heartbeat-ms (%d)",
                       timeout, interval);
     }
 }
@@ -813,6 +782,7 @@ more_epochs_wanted(const struct config *cfg, const struct results *r)
 int
 main(int argc, char **argv)
 {
+    cli_init(PROG);
     struct config cfg = {
         .epochs = 1, .timeout_ms = 10000, .connect_timeout_ms = 10000, .grace_ms = -1};
     parse_args(argc, argv, &cfg);

@@ -33,6 +33,7 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "formats.h"
 #include "synth.h"
 
@@ -92,18 +93,6 @@ struct job {
 };
 
 static void
-bad_usage(const char *fmt, ...)
-{
-    va_list ap;
-    fputs(PROG ": ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs("\n" PROG ": try '" PROG " --help'\n", stderr);
-    exit(2);
-}
-
-static void
 usage(FILE *f)
 {
     fprintf(f,
@@ -128,23 +117,6 @@ usage(FILE *f)
             "  --help             show this help\n"
             "\n"
             "Exit status: 0 done, 1 cannot write, 2 bad usage.\n");
-}
-
-static uint64_t
-parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max)
-{
-    char *end = NULL;
-    if (s[0] < '0' || s[0] > '9')
-        bad_usage("--%s: '%s' is not a valid value (expected an integer in %" PRIu64 "..%" PRIu64
-                  ")",
-                  opt, s, min, max);
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max)
-        bad_usage("--%s: '%s' is not a valid value (expected an integer in %" PRIu64 "..%" PRIu64
-                  ")",
-                  opt, s, min, max);
-    return (uint64_t)v;
 }
 
 static void
@@ -174,19 +146,19 @@ parse_options(int argc, char **argv, struct options *o)
             break;
         switch (c) {
         case 'i':
-            o->images = parse_u64("images", optarg, 0, MAX_IMAGES);
+            o->images = cli_parse_u64("images", optarg, 0, MAX_IMAGES);
             break;
         case 'c':
-            o->classes = parse_u64("classes", optarg, 1, MAX_CLASSES);
+            o->classes = cli_parse_u64("classes", optarg, 1, MAX_CLASSES);
             break;
         case 'e':
             o->edge_cases = 1;
             break;
         case 's':
-            o->seed = parse_u64("seed", optarg, 0, UINT64_MAX);
+            o->seed = cli_parse_u64("seed", optarg, 0, UINT64_MAX);
             break;
         case 'q':
-            o->quality = parse_u64("quality", optarg, 1, 100);
+            o->quality = cli_parse_u64("quality", optarg, 1, 100);
             break;
         case 'p':
             if (strcmp(optarg, "train") == 0)
@@ -194,13 +166,13 @@ parse_options(int argc, char **argv, struct options *o)
             else if (strcmp(optarg, "val") == 0)
                 o->val = 1;
             else
-                bad_usage("--split: '%s' is not a valid value (expected train or val)", optarg);
+                cli_bad_usage("--split: '%s' is not a valid value (expected train or val)", optarg);
             break;
         case 'P':
             o->photos = optarg;
             break;
         case 't':
-            o->threads = parse_u64("threads", optarg, 1, MAX_THREADS);
+            o->threads = cli_parse_u64("threads", optarg, 1, MAX_THREADS);
             break;
         case 'j':
             o->json = 1;
@@ -209,22 +181,22 @@ parse_options(int argc, char **argv, struct options *o)
             usage(stdout);
             exit(0);
         case ':':
-            bad_usage("option '%s' needs a value", argv[optind - 1]);
+            cli_bad_usage("option '%s' needs a value", argv[optind - 1]);
             break;
         default:
             /* getopt_long has moved past the option; OUT may have been permuted before it. */
-            bad_usage("unknown option '%s'", argv[optind - 1]);
+            cli_bad_usage("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind >= argc)
-        bad_usage("missing the output directory OUT");
+        cli_bad_usage("missing the output directory OUT");
     if (optind + 1 < argc)
-        bad_usage("unexpected argument '%s' (only one OUT directory)", argv[optind + 1]);
+        cli_bad_usage("unexpected argument '%s' (only one OUT directory)", argv[optind + 1]);
     o->out = argv[optind];
     if (!o->out[0])
-        bad_usage("OUT must not be empty");
+        cli_bad_usage("OUT must not be empty");
     if (o->images == 0 && !o->edge_cases)
-        bad_usage("--images: 0 images and no --edge-cases: nothing to write");
+        cli_bad_usage("--images: 0 images and no --edge-cases: nothing to write");
 }
 
 /* ---- photographs -------------------------------------------------------------------------- */
@@ -284,7 +256,7 @@ load_photos(const char *dir)
 {
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        bad_usage("--photos: '%s' is not a directory", dir);
+        cli_bad_usage("--photos: '%s' is not a directory", dir);
     nftw(dir, collect_photo, 32, FTW_PHYS);
     qsort(g_photo_paths, g_nphoto_paths, sizeof *g_photo_paths, cmp_str);
     tjhandle tj = tjInitDecompress();
@@ -325,7 +297,7 @@ load_photos(const char *dir)
     }
     tjDestroy(tj);
     if (g_nphotos == 0)
-        bad_usage("--photos: no decodable RGB or grayscale JPEG photograph under '%s'", dir);
+        cli_bad_usage("--photos: no decodable RGB or grayscale JPEG photograph under '%s'", dir);
 }
 
 /* ---- writing ------------------------------------------------------------------------------ */
@@ -510,6 +482,7 @@ now_s(void)
 int
 main(int argc, char **argv)
 {
+    cli_init(PROG);
     struct options o;
     struct job j;
     uint64_t per_kind[K_COUNT] = {0};

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "synthetic.h"
+#include "cli.h"
 #include "tsock/tsock.h"
 
 #define PROG "tsock-producer"
@@ -75,37 +76,6 @@ usage(FILE *f)
             "\n"
             "Batches hold: image uint8 [B,N,N,3], label int64 [B], index int64 [B] (sample id).\n"
             "Exit status: 0 done or stopped by SIGINT/SIGTERM, 1 library error, 2 bad usage.\n");
-}
-
-static void
-bad_usage(const char *fmt, ...)
-{
-    va_list ap;
-    fputs(PROG ": ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs("\n" PROG ": try '" PROG " --help'\n", stderr);
-    exit(2);
-}
-
-/* Parses a decimal integer in [min, max] for option `opt`; anything else ends the program with
- * status 2 and a message naming the option. */
-static uint64_t
-parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max)
-{
-    char *end = NULL;
-    if (s[0] < '0' || s[0] > '9')
-        bad_usage("--%s: '%s' is not a valid value (expected an integer in %" PRIu64 "..%" PRIu64
-                  ")",
-                  opt, s, min, max);
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max)
-        bad_usage("--%s: '%s' is not a valid value (expected an integer in %" PRIu64 "..%" PRIu64
-                  ")",
-                  opt, s, min, max);
-    return (uint64_t)v;
 }
 
 static double
@@ -349,40 +319,40 @@ parse_args(int argc, char **argv, struct config *cfg)
             break;
         case OPT_ENDPOINT:
             if (optarg[0] == '\0')
-                bad_usage("--endpoint: the endpoint must not be empty");
+                cli_bad_usage("--endpoint: the endpoint must not be empty");
             cfg->endpoint = optarg;
             break;
         case OPT_BATCH_SIZE:
-            cfg->batch_size = parse_u64("batch-size", optarg, 1, 1u << 20);
+            cfg->batch_size = cli_parse_u64("batch-size", optarg, 1, 1u << 20);
             break;
         case OPT_SLOTS:
-            cfg->slots = parse_u64("slots", optarg, 2, 1024);
+            cfg->slots = cli_parse_u64("slots", optarg, 2, 1024);
             break;
         case OPT_SAMPLES:
-            cfg->samples = parse_u64("samples", optarg, 1, UINT64_C(1) << 32);
+            cfg->samples = cli_parse_u64("samples", optarg, 1, UINT64_C(1) << 32);
             break;
         case OPT_IMAGE_SIZE:
-            cfg->image_size = parse_u64("image-size", optarg, 1, 8192);
+            cfg->image_size = cli_parse_u64("image-size", optarg, 1, 8192);
             break;
         case OPT_EPOCHS:
-            cfg->epochs = parse_u64("epochs", optarg, 0, UINT64_C(1) << 40);
+            cfg->epochs = cli_parse_u64("epochs", optarg, 0, UINT64_C(1) << 40);
             break;
         case OPT_SEED:
-            cfg->seed = parse_u64("seed", optarg, 0, UINT64_MAX);
+            cfg->seed = cli_parse_u64("seed", optarg, 0, UINT64_MAX);
             break;
         case OPT_WAIT_CONSUMERS:
-            cfg->wait_consumers = parse_u64("wait-consumers", optarg, 0, 1024);
+            cfg->wait_consumers = cli_parse_u64("wait-consumers", optarg, 0, 1024);
             break;
         case OPT_STATS_JSON:
             if (optarg[0] == '\0')
-                bad_usage("--stats-json: the file name must not be empty");
+                cli_bad_usage("--stats-json: the file name must not be empty");
             cfg->stats_path = optarg;
             break;
         case OPT_HEARTBEAT_MS:
-            cfg->heartbeat_ms = (int)parse_u64("heartbeat-ms", optarg, 1, 600000);
+            cfg->heartbeat_ms = (int)cli_parse_u64("heartbeat-ms", optarg, 1, 600000);
             break;
         case OPT_HEARTBEAT_TIMEOUT_MS:
-            cfg->heartbeat_timeout_ms = (int)parse_u64("heartbeat-timeout-ms", optarg, 1, 3600000);
+            cfg->heartbeat_timeout_ms = (int)cli_parse_u64("heartbeat-timeout-ms", optarg, 1, 3600000);
             break;
         case 'q':
         case OPT_QUIET:
@@ -397,25 +367,25 @@ parse_args(int argc, char **argv, struct config *cfg)
             usage(stdout);
             exit(0);
         case ':':
-            bad_usage("%s: missing value", argv[optind - 1]);
+            cli_bad_usage("%s: missing value", argv[optind - 1]);
             break;
         default:
             if (optopt && optopt < 256)
-                bad_usage("unknown option '-%c'", optopt);
-            bad_usage("unknown option '%s'", argv[optind - 1]);
+                cli_bad_usage("unknown option '-%c'", optopt);
+            cli_bad_usage("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc)
-        bad_usage("unexpected argument '%s' (every setting is an --option)", argv[optind]);
+        cli_bad_usage("unexpected argument '%s' (every setting is an --option)", argv[optind]);
     if (!dataset)
-        bad_usage("--dataset is required; supported: synthetic");
+        cli_bad_usage("--dataset is required; supported: synthetic");
     if (strcmp(dataset, "synthetic") != 0)
-        bad_usage("--dataset: unknown dataset '%s'; supported: synthetic", dataset);
+        cli_bad_usage("--dataset: unknown dataset '%s'; supported: synthetic", dataset);
     if (cfg->heartbeat_ms || cfg->heartbeat_timeout_ms) {
         int interval = cfg->heartbeat_ms ? cfg->heartbeat_ms : 250;
         int timeout = cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms : 3000;
         if (timeout <= interval)
-            bad_usage("--heartbeat-timeout-ms (%d) must be greater than --heartbeat-ms (%d)",
+            cli_bad_usage("--heartbeat-timeout-ms (%d) must be greater than --heartbeat-ms (%d)",
                       timeout, interval);
     }
     /* The ring must be addressable: batch * (image + 16 bytes) * slots below 2^40 bytes. */
@@ -424,7 +394,7 @@ parse_args(int argc, char **argv, struct config *cfg)
         ((long double)cfg->image_size * (long double)cfg->image_size * 3.0L + 16.0L) *
         (long double)cfg->slots;
     if (ring > (long double)(UINT64_C(1) << 40))
-        bad_usage("--batch-size x --image-size x --slots: the ring would need %.0Lf bytes, more "
+        cli_bad_usage("--batch-size x --image-size x --slots: the ring would need %.0Lf bytes, more "
                   "than 1 TiB",
                   ring);
 }
@@ -439,6 +409,7 @@ lib_error(const char *what, int rc)
 int
 main(int argc, char **argv)
 {
+    cli_init(PROG);
     struct config cfg = {
         .batch_size = 64, .slots = 8, .samples = 4096, .image_size = 32, .epochs = 1};
     parse_args(argc, argv, &cfg);

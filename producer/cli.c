@@ -1,0 +1,56 @@
+/* Command-line helpers shared by the tsock programs (see cli.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+
+static const char *program = "tsock";
+
+void
+cli_init(const char *name)
+{
+    program = name;
+}
+
+void
+cli_bad_usage(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", program);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n%s: try '%s --help'\n", program, program);
+    exit(2);
+}
+
+uint64_t
+cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max)
+{
+    char *end = NULL;
+    errno = 0;
+    /* strtoull would accept "-1" (as a huge value) and leading spaces: insist on a digit. */
+    unsigned long long v = (s[0] >= '0' && s[0] <= '9') ? strtoull(s, &end, 10) : 0;
+    if (!end || errno != 0 || *end != '\0' || v < min || v > max)
+        cli_bad_usage("--%s: '%s' is not a valid value (expected an integer in %" PRIu64
+                      "..%" PRIu64 ")",
+                      opt, s, min, max);
+    return (uint64_t)v;
+}
+
+int64_t
+cli_parse_i64(const char *opt, const char *s, int64_t min, int64_t max)
+{
+    char *end = NULL;
+    const char *digits = s[0] == '-' ? s + 1 : s;
+    errno = 0;
+    long long v = (digits[0] >= '0' && digits[0] <= '9') ? strtoll(s, &end, 10) : 0;
+    if (!end || errno != 0 || *end != '\0' || v < min || v > max)
+        cli_bad_usage("--%s: '%s' is not a valid value (expected an integer in %" PRId64
+                      "..%" PRId64 ")",
+                      opt, s, min, max);
+    return (int64_t)v;
+}

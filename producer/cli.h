@@ -1,0 +1,19 @@
+/* Command-line helpers shared by the tsock programs: one way to reject a bad option (a message
+ * naming it, a pointer to --help, exit status 2) and checked integer parsing. */
+#ifndef TSOCK_CLI_H
+#define TSOCK_CLI_H
+
+#include <stdint.h>
+
+/* Names the program in every message; call first thing in main. */
+void cli_init(const char *program);
+
+/* Prints "program: <message>" and a pointer to --help on stderr, and exits with status 2. */
+void cli_bad_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+/* A decimal integer in [min, max] for option `opt` (named without its dashes); anything else
+ * ends the program through cli_bad_usage with a message naming the option and the range. */
+uint64_t cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max);
+int64_t cli_parse_i64(const char *opt, const char *s, int64_t min, int64_t max);
+
+#endif
