@@ -56,7 +56,11 @@ enum tsock_error {
     TSOCK_E_EPOCH_INTERRUPTED = -10012, /* the producer went away mid-epoch; with reconnect on,
                                            the epoch ended early and the next call starts a new
                                            one on the new producer */
-    TSOCK_E_LAST = -10013
+    TSOCK_E_BAD_SAMPLE = -10013,      /* a sample's file could not be read or decoded, and the
+                                           pipeline was told to fail on such files */
+    TSOCK_E_NO_DEVICE = -10014,       /* no usable GPU: no CUDA device, driver or runtime, an
+                                           unsupported device index, or no peer access */
+    TSOCK_E_LAST = -10015
 };
 
 /* A static, human-readable description of any return code (0, a negated errno, TSOCK_E_*).

@@ -17,6 +17,8 @@ static const char *const tsock_messages[] = {
     [10] = "batch not held by this consumer",
     [11] = "endpoint already served by a live producer",
     [12] = "epoch interrupted: the producer went away mid-epoch; the next call starts a new one",
+    [13] = "bad sample: a file could not be read or decoded (on-error fail)",
+    [14] = "no usable GPU (no device, driver or runtime, bad device index, or no peer access)",
 };
 
 /* Every code in the reserved range must have a message. */
