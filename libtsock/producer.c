@@ -335,12 +335,22 @@ plan_slot(tsock_producer *p, struct tsock_slot *s)
 }
 
 int
+tsock_producer_stream_ended(const tsock_producer *p)
+{
+    return p && p->use_sampler && tsock__sampler_exhausted(&p->sampler);
+}
+
+int
 tsock_producer_acquire(tsock_producer *p, int timeout_ms, tsock_slot **slot)
 {
     if (!p || !slot)
         return -EINVAL;
     if (p->filling)
         return TSOCK_E_STATE;
+    /* The end is known before any slot is free: say so at once rather than after waiting for
+     * consumers that may already have left. */
+    if (p->use_sampler && tsock__sampler_exhausted(&p->sampler))
+        return TSOCK_E_END;
     pthread_mutex_lock(&p->mu);
     int index = p->state == P_RUNNING ? take_free_slot(p, timeout_ms) : TSOCK_E_STATE;
     pthread_mutex_unlock(&p->mu);

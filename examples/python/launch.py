@@ -83,8 +83,8 @@ def run_tsock(args, env):
                                 for i in range(args.jobs)], env, args.timeout)
             wall = time.perf_counter() - t0
             producer.wait(timeout=30)
-            with open(stats) as f:
-                pstats = json.load(f)
+            with open(stats) as f:  # one JSON object per line; the last is the final one
+                pstats = json.loads(f.read().strip().splitlines()[-1])
         finally:
             if producer.poll() is None:
                 producer.kill()

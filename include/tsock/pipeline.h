@@ -1,17 +1,54 @@
 /*
- * tsock image pipeline: what the producer exists to do once instead of once per job.
+ * tsock image pipeline: index an image dataset, then read, decode and augment the samples of
+ * each batch on worker threads, straight into a producer's slot.
  *
- * A pipeline indexes an image dataset (an ImageFolder tree or a list file), and fills the slots
- * of a producer: for each sample id the sampler planned, it reads the file (io_uring, or pread
- * where io_uring is unavailable), decodes it with libjpeg-turbo (PNG through libpng), crops,
- * resizes and flips it as torchvision's presets do, and writes the result straight into the
- * sample's place in the slot, on a pool of worker threads.
+ * This is what tsock-producer --dataset imagenet|folder|list runs; a C program that serves its
+ * own producer can use it the same way:
  *
- * Conventions are those of tsock.h. A pipeline is used from one thread at a time; it runs
- * worker threads of its own.
+ *     tsock_pipeline_create(&pl, TSOCK_SOURCE_FOLDER, "/data/imagenet/train");
+ *     tsock_pipeline_set_workers(pl, 8);               // any setter, before open
+ *     tsock_pipeline_open(pl);                         // index (or its cache) + header check
+ *     tsock_pipeline_add_tensors(pl, layout);          // image, label, index
+ *     tsock_producer_create(&p, NULL, layout, 256, 8);
+ *     tsock_producer_set_sampler(p, tsock_pipeline_samples(pl), seed, epochs);
+ *     ... tsock_producer_acquire(p, -1, &slot);
+ *         tsock_pipeline_fill(pl, slot);               // every planned sample of the slot
+ *         tsock_producer_publish(p, slot, tsock_slot_planned(slot));
+ *
+ * Datasets. TSOCK_SOURCE_FOLDER is torchvision's ImageFolder layout, root/<class>/<file>
+ * (deeper files count for their class), classes sorted by name and numbered from 0 as
+ * ImageFolder numbers them; files are the ones with one of ImageFolder's image extensions.
+ * TSOCK_SOURCE_LIST is a text file of "path label" lines (paths relative to the list's folder
+ * or absolute). Sample ids are positions in the index: for a folder, ImageFolder's order.
+ *
+ * Presets (what each sample becomes; output uint8 RGB, HWC):
+ *  - TSOCK_PRESET_TRAIN: RandomResizedCrop(size, scale, ratio 3/4..4/3) with torchvision's
+ *    sampling rule, then RandomHorizontalFlip(0.5).
+ *  - TSOCK_PRESET_VAL: Resize(size * 256 / 224, antialiased bilinear) on the shorter side, then
+ *    CenterCrop(size): Resize(256) + CenterCrop(224) at the default size.
+ * Everything random derives from (seed, epoch, sample id), so the bytes of a batch do not
+ * depend on the number of workers, the read method or the thread timing.
+ *
+ * Bad files. The index leaves out files that cannot be samples: empty, unreadable, too large
+ * (see the log), and files whose header shows they are not an image tsock decodes (not an
+ * image, an unsupported format, a corrupt or truncated header, over the pixel limit). That
+ * header check reads the start of every file once, when the index is built; the index cache
+ * remembers its result. A file that passes it but cannot be read or decoded when its turn
+ * comes (truncated beyond repair, corrupt data, vanished) is logged once with its path and
+ * left out from then on: by default (TSOCK_ON_ERROR_SKIP) its place in the batch is filled
+ * with the next sample id after it whose file decodes (its image, label and id, with the bad
+ * sample's random crop), so a batch is always full and every image in it is real. With
+ * TSOCK_ON_ERROR_FAIL the load fails with TSOCK_E_BAD_SAMPLE instead. Both are counted (see
+ * tsock_pipeline_stat).
+ *
+ * Threads: a pipeline is driven by one thread at a time (the producer's loop); it runs its
+ * own worker threads. Memory: the index (about 47 bytes per sample for ImageNet paths), one
+ * decoder per worker, and the files of one batch in flight; nothing grows with epochs.
  */
 #ifndef TSOCK_PIPELINE_H
 #define TSOCK_PIPELINE_H
+
+#include <stdint.h>
 
 #include "tsock/tsock.h"
 
@@ -21,82 +58,128 @@ extern "C" {
 
 typedef struct tsock_pipeline tsock_pipeline;
 
-/* Dataset kinds. IMAGENET and FOLDER both read `root/<class>/<file>` with classes sorted by
- * name and numbered from 0 as torchvision's ImageFolder numbers them; IMAGENET also implies
- * the ImageNet presets (train: RandomResizedCrop 224 + flip; val: Resize 256 + CenterCrop 224).
- * LIST reads "path label" lines, paths relative to the list file's folder. */
-typedef enum tsock_dataset_kind {
-    TSOCK_DATASET_IMAGENET = 1,
-    TSOCK_DATASET_FOLDER = 2,
-    TSOCK_DATASET_LIST = 3
-} tsock_dataset_kind;
+typedef enum tsock_source {
+    TSOCK_SOURCE_FOLDER = 0, /* root/<class>/<file>, ImageFolder order */
+    TSOCK_SOURCE_LIST = 1    /* a "path label" list file */
+} tsock_source;
 
 typedef enum tsock_preset {
-    TSOCK_PRESET_TRAIN = 1, /* RandomResizedCrop(size, scale, ratio 3/4..4/3) + flip p=0.5 */
-    TSOCK_PRESET_VAL = 2    /* Resize(size * 256/224, antialiased) + CenterCrop(size) */
+    TSOCK_PRESET_TRAIN = 0, /* RandomResizedCrop + RandomHorizontalFlip */
+    TSOCK_PRESET_VAL = 1    /* Resize + CenterCrop */
 } tsock_preset;
 
-typedef enum tsock_io_mode {
-    TSOCK_IO_AUTO = 0,  /* io_uring when the kernel allows it, pread otherwise */
-    TSOCK_IO_URING = 1, /* io_uring or fail */
-    TSOCK_IO_PREAD = 2
-} tsock_io_mode;
+typedef enum tsock_read_mode {
+    TSOCK_READ_AUTO = 0,  /* io_uring where it works, else pread (logged) */
+    TSOCK_READ_URING = 1, /* io_uring, or tsock_pipeline_open fails */
+    TSOCK_READ_PREAD = 2  /* plain open + pread + close */
+} tsock_read_mode;
 
-/* Creates a pipeline over `path` (the tree's root, or the list file). Nothing is read until
- * tsock_pipeline_open. Returns 0 and sets *out, or -EINVAL / -ENOMEM. */
-TSOCK_API int tsock_pipeline_create(tsock_pipeline **out, int kind, const char *path);
+typedef enum tsock_on_error {
+    TSOCK_ON_ERROR_SKIP = 0, /* replace a bad sample and go on (counted, logged once) */
+    TSOCK_ON_ERROR_FAIL = 1  /* fail the load with TSOCK_E_BAD_SAMPLE */
+} tsock_on_error;
 
-/* Options, before open. Defaults: TRAIN, 224, scale 0.08..1, flip on, workers = online CPUs,
- * TSOCK_IO_AUTO with 64 reads in flight, seed 0, skip bad files, index cache off. */
+/* The most worker threads and the deepest read queue a pipeline accepts. */
+#define TSOCK_PIPELINE_MAX_WORKERS 1024
+#define TSOCK_PIPELINE_MAX_IO_DEPTH 4096
+
+/* Creates a pipeline over the dataset at `path` (the root folder, or the list file), as
+ * `source` says. Nothing is read before tsock_pipeline_open. Defaults: train preset, size 224,
+ * crop scale 0.08..1, flip on, one worker per online CPU, TSOCK_READ_AUTO with 64 reads in
+ * flight, seed 0, TSOCK_ON_ERROR_SKIP, no index cache. Returns 0 and sets *out (the caller
+ * owns it), or -EINVAL, -ENOMEM. Any thread. */
+TSOCK_API int tsock_pipeline_create(tsock_pipeline **out, int source, const char *path);
+
+/* Setters: before tsock_pipeline_open, else TSOCK_E_STATE. Each returns 0, -EINVAL for a value
+ * out of range, or TSOCK_E_STATE. */
+/* A tsock_preset. */
 TSOCK_API int tsock_pipeline_set_preset(tsock_pipeline *pl, int preset);
+/* Output side in pixels, 1..8192 (images are size x size x 3). */
 TSOCK_API int tsock_pipeline_set_image_size(tsock_pipeline *pl, int size);
+/* RandomResizedCrop's area fraction range: 0 < min <= max <= 1 (train preset only). */
 TSOCK_API int tsock_pipeline_set_crop_scale(tsock_pipeline *pl, double min, double max);
-TSOCK_API int tsock_pipeline_set_flip(tsock_pipeline *pl, int on);
+/* Non-zero: flip horizontally with probability 0.5 (train preset only). Turning flips off
+ * keeps every crop box as it was. */
+TSOCK_API int tsock_pipeline_set_flip(tsock_pipeline *pl, int enabled);
+/* Decoding threads, 1..TSOCK_PIPELINE_MAX_WORKERS; 0 = one per online CPU. */
 TSOCK_API int tsock_pipeline_set_workers(tsock_pipeline *pl, int workers);
+/* How files are read (a tsock_read_mode) and how many reads are in flight at once
+ * (1..TSOCK_PIPELINE_MAX_IO_DEPTH). */
 TSOCK_API int tsock_pipeline_set_io(tsock_pipeline *pl, int mode, int depth);
-/* Everything random (crop boxes, flips) derives from (seed, epoch, sample id) only, so the same
- * seed gives the same bytes whatever the worker count and I/O mode. */
+/* The seed every random decision (crop, flip) derives from, with the epoch and sample id. */
 TSOCK_API int tsock_pipeline_set_seed(tsock_pipeline *pl, uint64_t seed);
-/* Non-zero: a file that cannot be decoded makes tsock_pipeline_fill fail. Zero (default): it
- * is reported once with its path, counted, and its place in the batch holds a grey image with
- * its own id and label, so every epoch still covers every id. */
-TSOCK_API int tsock_pipeline_set_fail_on_error(tsock_pipeline *pl, int fail);
-/* A file where the index is kept between runs so a restart does not rescan (NULL: none). */
+/* A tsock_on_error. */
+TSOCK_API int tsock_pipeline_set_on_error(tsock_pipeline *pl, int policy);
+/* A file where the index is kept between runs (copied; NULL: none). A valid cache whose tree
+ * is unchanged is loaded instead of scanning and checking the files again; otherwise the index
+ * is built and the cache written (atomically; a failure to write is logged, not fatal). Keep
+ * it outside the dataset folder. */
 TSOCK_API int tsock_pipeline_set_index_cache(tsock_pipeline *pl, const char *path);
 
-/* Indexes the dataset (or loads the cache), leaves out files that are empty or not images
- * (each reported once through the log), and starts the workers. Returns 0 or a negative code
- * (-ENOENT for a missing root, -ENODATA for a dataset with no image). */
+/* Builds the index (from the cache when it is fresh, else by scanning the dataset and checking
+ * each file's header), sets up the reader (TSOCK_READ_AUTO falls back to pread, logged) and
+ * starts the workers. Returns 0, -ENOENT (no usable image in the dataset), -EINVAL (a bad
+ * list file; each bad line is logged), the reader's error for TSOCK_READ_URING where io_uring
+ * cannot be used, another negated errno (opening the dataset), -ENOMEM, or TSOCK_E_STATE when
+ * already open. */
 TSOCK_API int tsock_pipeline_open(tsock_pipeline *pl);
 
-/* After open: the number of samples and of classes. */
+/* After open: samples in the index (0 before), classes (labels are 0..classes-1), the name
+ * of a class (folder source; NULL otherwise or out of range), the path of a sample relative to
+ * the dataset root (or absolute, in a list; NULL out of range), and the output side. Strings
+ * are owned by the pipeline. Any thread, while no setter or open runs. */
 TSOCK_API uint64_t tsock_pipeline_samples(const tsock_pipeline *pl);
 TSOCK_API uint32_t tsock_pipeline_classes(const tsock_pipeline *pl);
+TSOCK_API const char *tsock_pipeline_class_name(const tsock_pipeline *pl, uint32_t label);
+TSOCK_API const char *tsock_pipeline_sample_path(const tsock_pipeline *pl, uint64_t id);
+TSOCK_API int tsock_pipeline_image_size(const tsock_pipeline *pl);
 
-/* After open: adds the pipeline's tensors to `layout` ("image" uint8 [size, size, 3], "label"
- * int64, "index" int64) and returns 0. */
-TSOCK_API int tsock_pipeline_add_tensors(const tsock_pipeline *pl, tsock_layout *layout);
+/* Appends the pipeline's tensors to a producer layout: "image" uint8 [size, size, 3], "label"
+ * int64 [], "index" int64 [] (the sample id). tsock_pipeline_fill writes to these tensors of
+ * the slot, so call this once, on the layout the producer is created with. Returns the layout
+ * index of "image" (label and index follow it), or an error of tsock_layout_add. */
+TSOCK_API int tsock_pipeline_add_tensors(tsock_pipeline *pl, tsock_layout *layout);
 
-/* Fills an acquired slot of a producer whose sampler was set with tsock_pipeline_samples()
- * samples and whose layout came from tsock_pipeline_add_tensors: every planned sample is read,
- * decoded and written in place. Returns 0, or a negative code (a decode failure with
- * fail-on-error set, -EIO for an I/O error the file system reported). */
+/* Loads the `n` samples `ids` of epoch `epoch`: images to `images` (n * size * size * 3
+ * bytes), labels and sample ids to `labels` and `indices` (n int64 each; a replaced sample
+ * gets its replacement's label and id). All three are required. Blocks until every sample is
+ * written; the files are read on the calling thread and decoded on the workers. Returns n, or -EINVAL (a NULL pointer, an id out
+ * of range), TSOCK_E_STATE (not open), TSOCK_E_BAD_SAMPLE (TSOCK_ON_ERROR_FAIL and a file
+ * failed; the failing paths are logged and the outputs are then unspecified), -ENOMEM. */
+TSOCK_API int tsock_pipeline_load(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids,
+                                  uint32_t n, uint8_t *images, int64_t *labels,
+                                  int64_t *indices);
+
+/* Loads every planned sample of an acquired slot (tsock_slot_sample_ids, of the slot's epoch)
+ * into the slot's tensors added by tsock_pipeline_add_tensors. Returns the number of samples
+ * (tsock_slot_planned), or an error of tsock_pipeline_load, or TSOCK_E_STATE when
+ * tsock_pipeline_add_tensors was not called or the slot has no plan (no sampler). */
 TSOCK_API int tsock_pipeline_fill(tsock_pipeline *pl, tsock_slot *slot);
 
-/* Pipeline figures. */
-typedef enum tsock_pipeline_stat {
-    TSOCK_PSTAT_IMAGES = 1,      /* images decoded */
-    TSOCK_PSTAT_BYTES_READ = 2,  /* file bytes read */
-    TSOCK_PSTAT_DECODE_NS = 3,   /* worker time spent decoding and resizing, summed */
-    TSOCK_PSTAT_READ_NS = 4,     /* time waiting for reads, summed over workers */
-    TSOCK_PSTAT_BAD_FILES = 5,   /* files left out or replaced (index time + read time) */
-    TSOCK_PSTAT_INDEX_NS = 6,    /* time spent indexing (or loading the cache) */
-    TSOCK_PSTAT_INDEX_BYTES = 7  /* memory held by the index */
-} tsock_pipeline_stat;
+/* Statistic keys; totals since open unless said otherwise. */
+typedef enum tsock_pipeline_stat_key {
+    TSOCK_PIPELINE_SAMPLES = 1,     /* samples loaded (replacements included) */
+    TSOCK_PIPELINE_FILES_READ = 2,  /* files read, by the reader and for replacements */
+    TSOCK_PIPELINE_BYTES_READ = 3,  /* bytes of those files */
+    TSOCK_PIPELINE_BAD_FILES = 4,   /* distinct files that failed at load time (left out since) */
+    TSOCK_PIPELINE_REPLACED = 5,    /* samples filled with a replacement */
+    TSOCK_PIPELINE_LEFT_OUT = 6,    /* files the index left out: empty, unreadable, too large,
+                                       not an image by their header */
+    TSOCK_PIPELINE_NOT_IMAGE = 7,   /* of those, left out by the header check */
+    TSOCK_PIPELINE_DECODE_NS = 8,   /* worker time spent decoding and augmenting, summed */
+    TSOCK_PIPELINE_READ_WAIT_NS = 9, /* time the driving thread spent reading files */
+    TSOCK_PIPELINE_INDEX_NS = 10,   /* time tsock_pipeline_open spent on the index */
+    TSOCK_PIPELINE_INDEX_BYTES = 11, /* memory the index holds */
+    TSOCK_PIPELINE_WORKERS = 12,    /* worker threads */
+    TSOCK_PIPELINE_READ_MODE = 13,  /* TSOCK_READ_URING or TSOCK_READ_PREAD, as it reads */
+    TSOCK_PIPELINE_FROM_CACHE = 14  /* 1 when the index came from the cache */
+} tsock_pipeline_stat_key;
 
+/* Reads one statistic into *value. Returns 0, or -EINVAL for an unknown key. Any thread
+ * (values read while a load runs may be a moment old). */
 TSOCK_API int tsock_pipeline_stat(const tsock_pipeline *pl, int key, uint64_t *value);
 
-/* Stops the workers and frees everything. NULL does nothing. */
+/* Stops the workers and frees everything; NULL does nothing. Not while a load runs. */
 TSOCK_API void tsock_pipeline_destroy(tsock_pipeline *pl);
 
 #ifdef __cplusplus

@@ -189,6 +189,12 @@ TSOCK_API int tsock_producer_wait_consumers(tsock_producer *p, int count, int ti
  * issued its last epoch, or TSOCK_E_STATE when a slot is already being filled. */
 TSOCK_API int tsock_producer_acquire(tsock_producer *p, int timeout_ms, tsock_slot **slot);
 
+/* With a sampler: 1 when it has issued its last epoch (so the next tsock_producer_acquire
+ * returns TSOCK_E_END at once), else 0; always 0 without a sampler or with endless epochs.
+ * Lets a loop that waits for consumers before acquiring stop when there is nothing left to
+ * serve. Caller's thread only. */
+TSOCK_API int tsock_producer_stream_ended(const tsock_producer *p);
+
 /* Writable pointer to tensor `tensor` (a layout index) of an acquired slot: room for the
  * producer's batch_size samples, sample after sample, C order. NULL for a bad index. */
 TSOCK_API void *tsock_slot_data(tsock_slot *slot, int tensor);

@@ -1,10 +1,10 @@
 /* The dataset index (see index.h): scanning, list files, and the cache file.
  *
- * Cache file format, version 1. All integers little-endian; no padding anywhere.
+ * Cache file format, version 2. All integers little-endian; no padding anywhere.
  *
  *   offset  size  field
  *        0     8  magic "TSOCKIDX"
- *        8     4  version (1)
+ *        8     4  version (2)
  *       12     4  source (0 folder, 1 list)
  *       16     8  scan_time_ns (int64, CLOCK_REALTIME at the start of the scan)
  *       24     4  classes
@@ -16,7 +16,7 @@
  *       64     8  unreadable   > files left out, by reason
  *       72     8  too_large   /
  *       80     4  source_len (1..TSOCK_INDEX_MAX_PATH; the source path, no NUL)
- *       84     4  reserved (0)
+ *       84     4  not_image (files left out by the header check; saturates at 2^32-1)
  *       88        source path bytes
  *                 folder only: classes x u64 pool offsets of the class names (sorted, unique)
  *                 watch_count x { u64 path, u64 ino, u64 size, i64 mtime_ns }
@@ -48,7 +48,7 @@
 #include "dataset/index.h"
 
 #define CACHE_MAGIC "TSOCKIDX"
-#define CACHE_VERSION 1u
+#define CACHE_VERSION 2u
 #define CACHE_HEADER 88u
 #define CACHE_WATCH_BYTES 32u
 #define CACHE_ENTRY_BYTES 16u
@@ -1325,7 +1325,7 @@ tsock__index_encode(const struct tsock_index *idx, uint8_t **out, size_t *size)
     put64(p + 64, idx->unreadable);
     put64(p + 72, idx->too_large);
     put32(p + 80, (uint32_t)src_len);
-    put32(p + 84, 0);
+    put32(p + 84, idx->not_image > UINT32_MAX ? UINT32_MAX : (uint32_t)idx->not_image);
     p += CACHE_HEADER;
     memcpy(p, idx->source_path, src_len);
     p += src_len;
@@ -1384,7 +1384,7 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum, struc
     uint32_t source = get32(data + 12), classes = get32(data + 24), nwatch = get32(data + 28);
     uint64_t count = get64(data + 32), pool_size = get64(data + 40);
     uint32_t src_len = get32(data + 80);
-    if (source > TSOCK_INDEX_LIST || get32(data + 84) != 0 || src_len == 0 ||
+    if (source > TSOCK_INDEX_LIST || src_len == 0 ||
         src_len > TSOCK_INDEX_MAX_PATH || count > CACHE_MAX_SAMPLES || nwatch == 0 ||
         (source == TSOCK_INDEX_LIST && nwatch != 1) ||
         (source == TSOCK_INDEX_FOLDER && classes == 0) || pool_size == 0 || pool_size > size)
@@ -1417,6 +1417,7 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum, struc
     idx->empty = get64(data + 56);
     idx->unreadable = get64(data + 64);
     idx->too_large = get64(data + 72);
+    idx->not_image = get32(data + 84);
     idx->source_path = strndup((const char *)data + CACHE_HEADER, src_len);
     idx->pool = malloc((size_t)pool_size);
     idx->entries = malloc(count ? (size_t)count * sizeof *idx->entries : 1);
@@ -1648,9 +1649,67 @@ cache_in_tree(const struct tsock_index *idx, const char *cache_path)
     return inside;
 }
 
+/* Runs the caller's check on a fresh scan and removes what it marks. An index left with no
+ * sample is an error, as a scan that finds no usable file is. */
+static int
+apply_check(tsock_index_check_fn check, void *arg, struct tsock_index **idx)
+{
+    uint8_t *drop = calloc((size_t)(*idx)->count + 1, 1);
+    int r = drop ? check(arg, *idx, drop) : -ENOMEM;
+
+    if (r >= 0)
+        r = tsock__index_remove(*idx, drop);
+    free(drop);
+    if (r >= 0 && (*idx)->count == 0) {
+        tsock__log(TSOCK_LOG_ERROR, "index: %s: no file passed the image header check",
+                   (*idx)->source_path);
+        r = -ENOENT;
+    }
+    if (r < 0) {
+        tsock__index_destroy(*idx);
+        *idx = NULL;
+        return r;
+    }
+    return 0;
+}
+
+int
+tsock__index_remove(struct tsock_index *idx, const uint8_t *drop)
+{
+    uint64_t kept = 0, bytes = 0, removed;
+
+    if (!idx || !drop)
+        return -EINVAL;
+    for (uint64_t i = 0; i < idx->count; i++) {
+        if (drop[i])
+            continue;
+        idx->entries[kept++] = idx->entries[i];
+        bytes += idx->entries[i].size;
+    }
+    removed = idx->count - kept;
+    /* The dropped paths stay in the pool: compacting it would cost a copy of the whole pool
+     * for a few bytes per bad file. */
+    idx->count = kept;
+    idx->total_bytes = bytes;
+    idx->not_image += removed;
+    int r = count_empty_classes(idx);
+    if (r != 0)
+        return r;
+    if (removed)
+        log_empty_classes(idx);
+    return (int)(removed > INT32_MAX ? INT32_MAX : removed);
+}
+
 int
 tsock__index_open(int source, const char *path, const char *cache_path, int threads,
                   struct tsock_index **out)
+{
+    return tsock__index_open_checked(source, path, cache_path, threads, NULL, NULL, out);
+}
+
+int
+tsock__index_open_checked(int source, const char *path, const char *cache_path, int threads,
+                          tsock_index_check_fn check, void *arg, struct tsock_index **out)
 {
     int r;
 
@@ -1671,6 +1730,8 @@ tsock__index_open(int source, const char *path, const char *cache_path, int thre
     }
     r = source == TSOCK_INDEX_FOLDER ? tsock__index_scan_folder(path, threads, out)
                                      : tsock__index_scan_list(path, threads, out);
+    if (r == 0 && check)
+        r = apply_check(check, arg, out);
     if (r != 0 || !cache_path)
         return r;
     if (cache_in_tree(*out, cache_path))

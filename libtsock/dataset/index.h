@@ -90,6 +90,7 @@ struct tsock_index {
     uint64_t empty;         /* size 0 */
     uint64_t unreadable;    /* stat failed, or not a regular file */
     uint64_t too_large;     /* 4 GiB or more */
+    uint64_t not_image;     /* removed by a check of the files' contents (tsock__index_remove) */
     uint32_t empty_classes; /* classes with no sample (their labels are still reserved) */
 };
 
@@ -132,6 +133,24 @@ int tsock__index_save(const struct tsock_index *idx, const char *cache_path);
  * the tree): keep the cache outside the dataset. Returns what the scan returns. */
 int tsock__index_open(int source, const char *path, const char *cache_path, int threads,
                       struct tsock_index **out);
+
+/* A check of a fresh scan's files (for example of their image headers): sets drop[i] to
+ * non-zero for every sample i to leave out, and returns 0 or a negated errno (which fails the
+ * open). It runs only after a scan, never on a cache, so what it removed stays removed in the
+ * cache it leads to, and a restart neither re-reads the files nor logs them again. */
+typedef int (*tsock_index_check_fn)(void *arg, const struct tsock_index *idx, uint8_t *drop);
+
+/* tsock__index_open with a check run on a fresh scan before the cache is written. An index
+ * the check empties fails with -ENOENT. Returns what tsock__index_open returns, or the
+ * check's error. */
+int tsock__index_open_checked(int source, const char *path, const char *cache_path, int threads,
+                              tsock_index_check_fn check, void *arg, struct tsock_index **out);
+
+/* Removes the samples i with drop[i] non-zero (drop has idx->count bytes), keeping the order
+ * of the others: the ids after a removed sample shift down, labels never change. Adds the
+ * number removed to idx->not_image and recounts empty classes. Returns that number or
+ * -EINVAL, -ENOMEM. */
+int tsock__index_remove(struct tsock_index *idx, const uint8_t *drop);
 
 /* Whether the watched objects are unchanged since the scan: 0, or -ESTALE. */
 int tsock__index_check_fresh(const struct tsock_index *idx);

@@ -185,8 +185,8 @@ tsock__sampler_free(struct tsock_sampler *s)
     s->perm = NULL;
 }
 
-static int
-sampler_exhausted(const struct tsock_sampler *s)
+int
+tsock__sampler_exhausted(const struct tsock_sampler *s)
 {
     return s->perm == NULL || (s->epochs != 0 && s->epoch >= s->epochs);
 }
@@ -210,7 +210,7 @@ tsock__sampler_next(struct tsock_sampler *s, uint32_t max, uint64_t *ids, uint64
                     uint64_t *index_in_epoch, int *epoch_end)
 {
     /* max == 0 cannot hold a batch; the stream is left where it is. */
-    if (s == NULL || ids == NULL || max == 0 || sampler_exhausted(s))
+    if (s == NULL || ids == NULL || max == 0 || tsock__sampler_exhausted(s))
         return 0;
     if (s->position == 0)
         start_epoch(s);

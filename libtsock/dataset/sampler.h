@@ -29,6 +29,9 @@ struct tsock_sampler {
 int tsock__sampler_init(struct tsock_sampler *s, uint64_t samples, uint64_t seed, uint64_t epochs);
 void tsock__sampler_free(struct tsock_sampler *s);
 
+/* Whether the stream has issued its last epoch (never for an endless one). */
+int tsock__sampler_exhausted(const struct tsock_sampler *s);
+
 /* Tells the sampler the phases (offsets within an epoch where a consumer's window starts) of
  * the consumers whose windows will straddle the start of the next epoch. When that epoch
  * starts, it keeps the set of samples of every segment between consecutive phases and only

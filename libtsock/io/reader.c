@@ -60,6 +60,10 @@ struct tsock_reader {
     unsigned nfree;
     int badf_logged;
 #endif
+    /* The completion callback of the tsock__reader_read_each call in progress. */
+    tsock_read_done_fn done;
+    void *done_arg;
+    struct tsock_read_req *reqs;
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -76,6 +80,8 @@ finish(struct tsock_reader *r, struct tsock_read_req *q, int64_t result, uint64_
         r->stats.bytes += (uint64_t)result;
     else
         r->stats.errors++;
+    if (r->done)
+        r->done(r->done_arg, (size_t)(q - r->reqs));
 }
 
 /* Reads one whole file with pread. With trust_expected, a first read that returns exactly
@@ -96,6 +102,8 @@ pread_one(struct tsock_reader *r, struct tsock_read_req *q, int trust_expected)
         return;
     }
     for (;;) {
+        if (total == q->capacity && q->prefix)
+            break;
         if (total == q->capacity) {
             /* Full: the file either ends here or does not fit. */
             char one;
@@ -132,7 +140,7 @@ pread_one(struct tsock_reader *r, struct tsock_read_req *q, int trust_expected)
     close(fd);
     if (result == 0)
         result = (int64_t)total;
-    finish(r, q, result, result >= 0 || result == -EFBIG ? total : 0);
+    finish(r, q, result, (result >= 0 && !q->prefix) || result == -EFBIG ? total : 0);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -204,7 +212,9 @@ uring_complete(struct tsock_reader *r, struct tsock_read_req *reqs, uint32_t slo
         finish(r, q, s->open_res, 0);
     } else if (s->read_res >= 0) {
         uint32_t n = (uint32_t)s->read_res;
-        if (n < s->len && q->expected && n == q->expected)
+        if (q->prefix && (n == s->len || n == q->expected))
+            finish(r, q, n, 0); /* what was asked for, or the whole (known-size) file */
+        else if (n < s->len && q->expected && n == q->expected)
             finish(r, q, n, n);
         else
             q->result = RECHECK; /* size changed, buffer full, or size unknown */
@@ -377,6 +387,13 @@ tsock__reader_mode(const struct tsock_reader *r)
 int
 tsock__reader_read(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n)
 {
+    return tsock__reader_read_each(r, reqs, n, NULL, NULL);
+}
+
+int
+tsock__reader_read_each(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n,
+                        tsock_read_done_fn done, void *arg)
+{
     int ok = 0;
 
     if (!r || (n && !reqs))
@@ -388,6 +405,9 @@ tsock__reader_read(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n
         reqs[i].result = PENDING;
         reqs[i].file_size = 0;
     }
+    r->done = done;
+    r->done_arg = arg;
+    r->reqs = reqs;
 #if USE_URING
     if (r->mode == TSOCK_IO_URING) {
         int e = uring_read(r, reqs, n);
@@ -412,6 +432,8 @@ tsock__reader_read(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n
         }
         ok += reqs[i].result >= 0;
     }
+    r->done = NULL;
+    r->reqs = NULL;
     return ok;
 }
 

@@ -54,6 +54,8 @@ struct tsock_read_req {
     uint64_t expected; /* size the index recorded; 0 if unknown */
     void *buf;         /* where the file's bytes go; owned by the caller */
     size_t capacity;   /* bytes available at buf */
+    int prefix;        /* non-zero: read only the first `capacity` bytes (or the whole file
+                        * when shorter); result is the bytes read, file_size 0 */
     /* Out. */
     int64_t result;     /* bytes read (the whole file), or a negated errno: -ENOENT, -EISDIR,
                          * -EACCES, -EFBIG (larger than capacity), -EIO, ... */
@@ -83,6 +85,15 @@ int tsock__reader_mode(const struct tsock_reader *r);
  * Requests complete in any order; each fails or succeeds on its own. Returns the number of
  * requests whose result is >= 0, or -EINVAL for bad arguments (then no request was read). */
 int tsock__reader_read(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n);
+
+/* Called once per request, on the calling thread, as soon as that request is settled (its
+ * result and file_size are final), with the request's position in the array. */
+typedef void (*tsock_read_done_fn)(void *arg, size_t i);
+
+/* tsock__reader_read, calling `done` (when not NULL) as each request completes, so that the
+ * caller can hand files on while others are still being read. */
+int tsock__reader_read_each(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n,
+                            tsock_read_done_fn done, void *arg);
 
 /* Totals since creation. */
 void tsock__reader_stats(const struct tsock_reader *r, struct tsock_reader_stats *out);

@@ -211,9 +211,17 @@ def free_tcp_port():
 
 
 def read_stats(path):
+    """The producer's final record: the last line of its --stats-json file (one JSON object
+    per line: interval records, then the final one)."""
     check(os.path.exists(path), f"the producer wrote no statistics file {path}")
     with open(path) as f:
-        return json.load(f)
+        lines = [line for line in f.read().splitlines() if line.strip()]
+    check(lines, f"the statistics file {path} is empty")
+    records = [json.loads(line) for line in lines]
+    check(all(r.get("type") == "interval" for r in records[:-1]),
+          "every record but the last is an interval record")
+    check(records[-1].get("type") == "final", "the last record is the final one")
+    return records[-1]
 
 
 def check_clean(res, name, epochs):

@@ -581,7 +581,6 @@ test_corrupt(void)
         const char *what;
     } fields[] = {
         {12, 2, "source"},
-        {84, 1, "reserved"},
         {entries + 12, 9, "label >= classes"},
         {entries + 8, 0, "size 0 (with the other size bytes zero)"},
         {88 + src, 0xFF, "class name offset beyond the pool"},

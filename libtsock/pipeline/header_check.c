@@ -1,0 +1,144 @@
+/* The index-time header check: reads the start of every file of a fresh scan and leaves out
+ * those whose header already shows that decoding them would fail, so that they are reported
+ * once, at startup, instead of being discovered mid-epoch. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "pipeline/pipeline_int.h"
+
+/* Bytes read from each file: enough for the header of nearly every JPEG (up to its first
+ * scan) and every PNG. A JPEG whose metadata (EXIF, ICC profiles) is larger says how much it
+ * needs, and is read again with that much. */
+#define PREFIX_BYTES 16384u
+/* The most a header may take before the file counts as corrupt. */
+#define MAX_HEADER_BYTES (16u << 20)
+/* Left-out files logged one by one; beyond that, only counted. */
+#define LOG_EXAMPLES 100
+
+struct check_state {
+    const struct tsock_index *idx;
+    struct tsock_reader *reader;
+    uint8_t *drop;
+    uint64_t dropped;
+};
+
+static const char *
+reason(int code)
+{
+    switch (code) {
+    case -ENODATA: return "empty";
+    case -EILSEQ: return "not an image";
+    case -ENOTSUP: return "an image kind tsock does not decode (GIF, BMP, WebP, TIFF, 12-bit "
+                          "or lossless JPEG...)";
+    case -EPROTO: return "corrupt or truncated image header";
+    case -EFBIG: return "more pixels than the decoder's limit";
+    default: return strerror(-code);
+    }
+}
+
+static void
+leave_out(struct check_state *st, uint64_t i, int code)
+{
+    st->drop[i] = 1;
+    if (st->dropped++ < LOG_EXAMPLES)
+        tsock__log(TSOCK_LOG_WARN, "pipeline: left out %s/%s: %s", st->idx->root,
+                   tsock__index_path(st->idx, i), reason(code));
+    else if (st->dropped == LOG_EXAMPLES + 1)
+        tsock__log(TSOCK_LOG_WARN, "pipeline: more files left out; counting without logging");
+}
+
+/* The verdict on a header: 0 (keep), a negative code (leave out), or the number of bytes to
+ * read to go on (a header longer than what was read, in a file that has more). */
+static int64_t
+verdict(const uint8_t *data, size_t got, int whole_file)
+{
+    struct tsock_image_info info;
+    int r = tsock__image_probe(data, got, &info);
+
+    if (r == -EPROTO && !whole_file && info.need > got && info.need <= MAX_HEADER_BYTES)
+        return (int64_t)info.need;
+    if (r != 0)
+        return r;
+    if ((uint64_t)info.width * (uint64_t)info.height > TSOCK_IMAGE_MAX_PIXELS)
+        return -EFBIG;
+    return 0;
+}
+
+/* Re-reads one file's longer header, as much as the probe asks for, until the verdict is
+ * final. */
+static int
+check_long_header(struct check_state *st, uint64_t i, size_t need)
+{
+    for (;;) {
+        uint8_t *buf = malloc(need);
+        if (!buf)
+            return -ENOMEM;
+        struct tsock_read_req q = {.path = tsock__index_path(st->idx, i),
+                                   .expected = st->idx->entries[i].size,
+                                   .buf = buf,
+                                   .capacity = need,
+                                   .prefix = 1};
+        tsock__reader_read(st->reader, &q, 1);
+        int64_t v = q.result < 0 ? q.result
+                                 : verdict(buf, (size_t)q.result, (size_t)q.result < need);
+        free(buf);
+        if (v <= 0) {
+            if (v < 0)
+                leave_out(st, i, (int)v);
+            return 0;
+        }
+        need = (size_t)v; /* larger than before: verdict asks only for more than it had */
+    }
+}
+
+int
+tsock__pipeline_header_check(void *arg, const struct tsock_index *idx, uint8_t *drop)
+{
+    struct tsock_pipeline *pl = arg;
+    struct check_state st = {.idx = idx, .drop = drop};
+    size_t depth = (size_t)pl->io_depth;
+    uint64_t t0 = tsock__now_ns();
+
+    pl->from_cache = 0;
+    int r = tsock__reader_create(&st.reader, pl->io_mode, (unsigned)depth, idx->root);
+    if (r != 0)
+        return r;
+    uint8_t *bufs = malloc(depth * PREFIX_BYTES);
+    struct tsock_read_req *reqs = calloc(depth, sizeof *reqs);
+    if (!bufs || !reqs) {
+        r = -ENOMEM;
+        goto out;
+    }
+    for (uint64_t first = 0; first < idx->count && r == 0; first += depth) {
+        size_t n = idx->count - first < depth ? (size_t)(idx->count - first) : depth;
+        for (size_t k = 0; k < n; k++)
+            reqs[k] = (struct tsock_read_req){.path = tsock__index_path(idx, first + k),
+                                              .expected = idx->entries[first + k].size,
+                                              .buf = bufs + k * PREFIX_BYTES,
+                                              .capacity = PREFIX_BYTES,
+                                              .prefix = 1};
+        tsock__reader_read(st.reader, reqs, n);
+        for (size_t k = 0; k < n && r == 0; k++) {
+            int64_t v = reqs[k].result < 0
+                            ? reqs[k].result
+                            : verdict(reqs[k].buf, (size_t)reqs[k].result,
+                                      (size_t)reqs[k].result < PREFIX_BYTES);
+            if (v > 0)
+                r = check_long_header(&st, first + k, (size_t)v);
+            else if (v < 0)
+                leave_out(&st, first + k, (int)v);
+        }
+    }
+    if (r == 0)
+        tsock__log(TSOCK_LOG_INFO,
+                   "pipeline: header check of %llu files in %.2f s: %llu left out",
+                   (unsigned long long)idx->count, (double)(tsock__now_ns() - t0) * 1e-9,
+                   (unsigned long long)st.dropped);
+out:
+    free(bufs);
+    free(reqs);
+    tsock__reader_destroy(st.reader);
+    return r;
+}

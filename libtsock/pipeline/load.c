@@ -1,0 +1,446 @@
+/* Loading a batch. The driving thread (the caller of tsock_pipeline_load) reads the batch's
+ * files into one arena with the reader, many at a time; as each file arrives its position goes
+ * on a queue, and the workers decode queued files straight into the output. Bad files are
+ * replaced here (see pipeline.h). */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "pipeline/pipeline_int.h"
+
+#define ARENA_ALIGN 64
+/* A file that keeps growing while it is read is given up after this many tries. */
+#define MAX_REREADS 3
+/* No position: a known-bad sample is not read. */
+#define NO_REQ UINT32_MAX
+
+/* ---- the left-out set ---------------------------------------------------------------------- */
+
+static int
+is_bad(const struct tsock_pipeline *pl, uint64_t id)
+{
+    return (atomic_load_explicit(&pl->bad_bits[id / 64], memory_order_relaxed) >> (id % 64)) & 1;
+}
+
+/* Marks a sample's file bad and logs it, once per file. */
+static void
+mark_bad(struct tsock_pipeline *pl, uint64_t id, int code)
+{
+    uint64_t bit = (uint64_t)1 << (id % 64);
+    if (atomic_fetch_or(&pl->bad_bits[id / 64], bit) & bit)
+        return;
+    atomic_fetch_add(&pl->st_bad_files, 1);
+    tsock__log(pl->on_error == TSOCK_ON_ERROR_FAIL ? TSOCK_LOG_ERROR : TSOCK_LOG_WARN,
+               "pipeline: %s/%s (sample %llu): %s%s", pl->index->root,
+               tsock__index_path(pl->index, id), (unsigned long long)id,
+               code == -EPROTO   ? "corrupt or truncated beyond repair"
+               : code == -EFBIG  ? "over the decoder's limits"
+               : code == -ENOTSUP ? "an image kind tsock does not decode"
+               : code == -EILSEQ ? "not an image"
+               : code == -ENODATA ? "empty"
+                                  : strerror(-code),
+               pl->on_error == TSOCK_ON_ERROR_FAIL ? "" : "; left out from now on");
+}
+
+/* ---- one sample --------------------------------------------------------------------------- */
+
+/* Every random decision about sample `id` in epoch `epoch` comes from this stream. */
+static void
+sample_rng(const struct tsock_pipeline *pl, uint64_t epoch, uint64_t id, struct tsock_rng *rng)
+{
+    tsock__rng_seed(rng, tsock__mix64(pl->seed ^ tsock__mix64(epoch ^ tsock__mix64(~id))));
+}
+
+/* Decodes and augments one file into `out` with the random stream of (epoch, rng_id). */
+static int
+decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t epoch, uint64_t rng_id,
+            uint8_t *out)
+{
+    const struct tsock_pipeline *pl = w->pl;
+    uint64_t t0 = tsock__now_ns();
+    int r;
+
+    if (pl->preset == TSOCK_PRESET_TRAIN) {
+        struct tsock_rng rng;
+        struct tsock_train_params p = {.size = pl->size,
+                                       .scale_min = pl->scale_min,
+                                       .scale_max = pl->scale_max,
+                                       .ratio_min = 3.0 / 4.0,
+                                       .ratio_max = 4.0 / 3.0,
+                                       .flip = pl->flip};
+        sample_rng(pl, epoch, rng_id, &rng);
+        r = tsock__preset_train(w->decoder, data, size, &rng, &p, out, NULL, NULL);
+    } else {
+        /* Resize(256) for CenterCrop(224), in proportion for other sizes. */
+        int resize = (int)(((int64_t)pl->size * 256 + 112) / 224);
+        r = tsock__preset_val(w->decoder, data, size, resize, pl->size, out);
+    }
+    atomic_fetch_add_explicit(&w->pl->st_decode_ns, tsock__now_ns() - t0, memory_order_relaxed);
+    return r;
+}
+
+/* Reads a whole file on the worker (a replacement, or a file that outgrew its arena room).
+ * Returns its size, or a negated errno. */
+static int64_t
+read_on_worker(struct worker *w, uint64_t id, size_t hint)
+{
+    struct tsock_pipeline *pl = w->pl;
+    size_t want = hint ? hint : (size_t)pl->index->entries[id].size + 1;
+
+    for (int tries = 0; tries < MAX_REREADS; tries++) {
+        if (want > w->buf_cap) {
+            uint8_t *b = realloc(w->buf, want);
+            if (!b)
+                return -ENOMEM;
+            w->buf = b;
+            w->buf_cap = want;
+        }
+        struct tsock_read_req q = {.path = tsock__index_path(pl->index, id),
+                                   .expected = pl->index->entries[id].size,
+                                   .buf = w->buf,
+                                   .capacity = w->buf_cap};
+        tsock__reader_read(w->reader, &q, 1);
+        atomic_fetch_add_explicit(&pl->st_files, 1, memory_order_relaxed);
+        if (q.result >= 0) {
+            atomic_fetch_add_explicit(&pl->st_bytes, (uint64_t)q.result, memory_order_relaxed);
+            return q.result;
+        }
+        if (q.result != -EFBIG || q.file_size >= UINT32_MAX)
+            return q.result;
+        want = (size_t)q.file_size + 1;
+    }
+    return -EFBIG;
+}
+
+/* Loads sample `id` from the worker's buffer into position `pos`. */
+static int
+load_on_worker(struct worker *w, uint32_t pos, uint64_t id, uint64_t rng_id, size_t hint)
+{
+    const struct load_job *job = &w->pl->job;
+    size_t image_bytes = (size_t)w->pl->size * (size_t)w->pl->size * 3;
+    int64_t got = read_on_worker(w, id, hint);
+    if (got < 0)
+        return (int)got;
+    return decode_into(w, w->buf, (size_t)got, job->epoch, rng_id,
+                       job->images + (size_t)pos * image_bytes);
+}
+
+/* Fills position `pos`, whose own sample failed, with the next sample id after it whose file
+ * decodes; the crop and flip are still the bad sample's own. */
+static int
+replace(struct worker *w, uint32_t pos)
+{
+    struct tsock_pipeline *pl = w->pl;
+    const struct load_job *job = &pl->job;
+    uint64_t id = job->ids[pos], n = pl->index->count;
+
+    for (uint64_t k = 1; k <= TSOCK_PIPELINE_MAX_REPLACE && k < n + 1; k++) {
+        uint64_t c = (id + k) % n;
+        if (is_bad(pl, c))
+            continue;
+        int r = load_on_worker(w, pos, c, id, 0);
+        if (r == 0) {
+            job->labels[pos] = pl->index->entries[c].label;
+            job->indices[pos] = (int64_t)c;
+            atomic_fetch_add_explicit(&pl->st_replaced, 1, memory_order_relaxed);
+            return 0;
+        }
+        mark_bad(pl, c, r);
+    }
+    tsock__log(TSOCK_LOG_ERROR,
+               "pipeline: no usable file among the %d samples after sample %llu: giving up",
+               TSOCK_PIPELINE_MAX_REPLACE, (unsigned long long)id);
+    return TSOCK_E_BAD_SAMPLE;
+}
+
+/* Loads position `pos` of the current job. Returns 0 or the load's error. */
+static int
+process(struct worker *w, uint32_t pos)
+{
+    struct tsock_pipeline *pl = w->pl;
+    const struct load_job *job = &pl->job;
+    uint64_t id = job->ids[pos];
+    size_t image_bytes = (size_t)pl->size * (size_t)pl->size * 3;
+
+    if (!job->known_bad[pos]) {
+        const struct tsock_read_req *q = &job->reqs[pos];
+        int r;
+        if (q->result == -EFBIG) /* the file grew since the index was built */
+            r = load_on_worker(w, pos, id, id, (size_t)q->file_size + 1);
+        else if (q->result < 0)
+            r = (int)q->result;
+        else
+            r = decode_into(w, q->buf, (size_t)q->result, job->epoch, id,
+                            job->images + (size_t)pos * image_bytes);
+        if (r == 0) {
+            job->labels[pos] = pl->index->entries[id].label;
+            job->indices[pos] = (int64_t)id;
+            return 0;
+        }
+        if (r == -ENOMEM)
+            return r;
+        mark_bad(pl, id, r);
+    }
+    if (pl->on_error == TSOCK_ON_ERROR_FAIL)
+        return TSOCK_E_BAD_SAMPLE;
+    return replace(w, pos);
+}
+
+/* ---- workers ------------------------------------------------------------------------------ */
+
+static void *
+worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct tsock_pipeline *pl = w->pl;
+
+    pthread_mutex_lock(&pl->mu);
+    for (;;) {
+        while (!pl->stop && pl->q_head == pl->q_tail)
+            pthread_cond_wait(&pl->work_cv, &pl->mu);
+        if (pl->stop)
+            break;
+        uint32_t pos = pl->queue[pl->q_head++];
+        pthread_mutex_unlock(&pl->mu);
+        int r = process(w, pos);
+        pthread_mutex_lock(&pl->mu);
+        if (r != 0 && pl->error == 0)
+            pl->error = r;
+        if (++pl->done == pl->job.n)
+            pthread_cond_signal(&pl->done_cv);
+    }
+    pthread_mutex_unlock(&pl->mu);
+    return NULL;
+}
+
+int
+tsock__pipeline_start_workers(struct tsock_pipeline *pl)
+{
+    pl->pool = calloc((size_t)pl->workers, sizeof *pl->pool);
+    if (!pl->pool)
+        return -ENOMEM;
+    for (int i = 0; i < pl->workers; i++) {
+        struct worker *w = &pl->pool[i];
+        w->pl = pl;
+        int r = tsock__decoder_create(&w->decoder);
+        if (r == 0)
+            r = tsock__reader_create(&w->reader, TSOCK_IO_PREAD, 1, pl->index->root);
+        if (r != 0)
+            return r;
+    }
+    /* The workers take no signals: those are for the application's own threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int r = 0;
+    for (int i = 0; i < pl->workers && r == 0; i++) {
+        r = -pthread_create(&pl->pool[i].thread, NULL, worker_main, &pl->pool[i]);
+        pl->pool[i].started = r == 0;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return r;
+}
+
+void
+tsock__pipeline_stop_workers(struct tsock_pipeline *pl)
+{
+    if (!pl->pool)
+        return;
+    pthread_mutex_lock(&pl->mu);
+    pl->stop = 1;
+    pthread_cond_broadcast(&pl->work_cv);
+    pthread_mutex_unlock(&pl->mu);
+    for (int i = 0; i < pl->workers; i++) {
+        struct worker *w = &pl->pool[i];
+        if (w->started)
+            pthread_join(w->thread, NULL);
+        tsock__decoder_destroy(w->decoder);
+        tsock__reader_destroy(w->reader);
+        free(w->buf);
+    }
+    free(pl->pool);
+    pl->pool = NULL;
+}
+
+/* ---- one batch ---------------------------------------------------------------------------- */
+
+/* Queues position `pos` for the workers. */
+static void
+enqueue(struct tsock_pipeline *pl, uint32_t pos)
+{
+    pthread_mutex_lock(&pl->mu);
+    pl->queue[pl->q_tail++] = pos;
+    pthread_cond_signal(&pl->work_cv);
+    pthread_mutex_unlock(&pl->mu);
+}
+
+/* Grows the per-batch arrays to n positions. */
+static int
+reserve(struct tsock_pipeline *pl, uint32_t n)
+{
+    if (n <= pl->reqs_cap)
+        return 0;
+    struct tsock_read_req *reqs = realloc(pl->reqs, (size_t)n * sizeof *reqs);
+    if (reqs)
+        pl->reqs = reqs;
+    uint8_t *bad = realloc(pl->known_bad, n);
+    if (bad)
+        pl->known_bad = bad;
+    uint32_t *queue = realloc(pl->queue, 2 * (size_t)n * sizeof *queue);
+    if (queue)
+        pl->queue = queue;
+    if (!reqs || !bad || !queue)
+        return -ENOMEM;
+    pl->reqs_cap = n;
+    return 0;
+}
+
+/* Lays the batch's files out in the arena and builds the read requests: reqs[k] for the k-th
+ * file to read, pos_of[k] its position. Returns the number of files to read, or -ENOMEM. */
+static int64_t
+plan_reads(struct tsock_pipeline *pl, const uint64_t *ids, uint32_t n, uint32_t *pos_of)
+{
+    size_t total = 0;
+    for (uint32_t pos = 0; pos < n; pos++) {
+        pl->known_bad[pos] = (uint8_t)is_bad(pl, ids[pos]);
+        if (!pl->known_bad[pos])
+            total += ((size_t)pl->index->entries[ids[pos]].size + 1 + ARENA_ALIGN - 1) &
+                     ~(size_t)(ARENA_ALIGN - 1);
+    }
+    if (total > pl->arena_cap) {
+        free(pl->arena);
+        pl->arena = malloc(total);
+        pl->arena_cap = pl->arena ? total : 0;
+        if (!pl->arena)
+            return -ENOMEM;
+    }
+    size_t at = 0;
+    uint32_t m = 0;
+    for (uint32_t pos = 0; pos < n; pos++) {
+        if (pl->known_bad[pos])
+            continue;
+        size_t cap = (size_t)pl->index->entries[ids[pos]].size + 1;
+        /* The position's request lives at its own index, so workers find it by position. */
+        pl->reqs[pos] = (struct tsock_read_req){.path = tsock__index_path(pl->index, ids[pos]),
+                                                .expected = pl->index->entries[ids[pos]].size,
+                                                .buf = pl->arena + at,
+                                                .capacity = cap};
+        pos_of[m++] = pos;
+        at += (cap + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+    }
+    return m;
+}
+
+/* Reads the planned files in position order of pos_of, handing each to the workers as it
+ * arrives. The reader wants its requests side by side, so they are gathered into `batch` and
+ * their results copied back to the positions' requests before the positions are queued. */
+struct gather_ctx {
+    struct tsock_pipeline *pl;
+    struct tsock_read_req *batch;
+    const uint32_t *pos_of;
+};
+
+static void
+on_gathered(void *arg, size_t k)
+{
+    struct gather_ctx *g = arg;
+    g->pl->reqs[g->pos_of[k]] = g->batch[k];
+    enqueue(g->pl, g->pos_of[k]);
+}
+
+static int
+read_batch(struct tsock_pipeline *pl, uint32_t m, const uint32_t *pos_of)
+{
+    struct tsock_read_req *batch = malloc(((size_t)m + 1) * sizeof *batch);
+    if (!batch)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < m; k++)
+        batch[k] = pl->reqs[pos_of[k]];
+    struct gather_ctx g = {pl, batch, pos_of};
+    uint64_t t0 = tsock__now_ns();
+    int r = tsock__reader_read_each(pl->reader, batch, m, on_gathered, &g);
+    atomic_fetch_add_explicit(&pl->st_read_ns, tsock__now_ns() - t0, memory_order_relaxed);
+    free(batch);
+    return r < 0 ? r : 0;
+}
+
+int
+tsock_pipeline_load(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids, uint32_t n,
+                    uint8_t *images, int64_t *labels, int64_t *indices)
+{
+    if (!pl || (n && (!ids || !images || !labels || !indices)))
+        return -EINVAL;
+    if (!pl->open)
+        return TSOCK_E_STATE;
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] >= pl->index->count)
+            return -EINVAL;
+    if (n == 0)
+        return 0;
+    int r = reserve(pl, n);
+    if (r != 0)
+        return r;
+    uint32_t *pos_of = pl->queue + n; /* the queue's second half */
+    int64_t m = plan_reads(pl, ids, n, pos_of);
+    if (m < 0)
+        return (int)m;
+
+    pthread_mutex_lock(&pl->mu);
+    pl->job = (struct load_job){.epoch = epoch,
+                                .ids = ids,
+                                .n = n,
+                                .images = images,
+                                .labels = labels,
+                                .indices = indices,
+                                .reqs = pl->reqs,
+                                .known_bad = pl->known_bad};
+    pl->q_head = pl->q_tail = pl->done = 0;
+    pl->error = 0;
+    pthread_mutex_unlock(&pl->mu);
+
+    for (uint32_t pos = 0; pos < n; pos++)
+        if (pl->known_bad[pos])
+            enqueue(pl, pos);
+    r = read_batch(pl, (uint32_t)m, pos_of);
+    if (r != 0) {
+        /* Nothing was read (the reader checks its arguments first): fail each file. */
+        for (int64_t k = 0; k < m; k++) {
+            pl->reqs[pos_of[k]].result = r;
+            enqueue(pl, pos_of[k]);
+        }
+    }
+
+    pthread_mutex_lock(&pl->mu);
+    while (pl->done < n)
+        pthread_cond_wait(&pl->done_cv, &pl->mu);
+    r = pl->error;
+    pthread_mutex_unlock(&pl->mu);
+
+    for (int64_t k = 0; k < m; k++) {
+        const struct tsock_read_req *q = &pl->reqs[pos_of[k]];
+        atomic_fetch_add_explicit(&pl->st_files, 1, memory_order_relaxed);
+        if (q->result > 0)
+            atomic_fetch_add_explicit(&pl->st_bytes, (uint64_t)q->result, memory_order_relaxed);
+    }
+    if (r != 0)
+        return r;
+    atomic_fetch_add_explicit(&pl->st_samples, n, memory_order_relaxed);
+    return (int)n;
+}
+
+int
+tsock_pipeline_fill(tsock_pipeline *pl, tsock_slot *slot)
+{
+    if (!pl || !slot)
+        return -EINVAL;
+    uint32_t n = tsock_slot_planned(slot);
+    const uint64_t *ids = tsock_slot_sample_ids(slot);
+    if (pl->tensor_image < 0 || n == 0 || !ids)
+        return TSOCK_E_STATE;
+    return tsock_pipeline_load(pl, tsock_slot_epoch(slot), ids, n,
+                               tsock_slot_data(slot, pl->tensor_image),
+                               tsock_slot_data(slot, pl->tensor_image + 1),
+                               tsock_slot_data(slot, pl->tensor_image + 2));
+}

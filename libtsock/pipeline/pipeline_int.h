@@ -1,0 +1,93 @@
+/* The image pipeline's insides, shared by its three files:
+ *   pipeline.c      the handle: options, open, accessors, statistics
+ *   header_check.c  the index-time check of every file's image header
+ *   load.c          loading a batch: the driving thread reads, the workers decode
+ */
+#ifndef TSOCK_PIPELINE_INT_H
+#define TSOCK_PIPELINE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "dataset/index.h"
+#include "image/image.h"
+#include "io/reader.h"
+#include "tsock/pipeline.h"
+
+/* How many consecutive sample ids after a bad one are tried as its replacement before the
+ * load gives up (a dataset where that many files in a row fail is broken, not unlucky). */
+#define TSOCK_PIPELINE_MAX_REPLACE 64
+
+/* One batch being loaded: written by the driving thread before the workers see a position,
+ * read by the workers. */
+struct load_job {
+    uint64_t epoch;
+    const uint64_t *ids;
+    uint32_t n;
+    uint8_t *images;
+    int64_t *labels, *indices;
+    struct tsock_read_req *reqs; /* n; result < 0 or a known-bad sample: replace it */
+    uint8_t *known_bad;          /* n flags: left out before this load, not read */
+};
+
+struct worker {
+    struct tsock_pipeline *pl;
+    pthread_t thread;
+    struct tsock_decoder *decoder;
+    struct tsock_reader *reader; /* pread, for replacements and files that grew */
+    uint8_t *buf;                /* their bytes */
+    size_t buf_cap;
+    int started;
+};
+
+struct tsock_pipeline {
+    /* Options. */
+    int source;
+    char *path;
+    char *cache_path;
+    int preset, size, flip, workers, io_mode, io_depth, on_error;
+    double scale_min, scale_max;
+    uint64_t seed;
+
+    /* After open. */
+    int open;
+    struct tsock_index *index;
+    struct tsock_reader *reader;
+    struct worker *pool;
+    int from_cache;
+    int tensor_image; /* layout index of "image", or -1 before add_tensors */
+    uint64_t index_ns;
+    /* One bit per sample: its file failed at load time, so it is left out from then on. */
+    _Atomic uint64_t *bad_bits;
+
+    /* The batch arena: the files of one load, back to back. */
+    uint8_t *arena;
+    size_t arena_cap;
+    struct tsock_read_req *reqs;
+    uint8_t *known_bad;
+    uint32_t reqs_cap;
+
+    /* Work hand-off between the driving thread and the workers, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv;
+    struct load_job job;
+    uint32_t *queue; /* positions ready to decode: a FIFO of job.n entries */
+    uint32_t q_head, q_tail, done;
+    int error; /* the load's first error */
+    int stop;
+
+    /* Statistics. */
+    _Atomic uint64_t st_samples, st_files, st_bytes, st_bad_files, st_replaced, st_decode_ns,
+        st_read_ns;
+};
+
+/* The tsock_index_check_fn of tsock__index_open_checked: reads the start of every file and
+ * marks those whose header shows they cannot be decoded. `arg` is the pipeline. */
+int tsock__pipeline_header_check(void *arg, const struct tsock_index *idx, uint8_t *drop);
+
+/* Starts and stops the workers (load.c). */
+int tsock__pipeline_start_workers(struct tsock_pipeline *pl);
+void tsock__pipeline_stop_workers(struct tsock_pipeline *pl);
+
+#endif

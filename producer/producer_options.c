@@ -1,0 +1,364 @@
+/* tsock-producer's options: usage text, parsing and checks. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "producer_options.h"
+#include "tsock/pipeline.h"
+
+static void
+usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tsock-producer --dataset synthetic|imagenet|folder|list [options]\n"
+            "\n"
+            "Reads, decodes and augments a dataset once and serves every batch to all the\n"
+            "tsock consumers that connect, through a rolling buffer of shared-memory slots.\n"
+            "\n"
+            "Dataset:\n"
+            "  --dataset NAME             synthetic: generated samples every consumer can check\n"
+            "                             imagenet:  an ImageFolder tree (ROOT/<class>/<file>);\n"
+            "                                        ROOT/train or ROOT/val is used when it\n"
+            "                                        exists, as in ImageNet's own layout\n"
+            "                             folder:    an ImageFolder tree, ROOT itself\n"
+            "                             list:      a file of 'path label' lines (--list)\n"
+            "  --root DIR                 the tree (imagenet, folder)\n"
+            "  --list FILE                the list file (list)\n"
+            "  --split train|val          train: RandomResizedCrop + horizontal flip (default)\n"
+            "                             val: Resize(size*256/224) + CenterCrop(size)\n"
+            "  --image-size N             output images are N x N x 3 uint8 (default 224;\n"
+            "                             synthetic: 32)\n"
+            "  --crop-scale MIN,MAX       RandomResizedCrop's area range (default 0.08,1)\n"
+            "  --no-flip                  no horizontal flips (train)\n"
+            "  --workers N                decoding threads (default: one per CPU)\n"
+            "  --io auto|uring|pread      how files are read (default auto: io_uring, else\n"
+            "                             pread)\n"
+            "  --io-depth N               reads in flight (default 64)\n"
+            "  --on-error skip|fail       a file that cannot be decoded: replace it with the\n"
+            "                             next good sample and go on (default), or stop\n"
+            "  --index-cache FILE         keep the dataset index here between runs (outside\n"
+            "                             the dataset)\n"
+            "  --samples N                samples in the synthetic dataset (default 4096)\n"
+            "\n"
+            "Serving:\n"
+            "  --endpoint ADDR            ZeroMQ endpoint (ipc:///path or tcp://host:port);\n"
+            "                             default: the per-user ipc endpoint\n"
+            "  --batch-size N             samples per batch (default 64)\n"
+            "  --slots N                  slots in the ring, 2 or more (default 8)\n"
+            "  --epochs N                 epochs to serve, 0 = forever (default 1)\n"
+            "  --seed N                   seed of the shuffle and augmentations (default 0)\n"
+            "  --wait-consumers N         publish nothing until N consumers joined (default 0)\n"
+            "  --heartbeat-ms N           heartbeat interval (library default 250)\n"
+            "  --heartbeat-timeout-ms N   silence after which a consumer is dropped and its\n"
+            "                             slots reclaimed (library default 3000)\n"
+            "\n"
+            "Reporting:\n"
+            "  --stats-json FILE          append one JSON object per interval and a final one\n"
+            "  --stats-interval SECONDS   interval of the live status line and of the JSON\n"
+            "                             records (default 1)\n"
+            "  --quiet                    print only errors and warnings (no status line)\n"
+            "  --verbose                  print every library log line\n"
+            "  --help                     show this help\n"
+            "\n"
+            "Batches hold: image uint8 [B,N,N,3], label int64 [B], index int64 [B] (sample id).\n"
+            "Exit status: 0 done or stopped by SIGINT/SIGTERM, 1 error, 2 bad usage.\n");
+}
+
+enum {
+    OPT_DATASET = 256,
+    OPT_ROOT,
+    OPT_LIST,
+    OPT_SPLIT,
+    OPT_IMAGE_SIZE,
+    OPT_CROP_SCALE,
+    OPT_NO_FLIP,
+    OPT_WORKERS,
+    OPT_IO,
+    OPT_IO_DEPTH,
+    OPT_ON_ERROR,
+    OPT_INDEX_CACHE,
+    OPT_SAMPLES,
+    OPT_ENDPOINT,
+    OPT_BATCH_SIZE,
+    OPT_SLOTS,
+    OPT_EPOCHS,
+    OPT_SEED,
+    OPT_WAIT_CONSUMERS,
+    OPT_HEARTBEAT_MS,
+    OPT_HEARTBEAT_TIMEOUT_MS,
+    OPT_STATS_JSON,
+    OPT_STATS_INTERVAL,
+    OPT_QUIET,
+    OPT_VERBOSE,
+    OPT_HELP
+};
+
+static const struct option longopts[] = {
+    {"dataset", required_argument, NULL, OPT_DATASET},
+    {"root", required_argument, NULL, OPT_ROOT},
+    {"list", required_argument, NULL, OPT_LIST},
+    {"split", required_argument, NULL, OPT_SPLIT},
+    {"image-size", required_argument, NULL, OPT_IMAGE_SIZE},
+    {"crop-scale", required_argument, NULL, OPT_CROP_SCALE},
+    {"no-flip", no_argument, NULL, OPT_NO_FLIP},
+    {"workers", required_argument, NULL, OPT_WORKERS},
+    {"io", required_argument, NULL, OPT_IO},
+    {"io-depth", required_argument, NULL, OPT_IO_DEPTH},
+    {"on-error", required_argument, NULL, OPT_ON_ERROR},
+    {"index-cache", required_argument, NULL, OPT_INDEX_CACHE},
+    {"samples", required_argument, NULL, OPT_SAMPLES},
+    {"endpoint", required_argument, NULL, OPT_ENDPOINT},
+    {"batch-size", required_argument, NULL, OPT_BATCH_SIZE},
+    {"slots", required_argument, NULL, OPT_SLOTS},
+    {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"wait-consumers", required_argument, NULL, OPT_WAIT_CONSUMERS},
+    {"heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT_MS},
+    {"heartbeat-timeout-ms", required_argument, NULL, OPT_HEARTBEAT_TIMEOUT_MS},
+    {"stats-json", required_argument, NULL, OPT_STATS_JSON},
+    {"stats-interval", required_argument, NULL, OPT_STATS_INTERVAL},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"verbose", no_argument, NULL, OPT_VERBOSE},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0}};
+
+/* Which of the options that only some datasets take were given, to reject the others. */
+struct seen {
+    const char *image_only; /* an option of the image datasets */
+    int samples, image_size;
+};
+
+static const char *
+non_empty(const char *opt, const char *value)
+{
+    if (value[0] == '\0')
+        cli_bad_usage("--%s: the value must not be empty", opt);
+    return value;
+}
+
+/* One of `names` (NULL-terminated); returns its position. */
+static int
+parse_choice(const char *opt, const char *value, const char *const *names)
+{
+    for (int i = 0; names[i]; i++)
+        if (strcmp(value, names[i]) == 0)
+            return i;
+    char list[128] = "";
+    for (int i = 0; names[i]; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                 names[i]);
+    cli_bad_usage("--%s: '%s' is not a valid value (expected one of: %s)", opt, value, list);
+}
+
+static double
+parse_fraction(const char *opt, const char *s, char **end)
+{
+    errno = 0;
+    double v = strtod(s, end);
+    if (*end == s || errno != 0 || !isfinite(v))
+        cli_bad_usage("--%s: '%s' is not a number", opt, s);
+    return v;
+}
+
+static void
+parse_crop_scale(const char *value, struct config *cfg)
+{
+    char *end;
+    cfg->scale_min = parse_fraction("crop-scale", value, &end);
+    if (*end != ',')
+        cli_bad_usage("--crop-scale: expected MIN,MAX (for example 0.08,1), got '%s'", value);
+    const char *second = end + 1;
+    cfg->scale_max = parse_fraction("crop-scale", second, &end);
+    if (*end != '\0')
+        cli_bad_usage("--crop-scale: expected MIN,MAX (for example 0.08,1), got '%s'", value);
+    if (!(cfg->scale_min > 0 && cfg->scale_min <= cfg->scale_max && cfg->scale_max <= 1))
+        cli_bad_usage("--crop-scale: need 0 < MIN <= MAX <= 1, got '%s'", value);
+}
+
+static void
+parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
+{
+    static const char *const datasets[] = {"synthetic", "imagenet", "folder", "list", NULL};
+    static const char *const splits[] = {"train", "val", NULL};
+    static const char *const io_modes[] = {"auto", "uring", "pread", NULL};
+    static const char *const on_errors[] = {"skip", "fail", NULL};
+
+    switch (c) {
+    case OPT_DATASET:
+        cfg->dataset = parse_choice("dataset", arg, datasets);
+        cfg->dataset_name = datasets[cfg->dataset];
+        break;
+    case OPT_ROOT: cfg->root = non_empty("root", arg); seen->image_only = "--root"; break;
+    case OPT_LIST: cfg->list = non_empty("list", arg); seen->image_only = "--list"; break;
+    case OPT_SPLIT: cfg->val = parse_choice("split", arg, splits); seen->image_only = "--split"; break;
+    case OPT_IMAGE_SIZE:
+        cfg->image_size = cli_parse_u64("image-size", arg, 1, 8192);
+        seen->image_size = 1;
+        break;
+    case OPT_CROP_SCALE: parse_crop_scale(arg, cfg); seen->image_only = "--crop-scale"; break;
+    case OPT_NO_FLIP: cfg->flip = 0; seen->image_only = "--no-flip"; break;
+    case OPT_WORKERS:
+        cfg->workers = (int)cli_parse_u64("workers", arg, 1, TSOCK_PIPELINE_MAX_WORKERS);
+        seen->image_only = "--workers";
+        break;
+    case OPT_IO: cfg->io_mode = parse_choice("io", arg, io_modes); seen->image_only = "--io"; break;
+    case OPT_IO_DEPTH:
+        cfg->io_depth = (int)cli_parse_u64("io-depth", arg, 1, TSOCK_PIPELINE_MAX_IO_DEPTH);
+        seen->image_only = "--io-depth";
+        break;
+    case OPT_ON_ERROR:
+        cfg->on_error = parse_choice("on-error", arg, on_errors);
+        seen->image_only = "--on-error";
+        break;
+    case OPT_INDEX_CACHE:
+        cfg->index_cache = non_empty("index-cache", arg);
+        seen->image_only = "--index-cache";
+        break;
+    case OPT_SAMPLES:
+        cfg->samples = cli_parse_u64("samples", arg, 1, UINT64_C(1) << 32);
+        seen->samples = 1;
+        break;
+    case OPT_ENDPOINT: cfg->endpoint = non_empty("endpoint", arg); break;
+    case OPT_BATCH_SIZE: cfg->batch_size = cli_parse_u64("batch-size", arg, 1, 1u << 20); break;
+    case OPT_SLOTS: cfg->slots = cli_parse_u64("slots", arg, 2, 1024); break;
+    case OPT_EPOCHS: cfg->epochs = cli_parse_u64("epochs", arg, 0, UINT64_C(1) << 40); break;
+    case OPT_SEED: cfg->seed = cli_parse_u64("seed", arg, 0, UINT64_MAX); break;
+    case OPT_WAIT_CONSUMERS:
+        cfg->wait_consumers = cli_parse_u64("wait-consumers", arg, 0, 1024);
+        break;
+    case OPT_HEARTBEAT_MS:
+        cfg->heartbeat_ms = (int)cli_parse_u64("heartbeat-ms", arg, 1, 600000);
+        break;
+    case OPT_HEARTBEAT_TIMEOUT_MS:
+        cfg->heartbeat_timeout_ms = (int)cli_parse_u64("heartbeat-timeout-ms", arg, 1, 3600000);
+        break;
+    case OPT_STATS_JSON: cfg->stats_path = non_empty("stats-json", arg); break;
+    case OPT_STATS_INTERVAL: {
+        char *end;
+        cfg->status_interval_s = parse_fraction("stats-interval", arg, &end);
+        if (*end != '\0' || cfg->status_interval_s < 0.05 || cfg->status_interval_s > 3600)
+            cli_bad_usage("--stats-interval: need a number of seconds in 0.05..3600, got '%s'",
+                          arg);
+        break;
+    }
+    case 'q':
+    case OPT_QUIET: cfg->quiet = 1; break;
+    case 'v':
+    case OPT_VERBOSE: cfg->verbose = 1; break;
+    default: break;
+    }
+}
+
+/* Checks that hold between options, once all are read. */
+static void
+check_combination(struct config *cfg, const struct seen *seen)
+{
+    if (!cfg->dataset_name)
+        cli_bad_usage("--dataset is required; one of: synthetic, imagenet, folder, list");
+    if (cfg->dataset == DATASET_SYNTHETIC) {
+        if (seen->image_only)
+            cli_bad_usage("%s: only for the image datasets (imagenet, folder, list)",
+                          seen->image_only);
+        if (!seen->image_size)
+            cfg->image_size = 32;
+    } else {
+        if (seen->samples)
+            cli_bad_usage("--samples: only for --dataset synthetic (an image dataset has as "
+                          "many samples as files)");
+        if (cfg->dataset == DATASET_LIST && !cfg->list)
+            cli_bad_usage("--dataset list needs --list FILE");
+        if (cfg->dataset == DATASET_LIST && cfg->root)
+            cli_bad_usage("--root: not for --dataset list (paths are relative to the list "
+                          "file's folder)");
+        if (cfg->dataset != DATASET_LIST && !cfg->root)
+            cli_bad_usage("--dataset %s needs --root DIR", cfg->dataset_name);
+        if (cfg->dataset != DATASET_LIST && cfg->list)
+            cli_bad_usage("--list: only for --dataset list");
+    }
+    if (cfg->heartbeat_ms || cfg->heartbeat_timeout_ms) {
+        int interval = cfg->heartbeat_ms ? cfg->heartbeat_ms : 250;
+        int timeout = cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms : 3000;
+        if (timeout <= interval)
+            cli_bad_usage("--heartbeat-timeout-ms (%d) must be greater than --heartbeat-ms (%d)",
+                          timeout, interval);
+    }
+    /* The ring must be addressable: batch * (image + 16 bytes) * slots below 2^40 bytes. */
+    long double ring = (long double)cfg->batch_size *
+                       ((long double)cfg->image_size * (long double)cfg->image_size * 3.0L +
+                        16.0L) *
+                       (long double)cfg->slots;
+    if (ring > (long double)(UINT64_C(1) << 40))
+        cli_bad_usage("--batch-size x --image-size x --slots: the ring would need %.0Lf bytes, "
+                      "more than 1 TiB",
+                      ring);
+}
+
+void
+parse_options(int argc, char **argv, struct config *cfg)
+{
+    struct seen seen = {0};
+
+    *cfg = (struct config){.batch_size = 64,
+                           .slots = 8,
+                           .samples = 4096,
+                           .image_size = 224,
+                           .epochs = 1,
+                           .io_mode = TSOCK_READ_AUTO,
+                           .io_depth = 64,
+                           .flip = 1,
+                           .on_error = TSOCK_ON_ERROR_SKIP,
+                           .scale_min = 0.08,
+                           .scale_max = 1.0,
+                           .status_interval_s = 1.0};
+    opterr = 0;
+    for (;;) {
+        int c = getopt_long(argc, argv, ":hqv", longopts, NULL);
+        if (c == -1)
+            break;
+        if (c == 'h' || c == OPT_HELP) {
+            usage(stdout);
+            exit(0);
+        }
+        if (c == ':')
+            cli_bad_usage("%s: missing value", argv[optind - 1]);
+        if (c == '?') {
+            if (optopt && optopt < 256)
+                cli_bad_usage("unknown option '-%c'", optopt);
+            cli_bad_usage("unknown option '%s'", argv[optind - 1]);
+        }
+        parse_one(c, optarg, cfg, &seen);
+    }
+    if (optind < argc)
+        cli_bad_usage("unexpected argument '%s' (every setting is an --option)", argv[optind]);
+    check_combination(cfg, &seen);
+}
+
+static int
+is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+char *
+dataset_path(const struct config *cfg)
+{
+    if (cfg->dataset == DATASET_LIST)
+        return strdup(cfg->list);
+    if (cfg->dataset == DATASET_IMAGENET) {
+        size_t len = strlen(cfg->root) + 8;
+        char *split = malloc(len);
+        if (!split)
+            return NULL;
+        snprintf(split, len, "%s/%s", cfg->root, cfg->val ? "val" : "train");
+        if (is_dir(split))
+            return split;
+        free(split);
+    }
+    return strdup(cfg->root);
+}

@@ -1,0 +1,43 @@
+/* tsock-producer's command line: what it serves and how. */
+#ifndef TSOCK_PRODUCER_OPTIONS_H
+#define TSOCK_PRODUCER_OPTIONS_H
+
+#include <stdint.h>
+
+enum dataset_kind {
+    DATASET_SYNTHETIC = 0, /* checkable generated samples (synthetic.h) */
+    DATASET_IMAGENET = 1,  /* an ImageFolder tree, or its train/ or val/ folder */
+    DATASET_FOLDER = 2,    /* an ImageFolder tree, as given */
+    DATASET_LIST = 3       /* a "path label" list file */
+};
+
+struct config {
+    int dataset; /* enum dataset_kind */
+    const char *dataset_name;
+    const char *root;        /* imagenet, folder */
+    const char *list;        /* list */
+    const char *index_cache; /* NULL: none */
+    int val;                 /* --split val: the val preset */
+    const char *endpoint;
+    const char *stats_path;
+    uint64_t batch_size, slots, samples, image_size, epochs, seed, wait_consumers;
+    int workers;   /* 0: one per CPU */
+    int io_mode;   /* tsock_read_mode */
+    int io_depth;
+    int flip;
+    int on_error;  /* tsock_on_error */
+    double scale_min, scale_max;
+    int heartbeat_ms, heartbeat_timeout_ms;
+    double status_interval_s; /* live status line and --stats-json records */
+    int quiet, verbose;
+};
+
+/* Parses the command line into cfg (defaults filled in), exiting with status 2 and a message
+ * naming the option on any bad usage, and with status 0 after --help. */
+void parse_options(int argc, char **argv, struct config *cfg);
+
+/* The folder the pipeline indexes: for --dataset imagenet, ROOT/train or ROOT/val when that
+ * folder exists (ImageNet's usual layout), else ROOT. Returns a malloc'ed path or NULL. */
+char *dataset_path(const struct config *cfg);
+
+#endif

@@ -1,0 +1,69 @@
+/* tsock-producer's reporting: the live status line on a terminal, the --stats-json records
+ * (one JSON object per line: one per interval, then a final one) and the closing summary. */
+#ifndef TSOCK_PRODUCER_REPORT_H
+#define TSOCK_PRODUCER_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "producer_options.h"
+#include "tsock/pipeline.h"
+#include "tsock/tsock.h"
+
+/* The last figures of every consumer that ever joined, by id: the library lists only the
+ * consumers connected now. */
+struct consumer_rec {
+    uint64_t id, pid, batches, samples, released, held, bad_messages;
+    uint64_t released_before; /* at the previous interval, for the rate */
+    double rate;              /* batches released per second over the last interval */
+    int connected;
+};
+
+struct consumer_table {
+    struct consumer_rec *recs;
+    size_t count, cap;
+};
+
+/* Samples the library's per-consumer statistics into the table. Returns the number of
+ * connected consumers that still hold slots, or -1 when the list could not be read. */
+int table_update(struct consumer_table *t, tsock_producer *p);
+
+/* What the run did, as the main loop counts it. */
+struct run_stats {
+    uint64_t batches, samples, epochs;
+    uint64_t joined, lost, bad_messages, wait_ns;
+    double wall_s, cpu_s;
+    int finished;      /* the sampler issued every epoch and finish was called */
+    int stopped_by;    /* signal number, or 0 */
+    const char *error; /* NULL, or the text of the error that ended the run */
+};
+
+struct reporter {
+    const struct config *cfg;
+    tsock_producer *producer;
+    tsock_pipeline *pipeline; /* NULL for the synthetic dataset */
+    const char *endpoint;
+    FILE *json;      /* --stats-json, or NULL */
+    int json_failed; /* a write failed (reported once) */
+    int tty;         /* stderr is a terminal: show the live line */
+    double t0, last_t, last_cpu;
+    uint64_t last_samples, last_bytes, last_decode_ns;
+};
+
+/* Sets the reporter up and opens --stats-json (truncating it). Returns 0 or a negated errno
+ * from opening the file. */
+int reporter_open(struct reporter *r, const struct config *cfg);
+
+/* Called often from the main loop: when an interval has passed, refreshes the table, prints
+ * the live line (on a terminal, unless --quiet) and appends an interval record. */
+void reporter_tick(struct reporter *r, const struct run_stats *st, struct consumer_table *t);
+
+/* Appends the final record and closes the file. Returns 0, or a negated errno when any record
+ * could not be written (a full disk). */
+int reporter_close(struct reporter *r, const struct run_stats *st, const struct consumer_table *t);
+
+/* Seconds on the monotonic clock, and CPU seconds of this process. */
+double now_s(void);
+double cpu_seconds(void);
+
+#endif
