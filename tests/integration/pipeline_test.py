@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""Integration tests of the image pipeline: tsock-producer --dataset imagenet|list on trees
+written by tsock-mkdataset, read by tsock-consume --content images.
+
+    pipeline_test.py TEST --producer PATH --consume PATH --mkdataset PATH
+
+Standard library only. Every wait is bounded; no assertion depends on speed.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+CLASSES = 3
+IMAGES = 45  # regular images; --edge-cases adds 7 files per class
+BATCH = 16
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+class Env:
+    def __init__(self, args, test):
+        self.args = args
+        self.dir = tempfile.mkdtemp(prefix=f"tsock-pl-{test}-")
+        self.ipc = "ipc://" + os.path.join(self.dir, "p.sock")
+        self.procs = []
+        self.log = []
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def mkdataset(self, name, *extra):
+        out = self.path(name)
+        r = subprocess.run([self.args.mkdataset, out, "--images", str(IMAGES), "--classes",
+                            str(CLASSES), "--seed", "3", *extra], capture_output=True, text=True,
+                           timeout=120)
+        check(r.returncode == 0, f"tsock-mkdataset failed: {r.stderr}")
+        return out
+
+    def producer(self, *extra, stats="producer.json"):
+        argv = [self.args.producer, "--endpoint", self.ipc, "--batch-size", str(BATCH),
+                "--slots", "4", "--image-size", "32", "--wait-consumers", "1",
+                "--stats-json", self.path(stats), "--heartbeat-ms", "100",
+                "--heartbeat-timeout-ms", "2000", *extra]
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        self.procs.append((argv, p))
+        return p
+
+    def consume(self, epochs, *extra):
+        argv = [self.args.consume, "--endpoint", self.ipc, "--content", "images", "--epochs",
+                str(epochs), "--json", "--quiet", "--timeout-ms", "60000",
+                "--connect-timeout-ms", "60000", *extra]
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=120)
+        self.log.append((argv, r.returncode, r.stdout, r.stderr))
+        lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+        check(lines, f"tsock-consume printed no JSON (exit {r.returncode}): {r.stderr}")
+        return r.returncode, json.loads(lines[-1])
+
+    def finish(self, p, timeout=60):
+        out, err = p.communicate(timeout=timeout)
+        self.log.append(("producer", p.returncode, out, err))
+        return p.returncode, err
+
+    def stats(self, name="producer.json"):
+        with open(self.path(name)) as f:
+            records = [json.loads(l) for l in f.read().splitlines() if l.strip()]
+        check(records and records[-1]["type"] == "final", f"{name}: no final record")
+        return records[-1]
+
+    def serve(self, tree, epochs, *extra, stats="producer.json"):
+        """One producer on `tree`, one consumer for `epochs` epochs; returns both results."""
+        p = self.producer("--dataset", "imagenet", "--root", tree, "--epochs", str(epochs),
+                          *extra, stats=stats)
+        try:
+            rc, res = self.consume(epochs)
+            prc, err = self.finish(p)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        return rc, res, prc, err, self.stats(stats)
+
+    def cleanup(self):
+        for _, p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def dump(self):
+        for argv, rc, out, err in self.log:
+            print(f"---- {argv if isinstance(argv, str) else ' '.join(argv)}: exit {rc}")
+            if out:
+                print(out[-4000:])
+            if err:
+                print(err[-4000:])
+
+
+def test_edge_cases(env):
+    """Every edge case: the non-images and empty files are left out at index time and named;
+    grayscale, CMYK, progressive and PNG files are served; truncated files are named once,
+    then replaced in every epoch (each shows as one duplicate and one missing id)."""
+    tree = env.mkdataset("tree", "--edge-cases")
+    rc, res, prc, err, st = env.serve(tree, 2)
+    samples = IMAGES + 5 * CLASSES
+    check(prc == 0, f"producer exit {prc}")
+    check(res["epochs"] == 2 and res["per_epoch_samples"] == [samples] * 2,
+          f"epochs {res['epochs']} {res['per_epoch_samples']}")
+    check(res["label_errors"] == 0 and res["index_errors"] == 0 and res["layout_errors"] == 0,
+          "labels and ids in range")
+    check(res["duplicates"] == 2 * CLASSES and res["missing"] == 2 * CLASSES,
+          f"duplicates {res['duplicates']} missing {res['missing']}: one per truncated file "
+          "per epoch")
+    check(rc == 3, f"tsock-consume flags the replaced samples (exit {rc})")
+    pl = st["pipeline"]
+    check(st["dataset_samples"] == samples, f"index holds {st['dataset_samples']}")
+    check(pl["not_image_at_index"] == CLASSES and pl["left_out_at_index"] == 2 * CLASSES,
+          f"left out at index: {pl}")
+    check(pl["bad_files"] == CLASSES and pl["replaced"] == 2 * CLASSES, f"bad files: {pl}")
+    named = [l for l in err.splitlines() if "left out" in l]
+    check(sum("corrupt or truncated beyond repair" in l for l in named) == CLASSES,
+          "each truncated file is named once")
+    check(sum("not an image" in l for l in named) == CLASSES, "each non-image file is named")
+    check(sum("left out (empty file):" in l for l in named) == CLASSES,
+          "each empty file is named")
+
+
+def test_determinism(env):
+    """The same seed gives byte-identical epochs with 1 worker and pread as with 2 workers and
+    io_uring (auto); another seed gives other bytes."""
+    tree = env.mkdataset("tree")
+    digests = []
+    for extra in (["--workers", "1", "--io", "pread"], ["--workers", "2", "--io", "auto"],
+                  ["--workers", "2", "--io", "auto", "--seed", "1"]):
+        rc, res, prc, _, st = env.serve(tree, 2, *extra, stats=f"s{len(digests)}.json")
+        check(rc == 0 and prc == 0, f"{extra}: consumer exit {rc}, producer exit {prc}")
+        check(len(res["epoch_digests"]) == 2, f"{extra}: {res['epoch_digests']}")
+        digests.append(res["epoch_digests"])
+        check(st["pipeline"]["read_mode"] == ("pread" if "pread" in extra else
+                                              st["pipeline"]["read_mode"]), "read mode")
+    check(digests[0] == digests[1], f"workers/io change the bytes: {digests[0]} {digests[1]}")
+    check(digests[0][0] != digests[0][1], "two epochs with the same crops")
+    check(digests[2] != digests[0], "another seed gives the same bytes")
+
+
+def test_on_error_fail(env):
+    """--on-error fail: the producer stops at the first bad file, names it, exits 1; the
+    consumer is told the producer stopped."""
+    tree = env.mkdataset("tree", "--edge-cases")
+    p = env.producer("--dataset", "imagenet", "--root", tree, "--epochs", "1", "--on-error",
+                     "fail")
+    try:
+        rc, res = env.consume(1)
+        prc, err = env.finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    check(prc == 1, f"producer exit {prc}")
+    check("corrupt or truncated beyond repair" in err and ".JPEG" in err,
+          f"the bad file is not named: {err[-2000:]}")
+    check(rc == 1 and res["error"], f"consumer exit {rc}: {res['error']}")
+    check(env.stats()["error"], "the final record has the error")
+
+
+def test_index_cache(env):
+    """--index-cache: the second run loads the index instead of scanning and checking."""
+    tree = env.mkdataset("tree", "--edge-cases")
+    past = time.time() - 3600  # a tree modified seconds ago is not cached (it may still change)
+    for root, dirs, _ in os.walk(tree):
+        for d in dirs:
+            os.utime(os.path.join(root, d), (past, past))
+    os.utime(tree, (past, past))
+    cache = env.path("index.cache")
+    for run in range(2):
+        rc, res, prc, err, st = env.serve(tree, 1, "--index-cache", cache,
+                                          stats=f"c{run}.json")
+        check(prc == 0 and res["epochs"] == 1, f"run {run}: producer {prc}, consumer {rc}")
+        check(st["pipeline"]["index_from_cache"] == (run == 1), f"run {run}: {st['pipeline']}")
+        check(st["pipeline"]["not_image_at_index"] == CLASSES, "counts survive the cache")
+        check(os.path.exists(cache), "no cache written")
+
+
+def test_list(env):
+    """--dataset list: samples in the list's order with its labels."""
+    tree = env.mkdataset("tree")
+    files = sorted(os.path.join(r, f) for r, _, fs in os.walk(tree) for f in fs)[:20]
+    lst = env.path("list.txt")
+    with open(lst, "w") as f:
+        f.write("# path label\n")
+        for i, path in enumerate(files):
+            f.write(f"{os.path.relpath(path, env.dir)} {i % 4}\n")
+    p = env.producer("--dataset", "list", "--list", lst, "--epochs", "1", "--split", "val")
+    try:
+        rc, res = env.consume(1)
+        prc, _ = env.finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    check(rc == 0 and prc == 0, f"consumer {rc}, producer {prc}")
+    check(res["per_epoch_samples"] == [20] and res["dataset_size"] == 20, "20 samples")
+    check(env.stats()["pipeline"]["classes"] == 4, "labels 0..3")
+
+
+def test_bad_options(env):
+    """Wrong options exit 2 naming the option; a missing dataset or an unwritable statistics
+    file exits 1 with a clear message; a full disk under --stats-json is reported."""
+    P = env.args.producer
+    tree = env.mkdataset("tree")
+    usage = [
+        (["--dataset", "imagenet"], "--root"),
+        (["--dataset", "list"], "--list"),
+        (["--dataset", "imagenet", "--root", tree, "--samples", "10"], "--samples"),
+        (["--dataset", "list", "--list", "x", "--root", tree], "--root"),
+        (["--dataset", "imagenet", "--root", tree, "--list", "x"], "--list"),
+        (["--dataset", "synthetic", "--no-flip"], "--no-flip"),
+        (["--dataset", "synthetic", "--workers", "2"], "--workers"),
+        (["--dataset", "imagenet", "--root", tree, "--crop-scale", "0,1"], "--crop-scale"),
+        (["--dataset", "imagenet", "--root", tree, "--crop-scale", "0.9,0.5"], "--crop-scale"),
+        (["--dataset", "imagenet", "--root", tree, "--crop-scale", "abc"], "--crop-scale"),
+        (["--dataset", "imagenet", "--root", tree, "--crop-scale", "0.5"], "--crop-scale"),
+        (["--dataset", "imagenet", "--root", tree, "--io", "mmap"], "--io"),
+        (["--dataset", "imagenet", "--root", tree, "--io-depth", "0"], "--io-depth"),
+        (["--dataset", "imagenet", "--root", tree, "--workers", "0"], "--workers"),
+        (["--dataset", "imagenet", "--root", tree, "--on-error", "ignore"], "--on-error"),
+        (["--dataset", "imagenet", "--root", tree, "--split", "test"], "--split"),
+        (["--dataset", "imagenet", "--root", ""], "--root"),
+        (["--dataset", "imagenet", "--root", tree, "--stats-interval", "0"], "--stats-interval"),
+        (["--dataset", "imagenet", "--root", tree, "--image-size", "9000"], "--image-size"),
+    ]
+    for extra, needle in usage:
+        r = subprocess.run([P, *extra], capture_output=True, text=True, timeout=10)
+        check(r.returncode == 2, f"{extra}: exit {r.returncode}, expected 2")
+        check(needle in r.stderr, f"{extra}: message does not name {needle}: {r.stderr!r}")
+    missing = env.path("no-such-tree")
+    r = subprocess.run([P, "--dataset", "imagenet", "--root", missing], capture_output=True,
+                       text=True, timeout=10)
+    check(r.returncode == 1 and missing in r.stderr, f"missing tree: {r.returncode} {r.stderr}")
+    empty = env.path("empty-tree")
+    os.makedirs(os.path.join(empty, "n0"))
+    with open(os.path.join(empty, "n0", "a.JPEG"), "w") as f:
+        f.write("not a jpeg")
+    r = subprocess.run([P, "--dataset", "imagenet", "--root", empty], capture_output=True,
+                       text=True, timeout=10)
+    check(r.returncode == 1 and "no usable image" in r.stderr, f"no image: {r.stderr}")
+    bad_stats = env.path("no-dir/stats.json")
+    r = subprocess.run([P, "--dataset", "synthetic", "--stats-json", bad_stats],
+                       capture_output=True, text=True, timeout=10)
+    check(r.returncode == 1 and "--stats-json" in r.stderr, f"stats path: {r.stderr}")
+    # A full disk: the producer serves its epochs all the same, then says it could not write.
+    p = subprocess.Popen([P, "--dataset", "imagenet", "--root", tree, "--endpoint", env.ipc,
+                          "--epochs", "1", "--image-size", "32", "--wait-consumers", "1",
+                          "--stats-json", "/dev/full", "--stats-interval", "0.05"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env.procs.append(("full", p))
+    rc, res = env.consume(1)
+    _, err = p.communicate(timeout=60)
+    check(rc == 0 and res["epochs"] == 1, f"consumer under a full disk: {rc}")
+    check(p.returncode == 1 and "cannot write" in err, f"full disk: {p.returncode} {err}")
+
+
+TESTS = {
+    "edge_cases": test_edge_cases,
+    "determinism": test_determinism,
+    "on_error_fail": test_on_error_fail,
+    "index_cache": test_index_cache,
+    "list": test_list,
+    "bad_options": test_bad_options,
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("test", choices=sorted(TESTS))
+    ap.add_argument("--producer", required=True)
+    ap.add_argument("--consume", required=True)
+    ap.add_argument("--mkdataset", required=True)
+    args = ap.parse_args()
+    env = Env(args, args.test)
+    started = time.monotonic()
+    try:
+        TESTS[args.test](env)
+    except Failure as e:
+        print(f"FAIL {args.test}: {e}")
+        env.dump()
+        return 1
+    except Exception:
+        env.dump()
+        raise
+    finally:
+        env.cleanup()
+    print(f"PASS {args.test} ({time.monotonic() - started:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
