@@ -294,31 +294,39 @@ take_frame(const struct tsock_frame *f, uint64_t request_id, struct tsock_stats_
     return m.type == TSOCK_MSG_REJECT ? m.u.reject.code : TSOCK_E_PROTOCOL;
 }
 
+/* A producer drops requests beyond its rate limit, so an unanswered request is repeated this
+ * often (with the same id) until the answer comes or the timeout passes. */
+#define RESEND_MS 250
+
 /* Sends the request and waits for its answer on `sock`. */
 static int
 ask(void *sock, int timeout_ms, struct tsock_frame *f, struct tsock_stats_reply *out)
 {
     uint64_t request_id = tsock__mix64(tsock__now_ns() ^ ((uint64_t)getpid() << 32));
     struct tsock_msg m = {.type = TSOCK_MSG_STATS_REQUEST, .u.stats_request = {request_id}};
-    int err = tsock__send(sock, NULL, 0, &m);
-    if (err < 0 && err != -EAGAIN) /* EAGAIN: not connected yet; the message waits queued */
-        return err;
-    uint64_t deadline = tsock__deadline(timeout_ms);
+    uint64_t deadline = tsock__deadline(timeout_ms), resend = 0;
     for (;;) {
+        uint64_t now = tsock__now_ns();
+        if (now >= resend) {
+            int err = tsock__send(sock, NULL, 0, &m);
+            if (err < 0 && err != -EAGAIN) /* EAGAIN: not connected yet; sent again later */
+                return err;
+            resend = now + RESEND_MS * 1000000u;
+        }
         int got;
         while ((got = tsock__recv(sock, 0, f)) > 0) {
-            err = take_frame(f, request_id, out);
+            int err = take_frame(f, request_id, out);
             if (err != 0)
                 return err < 0 ? err : 0;
         }
         if (got < 0)
             return got;
-        uint64_t now = tsock__now_ns();
-        if (deadline != UINT64_MAX && now >= deadline)
+        now = tsock__now_ns();
+        if (deadline != TSOCK_NO_DEADLINE && now >= deadline)
             return -ETIMEDOUT;
-        long wait_ms = deadline == UINT64_MAX ? -1 : (long)((deadline - now) / 1000000u) + 1;
+        uint64_t until = deadline < resend ? deadline : resend;
         zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&item, 1, wait_ms) < 0)
+        if (zmq_poll(&item, 1, until > now ? (long)((until - now) / 1000000u) + 1 : 0) < 0)
             return -zmq_errno();
     }
 }
