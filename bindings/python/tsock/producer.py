@@ -7,6 +7,7 @@ zero-copy by every consumer.
 """
 import ctypes
 import errno
+import json
 import math
 import time
 import weakref
@@ -373,6 +374,29 @@ class Producer:
                 per.append(c)
         out["consumers_info"] = per
         return out
+
+    def set_status(self, status):
+        """Sets the application status every statistics reply carries (``tsock-stat`` shows it,
+        :func:`tsock.query_stats` returns it under "status"): a dict of JSON-serialisable
+        figures, such as ``{"images_per_s": 2410.5}``, or a str holding one JSON object; None
+        clears it. At most 4096 bytes as compact JSON (ValueError beyond, or for anything that
+        is not a JSON object). Call it as often as the figures change, after the start."""
+        self._check_started()
+        if status is None:
+            text = b""
+        elif isinstance(status, dict):
+            text = json.dumps(status, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False).encode()
+        elif isinstance(status, str):
+            text = status.encode()
+        else:
+            raise TypeError(f"status must be a dict, a str or None, not {type(status).__name__}")
+        rc = lib.tsock_producer_set_status(self._h, text)
+        if rc in (-errno.EINVAL, -errno.EMSGSIZE):
+            raise ValueError(("the status is longer than 4096 bytes" if rc == -errno.EMSGSIZE
+                              else "the status must be one JSON object on one line, in UTF-8")
+                             ) from _lib.error(rc, "tsock_producer_set_status")
+        _lib.check(rc, "tsock_producer_set_status")
 
     def consumer_count(self):
         """Consumers connected now."""
