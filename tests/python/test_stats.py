@@ -62,6 +62,21 @@ def test_producer_status(tsock, endpoint):
             producer.set_status({"nan": float("nan")})  # not JSON
         producer.set_status(None)
         assert tsock.query_stats(endpoint, timeout=10)["status"] is None
+        # The in-process view: Producer.stats() has the same per-consumer figures.
+        with tsock.Consumer(endpoint, name="c1", timeout=10) as consumer:
+            producer.wait_consumers(1, timeout=10)
+            producer.publish({"x": np.ones((4, 3), np.float32)})
+            batch = consumer.next(timeout=10)
+
+            def reported():
+                info = producer.stats()["consumers_info"]
+                return info if info and info[0]["consumed_batches"] == 1 else None
+
+            (info,) = wait_until(reported, 10, "the consumer's report")
+            assert info["held"] == 1 and info["lag"] == 0 and info["paused"] is False
+            assert info["consumed_samples"] == 4 and info["rate"] >= 0 and info["wait_s"] >= 0
+            assert producer.stats()["slots"] == 2 and producer.stats()["free_slots"] == 1
+            batch.release()
 
 
 def test_query_without_producer(tsock, endpoint, tmp_path):

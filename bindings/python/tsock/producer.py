@@ -19,11 +19,12 @@ from ._lib import lib
 
 _PRODUCER_STATS = {
     "batches": 1, "samples": 2, "released": 3, "held": 4, "consumers": 5, "joined": 6,
-    "lost": 7, "bad_messages": 8,
+    "lost": 7, "bad_messages": 8, "epochs": 12, "slots": 13, "free_slots": 14,
 }
 _CONSUMER_STATS = {
     "id": 11, "pid": 10, "batches": 1, "samples": 2, "released": 3, "held": 4,
-    "bad_messages": 8,
+    "bad_messages": 8, "lag": 16, "rate_milli": 17, "paused": 18, "consumed_batches": 19,
+    "consumed_samples": 20, "epochs": 12, "wait_ns": 9,
 }
 _STAT_WAIT_NS = 9
 _WAIT_CHUNK_MS = 200  # longest single wait in C, so Ctrl-C is handled between waits
@@ -347,9 +348,11 @@ class Producer:
     # ---- statistics and lifetime ----
 
     def stats(self):
-        """Producer figures (batches, samples, released, held, consumers, joined, lost,
-        bad_messages, wait_s: time blocked waiting for a free slot) and, under "consumers_info",
-        one dict per connected consumer (id, pid, batches, samples, released, held)."""
+        """Producer figures (batches, samples, epochs, released, held, slots, free_slots,
+        consumers, joined, lost, bad_messages, wait_s: time blocked waiting for a free slot)
+        and, under "consumers_info", one dict per connected consumer (id, pid, batches,
+        samples, released, held, lag, rate, paused, and what it reported about itself:
+        consumed_batches, consumed_samples, epochs, wait_s). docs/stats.md explains them."""
         self._check_started()
         v = ctypes.c_uint64()
         out = {}
@@ -371,6 +374,10 @@ class Producer:
                 if rc == 0:
                     c[name] = v.value
             if c is not None:
+                # What the consumer reports about itself, and its rate, in friendlier units.
+                c["rate"] = c.pop("rate_milli", 0) / 1000.0
+                c["wait_s"] = c.pop("wait_ns", 0) / 1e9
+                c["paused"] = bool(c.get("paused", 0))
                 per.append(c)
         out["consumers_info"] = per
         return out
