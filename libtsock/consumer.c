@@ -328,6 +328,7 @@ finish_batch(tsock_consumer *c)
     c->held_count++;
     c->stat_batches++;
     c->stat_samples += b->samples;
+    c->stat_epochs += b->epoch_end != 0;
     if (b->epoch_end) {
         c->between_epochs = 1;
         c->epoch_ended_ns = tsock__now_ns();
@@ -383,6 +384,7 @@ wait_batch(tsock_consumer *c, uint64_t deadline, tsock_batch **batch)
         if (c->terminal_error == TSOCK_E_END && c->building && c->building->samples > 0) {
             /* The stream ended inside this batch: hand over what there is, ending the epoch. */
             *batch = finish_batch(c);
+            c->stat_epochs += !(*batch)->epoch_end;
             (*batch)->epoch_end = 1;
             return 0;
         }
@@ -426,6 +428,7 @@ tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch)
     uint64_t started = tsock__now_ns();
     uint64_t deadline = tsock__deadline(timeout_ms);
     pthread_mutex_lock(&c->mu);
+    c->waiting_since = started;
     int err = c->ready_to_read ? 0 : TSOCK_E_STATE;
     while (err == 0) {
         if (c->between_epochs || c->phase == PHASE_PAUSED)
@@ -440,6 +443,7 @@ tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch)
             break;
     }
     c->stat_wait_ns += tsock__now_ns() - started;
+    c->waiting_since = 0;
     pthread_mutex_unlock(&c->mu);
     return err;
 }
@@ -470,6 +474,13 @@ tsock_consumer_release(tsock_consumer *c, tsock_batch *b)
 
 /* ---- figures ----------------------------------------------------------------------------- */
 
+uint64_t
+tsock__consumer_wait_ns(const tsock_consumer *c, uint64_t now)
+{
+    uint64_t since = c->waiting_since;
+    return c->stat_wait_ns + (since && now > since ? now - since : 0);
+}
+
 int
 tsock_consumer_stat(tsock_consumer *c, int key, uint64_t *value)
 {
@@ -478,12 +489,15 @@ tsock_consumer_stat(tsock_consumer *c, int key, uint64_t *value)
     int err = 0;
     pthread_mutex_lock(&c->mu);
     switch (key) {
-    case TSOCK_STAT_BATCHES: *value = c->stat_batches; break;
-    case TSOCK_STAT_SAMPLES: *value = c->stat_samples; break;
+    case TSOCK_STAT_BATCHES:
+    case TSOCK_STAT_CONSUMED_BATCHES: *value = c->stat_batches; break;
+    case TSOCK_STAT_SAMPLES:
+    case TSOCK_STAT_CONSUMED_SAMPLES: *value = c->stat_samples; break;
+    case TSOCK_STAT_EPOCHS: *value = c->stat_epochs; break;
     case TSOCK_STAT_RELEASED: *value = c->stat_released; break;
     case TSOCK_STAT_HELD: *value = (uint64_t)c->held_count; break;
     case TSOCK_STAT_BAD_MESSAGES: *value = c->stat_bad; break;
-    case TSOCK_STAT_WAIT_NS: *value = c->stat_wait_ns; break;
+    case TSOCK_STAT_WAIT_NS: *value = tsock__consumer_wait_ns(c, tsock__now_ns()); break;
     case TSOCK_STAT_ID: *value = c->welcome.consumer_id; break;
     case TSOCK_STAT_PID: *value = (uint64_t)getpid(); break;
     default: err = -EINVAL;

@@ -92,7 +92,8 @@ struct tsock_consumer {
     tsock_batch *building;          /* the batch being gathered */
     tsock_batch *free_batches, *all_batches;
     uint64_t last_heard_ns;
-    uint64_t stat_batches, stat_samples, stat_released, stat_bad, stat_wait_ns;
+    uint64_t stat_batches, stat_samples, stat_released, stat_bad, stat_wait_ns, stat_epochs;
+    uint64_t waiting_since; /* when the caller's next() began waiting, 0 when not in next */
     int held_count;
 
     struct tsock_frame frame; /* service thread's receive buffer */
@@ -107,5 +108,8 @@ void tsock__session_free_mappings(tsock_consumer *c);
 /* consumer.c, called by the session side with mu held */
 void tsock__unref_slot(tsock_consumer *c, uint32_t slot);
 void tsock__drop_queue(tsock_consumer *c);
+/* Time blocked in next so far, including a wait in progress, so that a consumer starved right
+ * now shows it before its call returns. */
+uint64_t tsock__consumer_wait_ns(const tsock_consumer *c, uint64_t now);
 
 #endif

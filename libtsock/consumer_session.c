@@ -235,13 +235,30 @@ check_producer(tsock_consumer *c, uint64_t now)
     tsock__shm_remove_if_orphaned(c->welcome.shm_name);
 }
 
-/* Sends the heartbeat (or, until welcomed, a repeated HELLO so that a producer that starts late
- * or lost the first one still hears from us). */
+/* Tells the producer what only this side knows, for its statistics. Sent beside HEARTBEAT
+ * rather than instead of it: a producer that does not know the message counts it as bad and
+ * still keeps the consumer alive. */
+static void
+send_own_stats(tsock_consumer *c, uint64_t now)
+{
+    struct tsock_msg m = {.type = TSOCK_MSG_CONSUMER_STATS};
+    m.u.consumer_stats = (struct tsock_msg_consumer_stats){
+        .batches = c->stat_batches,
+        .samples = c->stat_samples,
+        .epochs = c->stat_epochs,
+        .wait_ns = tsock__consumer_wait_ns(c, now),
+    };
+    (void)tsock__send(c->dealer, NULL, 0, &m);
+}
+
+/* Sends the heartbeat and the figures (or, until welcomed, a repeated HELLO so that a producer
+ * that starts late or lost the first one still hears from us). */
 static void
 beat(tsock_consumer *c, uint64_t now)
 {
     if (c->welcomed) {
         send_msg(c, TSOCK_MSG_HEARTBEAT);
+        send_own_stats(c, now);
         check_producer(c, now);
     } else if (!c->start_error) {
         send_msg(c, TSOCK_MSG_HELLO);

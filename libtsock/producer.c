@@ -16,14 +16,24 @@
 
 #include "backend/backend.h"
 #include "core/core.h"
+#include "core/json.h"
 #include "core/layout.h"
 #include "core/sync.h"
 #include "dataset/sampler.h"
 #include "proto/proto.h"
 #include "ring/ring.h"
+#include "stats.h"
 #include "transport/transport.h"
 
 #define MAX_CONSUMERS TSOCK_RING_MAX_CONSUMERS
+_Static_assert(MAX_CONSUMERS <= TSOCK_STATS_MAX_CONSUMERS, "a STATS_REPLY lists every consumer");
+
+/* Consumer rates are measured over windows of about this length. */
+#define RATE_WINDOW_NS 1000000000u
+/* STATS_REQUESTs answered per second at most: each reply costs a walk over the consumers and
+ * the ring and up to 14 KB queued for a peer that may never read it, so a flood of requests
+ * must not turn into a flood of work or memory. Legitimate watchers ask about once a second. */
+#define STATS_REPLIES_PER_S 20
 
 struct consumer_rec {
     int active;
@@ -37,6 +47,10 @@ struct consumer_rec {
     uint64_t batches, samples, released;
     int paused;            /* between epochs: not given new batches */
     uint64_t window_start; /* stream position of its current window, or NO_WINDOW */
+    uint64_t rate_mark_ns, rate_mark_released; /* start of the current rate window */
+    uint64_t rate_milli;                       /* released per second x 1000, last window */
+    int reported;                              /* `own` holds a CONSUMER_STATS */
+    struct tsock_msg_consumer_stats own;
 };
 
 #define NO_WINDOW UINT64_MAX
@@ -100,9 +114,16 @@ struct tsock_producer {
     struct outgoing *queue; /* ring buffer of slot_count entries */
     uint32_t queue_head, queue_len;
     uint64_t stat_batches, stat_samples, stat_released, stat_joined, stat_lost, stat_bad,
-        stat_wait_ns;
+        stat_wait_ns, stat_epochs;
+    uint64_t started_ns;
+    char status[TSOCK_MAX_STATUS + 1]; /* the application's JSON object, or "" */
+    uint64_t stats_window_ns;          /* STATS_REQUEST rate limit: current second */
+    int stats_answered;                /* replies sent in it */
+    uint64_t stats_dropped;
 
     struct tsock_frame frame; /* service thread's receive buffer */
+    struct tsock_stats_reply stats_reply;         /* service thread's, for STATS_REPLY */
+    uint8_t stats_frame[TSOCK_PROTO_MAX_MESSAGE]; /* its encoding */
 };
 
 /* ---- creation and options ---------------------------------------------------------------- */
@@ -248,6 +269,7 @@ tsock_producer_start(tsock_producer *p)
     if (err < 0)
         return err;
     p->state = P_RUNNING;
+    p->started_ns = tsock__now_ns();
     err = pthread_create(&p->thread, NULL, service_main, p);
     if (err) {
         p->state = P_CREATED;
@@ -442,6 +464,7 @@ tsock_producer_publish(tsock_producer *p, tsock_slot *slot, uint32_t samples)
     tsock__ring_publish(&p->ring, slot->index, holders, &seq);
     p->stat_batches++;
     p->stat_samples += samples;
+    p->stat_epochs += slot->epoch_end != 0;
     if (holders) {
         struct outgoing *o = &p->queue[(p->queue_head + p->queue_len++) % p->slot_count];
         o->holders = holders;
@@ -478,68 +501,78 @@ tsock_producer_consumer_count(tsock_producer *p)
     return n;
 }
 
-static int
-producer_wide_stat(tsock_producer *p, int key, uint64_t *value)
+/* Snapshots of the figures, shared by tsock_producer_stat and STATS_REPLY (mu held). */
+static void
+snapshot_producer(const tsock_producer *p, struct tsock_stats_producer *s)
 {
-    int held = 0;
-    switch (key) {
-    case TSOCK_STAT_BATCHES: *value = p->stat_batches; return 0;
-    case TSOCK_STAT_SAMPLES: *value = p->stat_samples; return 0;
-    case TSOCK_STAT_RELEASED: *value = p->stat_released; return 0;
-    case TSOCK_STAT_CONSUMERS: *value = (uint64_t)p->consumer_count; return 0;
-    case TSOCK_STAT_JOINED: *value = p->stat_joined; return 0;
-    case TSOCK_STAT_LOST: *value = p->stat_lost; return 0;
-    case TSOCK_STAT_BAD_MESSAGES: *value = p->stat_bad; return 0;
-    case TSOCK_STAT_WAIT_NS: *value = p->stat_wait_ns; return 0;
-    case TSOCK_STAT_PID: *value = (uint64_t)getpid(); return 0;
-    case TSOCK_STAT_HELD:
-        for (uint32_t i = 0; i < p->ring.count; i++)
-            held += p->ring.slots[i].state == TSOCK_SLOT_HELD;
-        *value = (uint64_t)held;
-        return 0;
-    default: return -EINVAL;
-    }
+    uint32_t held = 0;
+    for (uint32_t i = 0; i < p->ring.count; i++)
+        held += p->ring.slots[i].state == TSOCK_SLOT_HELD;
+    *s = (struct tsock_stats_producer){
+        .pid = (uint32_t)getpid(),
+        .slots = p->slot_count,
+        .free_slots = p->ring.count ? p->ring.free_count : p->slot_count, /* before start */
+        .held = held,
+        .batches = p->stat_batches,
+        .samples = p->stat_samples,
+        .epochs = p->stat_epochs,
+        .released = p->stat_released,
+        .joined = p->stat_joined,
+        .lost = p->stat_lost,
+        .bad_messages = p->stat_bad,
+        .wait_ns = p->stat_wait_ns,
+        .uptime_ns = p->started_ns ? tsock__now_ns() - p->started_ns : 0,
+    };
 }
 
-/* The n-th active consumer in join order, or NULL. */
-static struct consumer_rec *
-nth_consumer(tsock_producer *p, int n, int *index)
+/* Batches between the oldest publication consumer `index` still holds and the newest one. */
+static uint64_t
+consumer_lag(const tsock_producer *p, int index)
 {
-    for (int rank = 0; rank <= n; rank++) {
-        struct consumer_rec *best = NULL;
-        for (int i = 0; i < MAX_CONSUMERS; i++) {
-            struct consumer_rec *c = &p->consumers[i];
-            if (!c->active || (rank > 0 && c->join_order <= p->consumers[*index].join_order))
-                continue;
-            if (!best || c->join_order < best->join_order) {
-                best = c;
-                *index = i;
-            }
-        }
-        if (!best)
-            return NULL;
-        if (rank == n)
-            return best;
+    uint64_t bit = (uint64_t)1 << index, oldest = UINT64_MAX;
+    for (uint32_t i = 0; i < p->ring.count; i++) {
+        const struct tsock_ring_slot *rs = &p->ring.slots[i];
+        if (rs->state == TSOCK_SLOT_HELD && (rs->holders & bit) && rs->seq < oldest)
+            oldest = rs->seq;
     }
-    return NULL;
+    /* A held publication was issued, so next_seq > oldest. */
+    return oldest == UINT64_MAX ? 0 : p->ring.next_seq - 1 - oldest;
 }
 
-static int
-consumer_stat(tsock_producer *p, int n, int key, uint64_t *value)
+static void
+snapshot_consumer(const tsock_producer *p, int index, struct tsock_stats_consumer *s)
 {
-    int index = 0;
-    struct consumer_rec *c = nth_consumer(p, n, &index);
-    if (!c)
-        return -ENOENT;
-    switch (key) {
-    case TSOCK_STAT_BATCHES: *value = c->batches; return 0;
-    case TSOCK_STAT_SAMPLES: *value = c->samples; return 0;
-    case TSOCK_STAT_RELEASED: *value = c->released; return 0;
-    case TSOCK_STAT_HELD: *value = (uint64_t)tsock__ring_held_by(&p->ring, (uint32_t)index); return 0;
-    case TSOCK_STAT_PID: *value = c->pid; return 0;
-    case TSOCK_STAT_ID: *value = c->consumer_id; return 0;
-    default: return -EINVAL;
+    const struct consumer_rec *c = &p->consumers[index];
+    int held = tsock__ring_held_by(&p->ring, (uint32_t)index);
+    *s = (struct tsock_stats_consumer){
+        .id = c->consumer_id,
+        .pid = c->pid,
+        .flags = (c->paused ? TSOCK_STATS_PAUSED : 0u) | (c->reported ? TSOCK_STATS_REPORTED : 0u),
+        .batches = c->batches,
+        .samples = c->samples,
+        .released = c->released,
+        .held = held < 0 ? 0 : (uint32_t)held,
+        .lag = consumer_lag(p, index),
+        .rate_milli = c->rate_milli,
+        .own = c->own,
+    };
+    memcpy(s->name, c->name, sizeof s->name);
+}
+
+/* Indices of the active consumers in join order; returns how many. */
+static int
+consumers_in_join_order(const tsock_producer *p, int order[MAX_CONSUMERS])
+{
+    int n = 0;
+    for (int i = 0; i < MAX_CONSUMERS; i++) {
+        if (!p->consumers[i].active)
+            continue;
+        int k = n++;
+        for (; k > 0 && p->consumers[order[k - 1]].join_order > p->consumers[i].join_order; k--)
+            order[k] = order[k - 1];
+        order[k] = i;
     }
+    return n;
 }
 
 int
@@ -547,10 +580,40 @@ tsock_producer_stat(tsock_producer *p, int consumer, int key, uint64_t *value)
 {
     if (!p || !value || consumer < -1)
         return -EINVAL;
+    int order[MAX_CONSUMERS], err;
     pthread_mutex_lock(&p->mu);
-    int err = consumer < 0 ? producer_wide_stat(p, key, value) : consumer_stat(p, consumer, key, value);
+    if (consumer < 0) {
+        struct tsock_stats_producer s;
+        snapshot_producer(p, &s);
+        err = tsock__stats_producer_value(&s, (uint32_t)p->consumer_count, key, value);
+    } else if (consumer >= consumers_in_join_order(p, order)) {
+        err = -ENOENT;
+    } else {
+        struct tsock_stats_consumer s;
+        snapshot_consumer(p, order[consumer], &s);
+        err = tsock__stats_consumer_value(&s, key, value);
+    }
     pthread_mutex_unlock(&p->mu);
     return err;
+}
+
+int
+tsock_producer_set_status(tsock_producer *p, const char *json_object)
+{
+    if (!p)
+        return -EINVAL;
+    const char *text = json_object ? json_object : "";
+    size_t len = strnlen(text, TSOCK_MAX_STATUS + 1);
+    if (len > TSOCK_MAX_STATUS)
+        return -EMSGSIZE;
+    /* The rules a STATS_REPLY decoder applies, plus JSON: clients embed the text as is. */
+    if (len > 0 && (!tsock__proto_text_ok(text, len) || !tsock__json_is_object(text, len)))
+        return -EINVAL;
+    pthread_mutex_lock(&p->mu);
+    memcpy(p->status, text, len);
+    p->status[len] = '\0';
+    pthread_mutex_unlock(&p->mu);
+    return 0;
 }
 
 /* ---- the service thread ------------------------------------------------------------------ */
@@ -663,6 +726,7 @@ on_hello(tsock_producer *p, const struct tsock_frame *f, const struct tsock_msg_
         c->pid = h->pid;
         memcpy(c->name, h->name, sizeof c->name);
         c->last_heard_ns = tsock__now_ns();
+        c->rate_mark_ns = c->last_heard_ns;
         c->window_start = NO_WINDOW;
         p->consumer_count++;
         pthread_cond_broadcast(&p->cond);
@@ -706,6 +770,56 @@ on_pause_resume(tsock_producer *p, int index, int type)
     }
 }
 
+/* Answers a STATS_REQUEST from any peer, consumer or not, within the rate limit. */
+static void
+on_stats_request(tsock_producer *p, const struct tsock_frame *f, uint64_t request_id)
+{
+    uint64_t now = tsock__now_ns();
+    if (now - p->stats_window_ns >= 1000000000u) {
+        p->stats_window_ns = now;
+        p->stats_answered = 0;
+    }
+    if (p->stats_answered >= STATS_REPLIES_PER_S) {
+        if (p->stats_dropped++ % 1000 == 0)
+            tsock__log(TSOCK_LOG_WARN, "more than %d statistics requests per second; the "
+                       "excess goes unanswered (%llu so far)", STATS_REPLIES_PER_S,
+                       (unsigned long long)p->stats_dropped);
+        return;
+    }
+    p->stats_answered++;
+    struct tsock_stats_reply *r = &p->stats_reply;
+    int order[MAX_CONSUMERS];
+    r->request_id = request_id;
+    snapshot_producer(p, &r->producer);
+    memcpy(r->status, p->status, sizeof r->status);
+    r->consumer_count = (uint32_t)consumers_in_join_order(p, order);
+    for (uint32_t i = 0; i < r->consumer_count; i++)
+        snapshot_consumer(p, order[i], &r->consumers[i]);
+    int n = tsock__stats_reply_encode(r, p->stats_frame, sizeof p->stats_frame);
+    if (n < 0) {
+        tsock__log(TSOCK_LOG_ERROR, "cannot encode a statistics reply: %s", tsock_strerror(n));
+        return;
+    }
+    /* Best effort, like any answer to a peer that may not be a consumer. */
+    (void)tsock__send_frame(p->router, f->id, f->id_len, p->stats_frame, (size_t)n);
+}
+
+/* Starts a new rate window for every consumer whose current one is over. */
+static void
+update_rates(tsock_producer *p, uint64_t now)
+{
+    for (int i = 0; i < MAX_CONSUMERS; i++) {
+        struct consumer_rec *c = &p->consumers[i];
+        uint64_t elapsed = now - c->rate_mark_ns;
+        if (!c->active || elapsed < RATE_WINDOW_NS)
+            continue;
+        double per_s = (double)(c->released - c->rate_mark_released) * 1e9 / (double)elapsed;
+        c->rate_milli = (uint64_t)(per_s * 1000.0 + 0.5);
+        c->rate_mark_ns = now;
+        c->rate_mark_released = c->released;
+    }
+}
+
 static void
 note_bad_message(tsock_producer *p, const struct tsock_frame *f, int err)
 {
@@ -734,11 +848,13 @@ handle_frame(tsock_producer *p, const struct tsock_frame *f)
         p->consumers[index].last_heard_ns = tsock__now_ns();
     switch (m.type) {
     case TSOCK_MSG_HELLO: on_hello(p, f, &m.u.hello); return;
+    case TSOCK_MSG_STATS_REQUEST: on_stats_request(p, f, m.u.stats_request.request_id); return;
     case TSOCK_MSG_RELEASE:
     case TSOCK_MSG_HEARTBEAT:
     case TSOCK_MSG_BYE:
     case TSOCK_MSG_PAUSE:
     case TSOCK_MSG_RESUME:
+    case TSOCK_MSG_CONSUMER_STATS:
         if (index < 0) {
             /* A consumer we dropped (it was silent too long) or never knew: tell it. */
             reject(p, f, TSOCK_E_REJECTED);
@@ -746,6 +862,9 @@ handle_frame(tsock_producer *p, const struct tsock_frame *f)
             on_release(p, index, &m.u.release);
         } else if (m.type == TSOCK_MSG_BYE) {
             drop_consumer(p, index, "left", 0);
+        } else if (m.type == TSOCK_MSG_CONSUMER_STATS) {
+            p->consumers[index].own = m.u.consumer_stats;
+            p->consumers[index].reported = 1;
         } else if (m.type != TSOCK_MSG_HEARTBEAT) {
             on_pause_resume(p, index, m.type);
         }
@@ -834,6 +953,7 @@ service_main(void *arg)
         now = tsock__now_ns();
         if (now >= next_beat) {
             heartbeat_and_expire(p, now);
+            update_rates(p, now);
             next_beat = now + interval_ns;
         }
     }

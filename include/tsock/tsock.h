@@ -230,8 +230,30 @@ typedef enum tsock_stat {
     TSOCK_STAT_BAD_MESSAGES = 8, /* malformed messages received and rejected */
     TSOCK_STAT_WAIT_NS = 9,      /* producer: time blocked in acquire waiting for a free slot */
     TSOCK_STAT_PID = 10,         /* consumer: its process id as it reported it */
-    TSOCK_STAT_ID = 11           /* consumer: its id, unique for the producer's lifetime */
+    TSOCK_STAT_ID = 11,          /* consumer: its id, unique for the producer's lifetime */
+    TSOCK_STAT_EPOCHS = 12,      /* epochs completed: published batches that ended an epoch
+                                    (producer), batches returned by next that ended one
+                                    (consumer) */
+    TSOCK_STAT_SLOTS = 13,       /* producer: slots in the ring */
+    TSOCK_STAT_FREE_SLOTS = 14,  /* producer: slots neither held nor being filled; slots in use
+                                    = TSOCK_STAT_SLOTS - TSOCK_STAT_FREE_SLOTS */
+    TSOCK_STAT_UPTIME_NS = 15,   /* producer: time since tsock_producer_start */
+    TSOCK_STAT_LAG = 16,         /* consumer: batches between the oldest batch it still holds
+                                    and the newest one published (0 when it holds none) */
+    TSOCK_STAT_RATE_MILLI = 17,  /* consumer: batches it released per second, x 1000, over the
+                                    last interval of about a second */
+    TSOCK_STAT_PAUSED = 18,      /* consumer: 1 while paused between epochs, else 0 */
+    TSOCK_STAT_CONSUMED_BATCHES = 19, /* consumer: batches next returned, at its own batch size */
+    TSOCK_STAT_CONSUMED_SAMPLES = 20  /* consumer: samples in those batches */
 } tsock_stat;
+
+/* Which keys work where. tsock_producer_stat, producer-wide (-1): BATCHES, SAMPLES, RELEASED,
+ * HELD, CONSUMERS, JOINED, LOST, BAD_MESSAGES, WAIT_NS, PID, EPOCHS, SLOTS, FREE_SLOTS,
+ * UPTIME_NS. Per consumer: BATCHES, SAMPLES, RELEASED, HELD (producer batches sent to it and
+ * what it did with them), PID, ID, LAG, RATE_MILLI, PAUSED, and the figures the consumer
+ * reports about itself every heartbeat interval (0 until the first report): CONSUMED_BATCHES,
+ * CONSUMED_SAMPLES, EPOCHS, WAIT_NS (its time blocked in next). tsock_consumer_stat: see
+ * there. tsock_stats_get: the same keys as tsock_producer_stat. */
 
 /* Number of consumers connected now. */
 TSOCK_API int tsock_producer_consumer_count(tsock_producer *p);
@@ -239,6 +261,19 @@ TSOCK_API int tsock_producer_consumer_count(tsock_producer *p);
 /* Reads one statistic into *value. Returns 0, or -EINVAL (unknown key), -ENOENT (no such
  * consumer index). Caller's thread. */
 TSOCK_API int tsock_producer_stat(tsock_producer *p, int consumer, int key, uint64_t *value);
+
+/* The most bytes of status text (tsock_producer_set_status), without the terminating NUL. */
+#define TSOCK_MAX_STATUS 4096
+
+/* Sets the application's status: one JSON object, as text, with the figures only the program
+ * knows (for example {"images_per_s": 2410.5, "read_mb_per_s": 260.1, "decode_ms": 3.2,
+ * "cpu_percent": 715}). Every statistics reply carries it verbatim, and tsock-stat shows it.
+ * Call it whenever the figures change, typically once per reporting interval; the text is
+ * copied. `json_object` must be a JSON object (RFC 8259) of at most TSOCK_MAX_STATUS bytes, in
+ * UTF-8, on one line: no control characters (no tabs, no newlines). NULL or "" clears it.
+ * Any thread, at any time between create and destroy. Returns 0, -EINVAL (not such a text),
+ * or -EMSGSIZE (longer than TSOCK_MAX_STATUS). */
+TSOCK_API int tsock_producer_set_status(tsock_producer *p, const char *json_object);
 
 /* Tells every consumer the stream ended (they receive TSOCK_E_END after the batches already
  * sent) and stops. A slot acquired but not published is dropped. Safe to call from the
@@ -317,8 +352,12 @@ TSOCK_API int tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch
  * Releasing after the producer is gone succeeds and does nothing. */
 TSOCK_API int tsock_consumer_release(tsock_consumer *c, tsock_batch *batch);
 
-/* Figures of this consumer's own (TSOCK_STAT_BATCHES, _SAMPLES, _RELEASED, _HELD, _BAD_MESSAGES,
- * TSOCK_STAT_WAIT_NS: time blocked in next). Returns 0 or -EINVAL. */
+/* Figures of this consumer's own: TSOCK_STAT_BATCHES and _SAMPLES (returned by next, at its
+ * own batch size; TSOCK_STAT_CONSUMED_BATCHES and _CONSUMED_SAMPLES are the same figures),
+ * _RELEASED, _HELD, _BAD_MESSAGES, _EPOCHS (epochs completed: batches returned that ended one),
+ * _WAIT_NS (time blocked in next, including a wait in progress), _ID, _PID. The consumer also
+ * sends BATCHES, SAMPLES, EPOCHS and WAIT_NS to its producer every heartbeat interval, where
+ * tsock_producer_stat and tsock-stat show them. Any thread. Returns 0 or -EINVAL. */
 TSOCK_API int tsock_consumer_stat(tsock_consumer *c, int key, uint64_t *value);
 
 /* The batch size and slot count the producer announced (valid after start). */
@@ -332,6 +371,50 @@ TSOCK_API uint64_t tsock_consumer_batches_per_epoch(const tsock_consumer *c);
 /* Releases every held batch, says goodbye to the producer, unmaps the ring and frees the
  * consumer. NULL does nothing. */
 TSOCK_API void tsock_consumer_destroy(tsock_consumer *c);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Statistics of a running producer, from any process                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A snapshot of a producer's statistics: its own figures, its application status and one
+ * record per consumer connected when it answered. Any process of the user that may connect to
+ * the endpoint can ask; asking does not make it a consumer. A producer answers at most 20
+ * requests per second (more are dropped unanswered and time out), so that a flood of them
+ * costs it little. */
+typedef struct tsock_stats tsock_stats;
+
+/* Asks the producer serving `endpoint` (NULL: the default endpoint) for its statistics and
+ * waits up to `timeout_ms` (-1: forever) for the answer. On success sets *out (owned by the
+ * caller: free it with tsock_stats_destroy) and returns 0. Returns -ETIMEDOUT when no producer
+ * answered in time, -ENOENT when an ipc endpoint has no socket file (no producer there),
+ * -EINTR when a signal interrupted the wait, TSOCK_E_VERSION when the producer speaks another
+ * protocol version, TSOCK_E_PROTOCOL for a malformed answer, -EINVAL, -ENOMEM, or a negated
+ * errno from ZeroMQ. Any thread; each call uses its own socket. */
+TSOCK_API int tsock_stats_query(tsock_stats **out, const char *endpoint, int timeout_ms);
+
+/* Consumers in the snapshot (0..64), listed in join order; a consumer index below is 0..n-1. */
+TSOCK_API int tsock_stats_consumer_count(const tsock_stats *s);
+
+/* Reads one figure: consumer -1 for the producer's, else a consumer index; keys as for
+ * tsock_producer_stat (TSOCK_STAT_CONSUMERS gives the consumer count). Returns 0, -EINVAL
+ * (unknown key for that side, NULL pointer), or -ENOENT (no such consumer index). */
+TSOCK_API int tsock_stats_get(const tsock_stats *s, int consumer, int key, uint64_t *value);
+
+/* A consumer's name as it set it ("" when unnamed), or NULL for a bad index. Owned by the
+ * snapshot. Printable bytes, not necessarily valid UTF-8. */
+TSOCK_API const char *tsock_stats_consumer_name(const tsock_stats *s, int consumer);
+
+/* The producer's application status (see tsock_producer_set_status), "" when none was set.
+ * Owned by the snapshot. */
+TSOCK_API const char *tsock_stats_status(const tsock_stats *s);
+
+/* The whole snapshot as one JSON object on one line (no newline), valid UTF-8, owned by the
+ * snapshot: {"endpoint", "producer": {...}, "status": {...} or null, "consumers": [...]};
+ * docs/stats.md lists the fields. Returns NULL only for a NULL snapshot. */
+TSOCK_API const char *tsock_stats_json(const tsock_stats *s);
+
+/* Frees a snapshot; NULL does nothing. */
+TSOCK_API void tsock_stats_destroy(tsock_stats *s);
 
 /* ---- reading a batch (all pointers owned by the batch, valid until it is released) ---- */
 

@@ -162,6 +162,8 @@ check_msg(const struct tsock_msg *msg)
     case TSOCK_MSG_PAUSE:
     case TSOCK_MSG_RESUME:
     case TSOCK_MSG_RESUMED:
+    case TSOCK_MSG_STATS_REQUEST:  /* any request id */
+    case TSOCK_MSG_CONSUMER_STATS: /* any figures: they are only displayed */
         return 0;
     case TSOCK_MSG_SHUTDOWN:
         return msg->u.shutdown.reason == TSOCK_SHUTDOWN_END ||
@@ -269,6 +271,34 @@ put_batch(struct writer *w, const struct tsock_msg_batch *b)
 }
 
 static void
+put_own_stats(struct writer *w, const struct tsock_msg_consumer_stats *c)
+{
+    put_le(w, c->batches, 8);
+    put_le(w, c->samples, 8);
+    put_le(w, c->epochs, 8);
+    put_le(w, c->wait_ns, 8);
+}
+
+static void
+put_header(struct writer *w, int type)
+{
+    put_le(w, TSOCK_PROTO_MAGIC, 4);
+    put_le(w, TSOCK_PROTO_VERSION, 2);
+    put_le(w, (uint64_t)type, 2);
+    put_le(w, 0, 4); /* body length, filled in by finish_frame */
+}
+
+/* Fills in the body length. Returns the frame's size, or -ENOBUFS. */
+static int
+finish_frame(struct writer *w)
+{
+    if (w->overflow)
+        return -ENOBUFS;
+    store_le(w->buf + 8, w->pos - TSOCK_PROTO_HEADER_SIZE, 4);
+    return (int)w->pos;
+}
+
+static void
 put_body(struct writer *w, const struct tsock_msg *msg)
 {
     switch (msg->type) {
@@ -292,6 +322,12 @@ put_body(struct writer *w, const struct tsock_msg *msg)
     case TSOCK_MSG_SHUTDOWN:
         put_le(w, msg->u.shutdown.reason, 4);
         break;
+    case TSOCK_MSG_STATS_REQUEST:
+        put_le(w, msg->u.stats_request.request_id, 8);
+        break;
+    case TSOCK_MSG_CONSUMER_STATS:
+        put_own_stats(w, &msg->u.consumer_stats);
+        break;
     default: /* HEARTBEAT, BYE, PAUSE, RESUME, RESUMED: empty body */
         break;
     }
@@ -304,15 +340,9 @@ tsock__msg_encode(const struct tsock_msg *msg, uint8_t *buf, size_t size)
 
     if (!msg || (!buf && size != 0) || check_msg(msg) != 0)
         return -EINVAL;
-    put_le(&w, TSOCK_PROTO_MAGIC, 4);
-    put_le(&w, TSOCK_PROTO_VERSION, 2);
-    put_le(&w, msg->type, 2);
-    put_le(&w, 0, 4); /* body length, filled in below */
+    put_header(&w, msg->type);
     put_body(&w, msg);
-    if (w.overflow)
-        return -ENOBUFS;
-    store_le(buf + 8, w.pos - TSOCK_PROTO_HEADER_SIZE, 4);
-    return (int)w.pos;
+    return finish_frame(&w);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -434,6 +464,15 @@ get_batch(struct reader *r, struct tsock_msg_batch *b)
 }
 
 static void
+get_own_stats(struct reader *r, struct tsock_msg_consumer_stats *c)
+{
+    c->batches = get_le(r, 8);
+    c->samples = get_le(r, 8);
+    c->epochs = get_le(r, 8);
+    c->wait_ns = get_le(r, 8);
+}
+
+static void
 get_body(struct reader *r, struct tsock_msg *msg)
 {
     switch (msg->type) {
@@ -462,38 +501,304 @@ get_body(struct reader *r, struct tsock_msg *msg)
     case TSOCK_MSG_SHUTDOWN:
         msg->u.shutdown.reason = (uint32_t)get_le(r, 4);
         break;
-    default:
+    case TSOCK_MSG_STATS_REQUEST:
+        msg->u.stats_request.request_id = get_le(r, 8);
+        break;
+    case TSOCK_MSG_CONSUMER_STATS:
+        get_own_stats(r, &msg->u.consumer_stats);
+        break;
+    default: /* unknown, or STATS_REPLY, which has a decoder of its own */
         r->bad = 1;
         break;
     }
 }
 
-int
-tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock_msg *msg)
+/* Reads and checks the header, leaving r at the body. Returns the type, or TSOCK_E_PROTOCOL /
+ * TSOCK_E_VERSION. */
+static int
+get_header(struct reader *r)
 {
-    struct reader r = {buf, size, 0, 0};
-    uint64_t magic, version, body_length;
+    uint64_t magic, version, type, body_length;
 
-    if (!msg || (!buf && size != 0))
-        return -EINVAL;
-    /* Zeroed so that two decodings of the same frame compare equal byte for byte. */
-    memset(msg, 0, sizeof *msg);
-    if (size < TSOCK_PROTO_HEADER_SIZE || size > TSOCK_PROTO_MAX_MESSAGE)
+    if (r->size < TSOCK_PROTO_HEADER_SIZE || r->size > TSOCK_PROTO_MAX_MESSAGE)
         return TSOCK_E_PROTOCOL;
-    magic = get_le(&r, 4);
-    version = get_le(&r, 2);
-    msg->type = (uint16_t)get_le(&r, 2);
-    body_length = get_le(&r, 4);
+    magic = get_le(r, 4);
+    version = get_le(r, 2);
+    type = get_le(r, 2);
+    body_length = get_le(r, 4);
     if (magic != TSOCK_PROTO_MAGIC)
         return TSOCK_E_PROTOCOL;
     /* Checked before anything else in the frame: the header layout is the same in every
      * version, so a peer of another version is told so rather than called malformed. */
     if (version != TSOCK_PROTO_VERSION)
         return TSOCK_E_VERSION;
-    if (body_length != size - TSOCK_PROTO_HEADER_SIZE)
+    if (body_length != r->size - TSOCK_PROTO_HEADER_SIZE)
         return TSOCK_E_PROTOCOL;
+    return (int)type;
+}
+
+int
+tsock__msg_peek_type(const uint8_t *buf, size_t size)
+{
+    struct reader r = {buf, size, 0, 0};
+
+    if (!buf && size != 0)
+        return -EINVAL;
+    return get_header(&r);
+}
+
+int
+tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock_msg *msg)
+{
+    struct reader r = {buf, size, 0, 0};
+
+    if (!msg || (!buf && size != 0))
+        return -EINVAL;
+    /* Zeroed so that two decodings of the same frame compare equal byte for byte. */
+    memset(msg, 0, sizeof *msg);
+    int type = get_header(&r);
+    if (type < 0)
+        return type;
+    msg->type = (uint16_t)type;
     get_body(&r, msg);
     if (r.bad || r.pos != r.size || check_msg(msg) != 0)
+        return TSOCK_E_PROTOCOL;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* STATS_REPLY                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Length of a UTF-8 sequence that starts with byte c and may follow with the bytes in
+ * [lo, hi] as its second byte (the ranges exclude overlong forms, surrogates and code points
+ * above U+10FFFF, as RFC 3629 lists them); 0 for a byte that cannot start one. */
+static unsigned
+utf8_lead(unsigned char c, unsigned char *lo, unsigned char *hi)
+{
+    *lo = 0x80;
+    *hi = 0xBF;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        return 2;
+    if (c >= 0xE0 && c <= 0xEF) {
+        *lo = c == 0xE0 ? 0xA0 : 0x80;
+        *hi = c == 0xED ? 0x9F : 0xBF;
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        *lo = c == 0xF0 ? 0x90 : 0x80;
+        *hi = c == 0xF4 ? 0x8F : 0xBF;
+        return 4;
+    }
+    return 0;
+}
+
+int
+tsock__proto_text_ok(const char *text, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)text;
+
+    for (size_t i = 0; i < len;) {
+        unsigned char lo, hi;
+        unsigned n = utf8_lead(s[i], &lo, &hi);
+        if (n == 0 || n > len - i || s[i] < 0x20 || s[i] == 0x7f)
+            return 0;
+        for (unsigned k = 1; k < n; k++) {
+            unsigned char b = s[i + k];
+            if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF))
+                return 0;
+        }
+        i += n;
+    }
+    return 1;
+}
+
+static int
+check_stats_producer(const struct tsock_stats_producer *p)
+{
+    if (p->slots < 1 || p->slots > MAX_SLOTS || p->free_slots > p->slots)
+        return -1;
+    return p->held <= p->slots - p->free_slots ? 0 : -1;
+}
+
+static int
+check_stats_consumer(const struct tsock_stats_consumer *c, uint32_t slots)
+{
+    size_t len;
+
+    if (c->flags & ~(TSOCK_STATS_PAUSED | TSOCK_STATS_REPORTED))
+        return -1;
+    if (check_str(c->name, sizeof c->name, 0, &len) != 0)
+        return -1;
+    return c->held <= slots ? 0 : -1;
+}
+
+static int
+check_stats_reply(const struct tsock_stats_reply *r)
+{
+    const char *end = memchr(r->status, '\0', sizeof r->status);
+
+    if (check_stats_producer(&r->producer) != 0)
+        return -1;
+    if (!end || !tsock__proto_text_ok(r->status, (size_t)(end - r->status)))
+        return -1;
+    if (r->consumer_count > TSOCK_STATS_MAX_CONSUMERS)
+        return -1;
+    for (uint32_t i = 0; i < r->consumer_count; i++) {
+        if (check_stats_consumer(&r->consumers[i], r->producer.slots) != 0)
+            return -1;
+        /* Clients key their displays by consumer id. */
+        for (uint32_t j = 0; j < i; j++) {
+            if (r->consumers[j].id == r->consumers[i].id)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static void
+put_stats_producer(struct writer *w, const struct tsock_stats_producer *p)
+{
+    put_le(w, p->pid, 4);
+    put_le(w, p->slots, 4);
+    put_le(w, p->free_slots, 4);
+    put_le(w, p->held, 4);
+    put_le(w, p->batches, 8);
+    put_le(w, p->samples, 8);
+    put_le(w, p->epochs, 8);
+    put_le(w, p->released, 8);
+    put_le(w, p->joined, 8);
+    put_le(w, p->lost, 8);
+    put_le(w, p->bad_messages, 8);
+    put_le(w, p->wait_ns, 8);
+    put_le(w, p->uptime_ns, 8);
+}
+
+static void
+put_stats_consumer(struct writer *w, const struct tsock_stats_consumer *c)
+{
+    put_le(w, c->id, 8);
+    put_le(w, c->pid, 4);
+    put_le(w, c->flags, 4);
+    put_str(w, c->name, sizeof c->name);
+    put_le(w, c->batches, 8);
+    put_le(w, c->samples, 8);
+    put_le(w, c->released, 8);
+    put_le(w, c->held, 4);
+    put_le(w, c->lag, 8);
+    put_le(w, c->rate_milli, 8);
+    put_own_stats(w, &c->own);
+}
+
+/* The status as a u16 length and its bytes; check_stats_reply has bounded the length. */
+static void
+put_text(struct writer *w, const char *s)
+{
+    size_t len = strlen(s);
+
+    put_le(w, len, 2);
+    if (w->overflow || len > w->size - w->pos) {
+        w->overflow = 1;
+        return;
+    }
+    memcpy(w->buf + w->pos, s, len);
+    w->pos += len;
+}
+
+int
+tsock__stats_reply_encode(const struct tsock_stats_reply *r, uint8_t *buf, size_t size)
+{
+    struct writer w = {buf, size, 0, 0};
+
+    if (!r || (!buf && size != 0) || check_stats_reply(r) != 0)
+        return -EINVAL;
+    put_header(&w, TSOCK_MSG_STATS_REPLY);
+    put_le(&w, r->request_id, 8);
+    put_stats_producer(&w, &r->producer);
+    put_text(&w, r->status);
+    put_le(&w, r->consumer_count, 1);
+    for (uint32_t i = 0; i < r->consumer_count; i++)
+        put_stats_consumer(&w, &r->consumers[i]);
+    return finish_frame(&w);
+}
+
+static void
+get_stats_producer(struct reader *r, struct tsock_stats_producer *p)
+{
+    p->pid = (uint32_t)get_le(r, 4);
+    p->slots = (uint32_t)get_le(r, 4);
+    p->free_slots = (uint32_t)get_le(r, 4);
+    p->held = (uint32_t)get_le(r, 4);
+    p->batches = get_le(r, 8);
+    p->samples = get_le(r, 8);
+    p->epochs = get_le(r, 8);
+    p->released = get_le(r, 8);
+    p->joined = get_le(r, 8);
+    p->lost = get_le(r, 8);
+    p->bad_messages = get_le(r, 8);
+    p->wait_ns = get_le(r, 8);
+    p->uptime_ns = get_le(r, 8);
+}
+
+static void
+get_stats_consumer(struct reader *r, struct tsock_stats_consumer *c)
+{
+    c->id = get_le(r, 8);
+    c->pid = (uint32_t)get_le(r, 4);
+    c->flags = (uint32_t)get_le(r, 4);
+    get_str(r, c->name, sizeof c->name);
+    c->batches = get_le(r, 8);
+    c->samples = get_le(r, 8);
+    c->released = get_le(r, 8);
+    c->held = (uint32_t)get_le(r, 4);
+    c->lag = get_le(r, 8);
+    c->rate_milli = get_le(r, 8);
+    get_own_stats(r, &c->own);
+}
+
+/* A u16 length and that many bytes of status text into dst[TSOCK_MAX_STATUS + 1]. A length
+ * past the bound or the frame, or bytes that are not status text, make the frame bad. */
+static void
+get_text(struct reader *r, char *dst)
+{
+    size_t len = (size_t)get_le(r, 2);
+
+    if (r->bad)
+        return;
+    if (len > TSOCK_MAX_STATUS || len > r->size - r->pos ||
+        !tsock__proto_text_ok((const char *)r->buf + r->pos, len)) {
+        r->bad = 1;
+        return;
+    }
+    memcpy(dst, r->buf + r->pos, len);
+    dst[len] = '\0';
+    r->pos += len;
+}
+
+int
+tsock__stats_reply_decode(const uint8_t *buf, size_t size, struct tsock_stats_reply *out)
+{
+    struct reader r = {buf, size, 0, 0};
+
+    if (!out || (!buf && size != 0))
+        return -EINVAL;
+    memset(out, 0, sizeof *out);
+    int type = get_header(&r);
+    if (type < 0)
+        return type;
+    if (type != TSOCK_MSG_STATS_REPLY)
+        return TSOCK_E_PROTOCOL;
+    out->request_id = get_le(&r, 8);
+    get_stats_producer(&r, &out->producer);
+    get_text(&r, out->status);
+    out->consumer_count = (uint32_t)get_le(&r, 1);
+    if (out->consumer_count > TSOCK_STATS_MAX_CONSUMERS)
+        return TSOCK_E_PROTOCOL;
+    for (uint32_t i = 0; i < out->consumer_count && !r.bad; i++)
+        get_stats_consumer(&r, &out->consumers[i]);
+    if (r.bad || r.pos != r.size || check_stats_reply(out) != 0)
         return TSOCK_E_PROTOCOL;
     return 0;
 }
@@ -501,11 +806,25 @@ tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock_msg *msg)
 const char *
 tsock__msg_type_name(int type)
 {
-    static const char *const names[] = {"?",        "HELLO",     "WELCOME", "REJECT",
-                                        "BATCH",    "RELEASE",   "HEARTBEAT", "BYE",
-                                        "SHUTDOWN", "PAUSE",     "RESUME",  "RESUMED"};
+    static const char *const names[] = {"?",
+                                        "HELLO",
+                                        "WELCOME",
+                                        "REJECT",
+                                        "BATCH",
+                                        "RELEASE",
+                                        "HEARTBEAT",
+                                        "BYE",
+                                        "SHUTDOWN",
+                                        "PAUSE",
+                                        "RESUME",
+                                        "RESUMED",
+                                        "STATS_REQUEST",
+                                        "STATS_REPLY",
+                                        "CONSUMER_STATS"};
+    _Static_assert(sizeof names / sizeof names[0] == TSOCK_MSG_TYPE_LAST + 1,
+                   "every message type has a name");
 
-    if (type < TSOCK_MSG_HELLO || type > TSOCK_MSG_RESUMED)
+    if (type < TSOCK_MSG_HELLO || type > TSOCK_MSG_TYPE_LAST)
         return names[0];
     return names[type];
 }

@@ -31,8 +31,12 @@ enum tsock_msg_type {
     TSOCK_MSG_SHUTDOWN = 8,  /* producer -> consumer: no more batches, with the reason */
     TSOCK_MSG_PAUSE = 9,     /* consumer -> producer: between epochs, send me nothing */
     TSOCK_MSG_RESUME = 10,   /* consumer -> producer: include me again from the next batch */
-    TSOCK_MSG_RESUMED = 11   /* producer -> consumer: every BATCH after this one is for you */
+    TSOCK_MSG_RESUMED = 11,  /* producer -> consumer: every BATCH after this one is for you */
+    TSOCK_MSG_STATS_REQUEST = 12, /* any peer -> producer: send me your figures */
+    TSOCK_MSG_STATS_REPLY = 13,   /* producer -> that peer: the figures (own codec, below) */
+    TSOCK_MSG_CONSUMER_STATS = 14 /* consumer -> producer: my own figures, every heartbeat */
 };
+#define TSOCK_MSG_TYPE_LAST TSOCK_MSG_CONSUMER_STATS
 
 /* Reasons carried by SHUTDOWN. */
 enum tsock_shutdown_reason {
@@ -95,6 +99,20 @@ struct tsock_msg_shutdown {
     uint32_t reason;
 };
 
+struct tsock_msg_stats_request {
+    uint64_t request_id; /* echoed by the reply, so a client can tell a late answer */
+};
+
+/* What a consumer knows about itself and the producer cannot see: its own batches (at its own
+ * batch size) and samples returned by next, the epochs it completed, and the time it spent
+ * blocked in next. */
+struct tsock_msg_consumer_stats {
+    uint64_t batches;
+    uint64_t samples;
+    uint64_t epochs;
+    uint64_t wait_ns;
+};
+
 /* A decoded message of any type. */
 struct tsock_msg {
     uint16_t type;
@@ -105,7 +123,47 @@ struct tsock_msg {
         struct tsock_msg_batch batch;
         struct tsock_msg_release release;
         struct tsock_msg_shutdown shutdown;
+        struct tsock_msg_stats_request stats_request;
+        struct tsock_msg_consumer_stats consumer_stats;
     } u;
+};
+
+/* STATS_REPLY is kept out of struct tsock_msg: at up to 14 KB it would make every message
+ * (each BATCH, RELEASE and HEARTBEAT, zeroed on decode) that much larger, and only a stats
+ * client ever receives one. It has its own encoder and decoder below. */
+#define TSOCK_STATS_MAX_CONSUMERS 64 /* entries in one reply: a producer's consumer limit */
+#define TSOCK_STATS_PAUSED 1u        /* consumer flag: paused between epochs */
+#define TSOCK_STATS_REPORTED 2u      /* consumer flag: `own` holds figures it reported */
+
+struct tsock_stats_producer {
+    uint32_t pid;
+    uint32_t slots;      /* 1..1024 */
+    uint32_t free_slots; /* neither held by consumers nor being filled; <= slots */
+    uint32_t held;       /* held by consumers; held + free_slots <= slots */
+    uint64_t batches, samples, epochs, released;
+    uint64_t joined, lost, bad_messages;
+    uint64_t wait_ns;   /* time blocked in acquire waiting for a free slot */
+    uint64_t uptime_ns; /* since start */
+};
+
+struct tsock_stats_consumer {
+    uint64_t id; /* unique within a reply */
+    uint32_t pid;
+    uint32_t flags; /* TSOCK_STATS_PAUSED, TSOCK_STATS_REPORTED */
+    char name[TSOCK_MAX_NAME + 1];
+    uint64_t batches, samples, released; /* producer batches sent to it, and released */
+    uint32_t held;                       /* slots it holds; <= the producer's slots */
+    uint64_t lag;        /* newest published seq minus the oldest seq it holds (0: none) */
+    uint64_t rate_milli; /* batches released per second x 1000, over the last interval */
+    struct tsock_msg_consumer_stats own; /* as it last reported them */
+};
+
+struct tsock_stats_reply {
+    uint64_t request_id;
+    struct tsock_stats_producer producer;
+    char status[TSOCK_MAX_STATUS + 1]; /* the application's text, NUL-terminated */
+    uint32_t consumer_count;           /* 0..TSOCK_STATS_MAX_CONSUMERS */
+    struct tsock_stats_consumer consumers[TSOCK_STATS_MAX_CONSUMERS];
 };
 
 /* Encodes `msg` into buf. Returns the byte count, -ENOBUFS when buf is too small, or -EINVAL
@@ -117,6 +175,24 @@ int tsock__msg_encode(const struct tsock_msg *msg, uint8_t *buf, size_t size);
  * length mismatch, truncated or trailing bytes, unknown type, out-of-range fields, names that
  * are not NUL-free printable strings. Never reads outside [buf, buf+size). */
 int tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock_msg *msg);
+
+/* Encodes a STATS_REPLY, a whole frame with its header. Returns the byte count, -ENOBUFS, or
+ * -EINVAL when the reply breaks a rule the decoder checks. */
+int tsock__stats_reply_encode(const struct tsock_stats_reply *r, uint8_t *buf, size_t size);
+
+/* Decodes a STATS_REPLY frame from untrusted bytes, with the same guarantees and return codes
+ * as tsock__msg_decode (which itself refuses STATS_REPLY frames: only a stats client, using
+ * this function, ever expects one). */
+int tsock__stats_reply_decode(const uint8_t *buf, size_t size, struct tsock_stats_reply *r);
+
+/* The message type of a frame whose header is well formed (size, magic, version, length), or
+ * TSOCK_E_PROTOCOL / TSOCK_E_VERSION as the decoders would report it. */
+int tsock__msg_peek_type(const uint8_t *buf, size_t size);
+
+/* Whether `len` bytes are status text as STATS_REPLY carries it: valid UTF-8 (no overlong
+ * forms, no surrogates, nothing above U+10FFFF) with no control character (U+0000..U+001F,
+ * U+007F). The length bound is checked separately. */
+int tsock__proto_text_ok(const char *s, size_t len);
 
 /* A short name for a message type, for logs ("BATCH"), or "?". */
 const char *tsock__msg_type_name(int type);

@@ -76,17 +76,23 @@ tsock__socket_close(void *sock, int linger_ms)
 }
 
 int
+tsock__send_frame(void *sock, const uint8_t *id, size_t id_len, const uint8_t *frame, size_t n)
+{
+    if (id && zmq_send(sock, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+        return -zmq_errno();
+    if (zmq_send(sock, frame, n, ZMQ_DONTWAIT) < 0)
+        return -zmq_errno();
+    return 0;
+}
+
+int
 tsock__send(void *sock, const uint8_t *id, size_t id_len, const struct tsock_msg *msg)
 {
     uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
     int n = tsock__msg_encode(msg, buf, sizeof buf);
     if (n < 0)
         return n;
-    if (id && zmq_send(sock, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
-        return -zmq_errno();
-    if (zmq_send(sock, buf, (size_t)n, ZMQ_DONTWAIT) < 0)
-        return -zmq_errno();
-    return 0;
+    return tsock__send_frame(sock, id, id_len, buf, (size_t)n);
 }
 
 /* Receives one frame; returns its size, or a negated errno (-EAGAIN: nothing waiting). */

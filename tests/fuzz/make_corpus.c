@@ -144,6 +144,55 @@ welcome_max(struct tsock_msg *m)
     w->ring_bytes = offset * 1024;
 }
 
+/* Two consumers (one paused, one that reported its figures) and an application status. */
+static void
+stats_reply(struct tsock_stats_reply *r)
+{
+    memset(r, 0, sizeof *r);
+    r->request_id = 0x5EED;
+    r->producer = (struct tsock_stats_producer){4242, 8, 3, 4, 1000, 32000, 1, 1990,
+                                                3, 1, 0, 1500000000u, 60000000000u};
+    snprintf(r->status, sizeof r->status, "{\"images_per_s\":2410.5,\"cpu_percent\":715}");
+    r->consumer_count = 2;
+    r->consumers[0] = (struct tsock_stats_consumer){.id = 0, .pid = 4300,
+                                                    .flags = TSOCK_STATS_REPORTED,
+                                                    .batches = 1000, .samples = 32000,
+                                                    .released = 998, .held = 2, .lag = 1,
+                                                    .rate_milli = 75250,
+                                                    .own = {998, 31936, 1, 2000000}};
+    snprintf(r->consumers[0].name, sizeof r->consumers[0].name, "resnet50");
+    r->consumers[1] = (struct tsock_stats_consumer){.id = 2, .pid = 4301,
+                                                    .flags = TSOCK_STATS_PAUSED,
+                                                    .batches = 200, .samples = 6400,
+                                                    .released = 200};
+}
+
+static void
+put_reply(const char *dir, const char *name, const struct tsock_stats_reply *r)
+{
+    uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
+    int n = tsock__stats_reply_encode(r, buf, sizeof buf);
+
+    if (n < 0) {
+        fprintf(stderr, "make_corpus: encoding a STATS_REPLY failed: %d\n", n);
+        exit(2);
+    }
+    emit(dir, name, buf, (size_t)n);
+}
+
+static void
+stats_replies(const char *dir)
+{
+    static struct tsock_stats_reply r;
+
+    stats_reply(&r);
+    put_reply(dir, "stats-reply.bin", &r);
+    memset(&r, 0, sizeof r);
+    r.producer.slots = 2;
+    r.producer.free_slots = 2;
+    put_reply(dir, "stats-reply-empty.bin", &r);
+}
+
 static void
 valid(const char *dir)
 {
@@ -217,6 +266,38 @@ valid(const char *dir)
     put(dir, "shutdown-end.bin", &m);
     m.u.shutdown.reason = TSOCK_SHUTDOWN_STOPPED;
     put(dir, "shutdown-stopped.bin", &m);
+
+    memset(&m, 0, sizeof m);
+    m.type = TSOCK_MSG_STATS_REQUEST;
+    m.u.stats_request.request_id = 0x5EED;
+    put(dir, "stats-request.bin", &m);
+    memset(&m, 0, sizeof m);
+    m.type = TSOCK_MSG_CONSUMER_STATS;
+    m.u.consumer_stats = (struct tsock_msg_consumer_stats){40036, 1281167, 1, 2500000000u};
+    put(dir, "consumer-stats.bin", &m);
+    stats_replies(dir);
+}
+
+/* Broken STATS_REPLYs: cut short, a status that is not UTF-8 text, more held slots than the
+ * ring has, a consumer count past the limit. */
+static void
+stats_malformed(const char *dir)
+{
+    static struct tsock_stats_reply r;
+    uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
+    int n;
+
+    stats_reply(&r);
+    n = tsock__stats_reply_encode(&r, buf, sizeof buf);
+    emit(dir, "bad-stats-reply-truncated.bin", buf, (size_t)n - 1);
+    buf[12 + 96 + 2] = 0xC0; /* first status byte: an overlong UTF-8 lead */
+    emit(dir, "bad-stats-reply-status.bin", buf, (size_t)n);
+    n = tsock__stats_reply_encode(&r, buf, sizeof buf);
+    store_le(buf + 12 + 20, 9, 4); /* held 9 of 8 slots */
+    emit(dir, "bad-stats-reply-held.bin", buf, (size_t)n);
+    n = tsock__stats_reply_encode(&r, buf, sizeof buf);
+    buf[12 + 96 + 2 + strlen(r.status)] = TSOCK_STATS_MAX_CONSUMERS + 1;
+    emit(dir, "bad-stats-reply-count.bin", buf, (size_t)n);
 }
 
 static void
@@ -236,7 +317,7 @@ malformed(const char *dir)
     store_le(buf + 4, 2, 2);
     emit(dir, "bad-version.bin", buf, n);
     n = encode(&m, buf);
-    store_le(buf + 6, TSOCK_MSG_RESUMED + 1, 2);
+    store_le(buf + 6, TSOCK_MSG_TYPE_LAST + 1, 2);
     emit(dir, "bad-type.bin", buf, n);
     n = encode(&m, buf);
     store_le(buf + 8, 0xFFFFFFF0u, 4);
@@ -266,6 +347,8 @@ malformed(const char *dir)
     m.type = TSOCK_MSG_RESUME;
     n = encode(&m, buf);
     emit(dir, "bad-resume-truncated.bin", buf, n - 1);
+
+    stats_malformed(dir);
 
     welcome(&m);
     n = encode(&m, buf);

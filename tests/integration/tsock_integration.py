@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Integration tests: real tsock-producer and tsock-consume processes over real sockets.
 
-    tsock_integration.py TEST --producer PATH --consume PATH [--garbage PATH]
+    tsock_integration.py TEST --producer PATH --consume PATH [--garbage PATH] [--stat PATH]
 
 TEST is one of the names in TESTS below. Each test uses its own temporary directory (mode
 0700) for the ipc endpoint and the statistics files, and kills whatever it started in a
@@ -572,6 +572,131 @@ def test_garbage_client(env):
           f"must not count as consumers)")
 
 
+# ---- tsock-stat -------------------------------------------------------------------------------
+
+def run_stat(env, *args, timeout=20):
+    check(env.args.stat, "--stat PATH is required for this test")
+    return subprocess.run([env.args.stat] + list(args), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def stat_json(env, endpoint):
+    r = run_stat(env, endpoint, "--json")
+    check(r.returncode == 0, f"tsock-stat --json exit code {r.returncode}: {r.stderr!r}")
+    lines = r.stdout.splitlines()
+    check(len(lines) == 1, f"tsock-stat --json printed {len(lines)} lines: {r.stdout!r}")
+    return json.loads(lines[0])
+
+
+def wait_stat(env, what, cond, timeout=15):
+    """Asks tsock-stat until cond(snapshot) holds; the last snapshot either way."""
+    deadline = time.monotonic() + timeout
+    while True:
+        snap = stat_json(env, env.ipc)
+        if cond(snap) or time.monotonic() > deadline:
+            check(cond(snap), f"tsock-stat never showed {what}: {snap}")
+            return snap
+        time.sleep(0.1)
+
+
+def check_snapshot(snap, names, pids, slots):
+    p = snap["producer"]
+    check(p["slots"] == slots, f"slots {p['slots']}, expected {slots}")
+    check(p["slots_in_use"] + p["slots_free"] == slots, f"slot figures {p}")
+    check(p["slots_held"] <= p["slots_in_use"], f"held {p['slots_held']} > in use {p}")
+    check(p["consumers"] == len(names), f"{p['consumers']} consumers, expected {len(names)}")
+    check(p["joined"] == len(names), f"joined {p['joined']}: the stats client counted?")
+    check(p["batches"] > 0 and p["samples"] == p["batches"] * BATCH,
+          f"producer batches {p['batches']}, samples {p['samples']}")
+    check(p["lost"] == 0 and p["bad_messages"] == 0, f"producer figures {p}")
+    cons = snap["consumers"]
+    check(sorted(c["name"] for c in cons) == sorted(names), f"consumer names {cons}")
+    check(sorted(c["pid"] for c in cons) == sorted(pids), f"consumer pids {cons}")
+    for c in cons:
+        check(c["batches"] > 0, f"{c['name']}: batches {c['batches']}")
+        check(c["released"] <= c["batches"], f"{c['name']}: released > batches: {c}")
+        check(c["held"] <= slots, f"{c['name']}: held {c['held']} of {slots} slots")
+        check(c["lag"] < slots, f"{c['name']}: lag {c['lag']} with {slots} slots")
+        check(c["rate"] >= 0 and c["wait_s"] >= 0, f"{c['name']}: figures {c}")
+        check(c["consumed_batches"] <= c["batches"], f"{c['name']}: consumed more than sent")
+
+
+def test_stat_tool(env):
+    """tsock-stat against a producer with two consumers: the figures are consistent, and the
+    table, --json and --watch agree on who is there."""
+    slots = 4
+    prod = env.producer("--epochs", "0", slots=slots)
+    prod.wait_stderr("serving", 10)
+    names = ["stat-a", "stat-b"]
+    cons = [env.consumer("--epochs", "0", "--delay-ms", "2", name=n) for n in names]
+    pids = [c.pid for c in cons]
+    snap = wait_stat(env, "both consumers reporting figures",
+                     lambda s: len(s["consumers"]) == 2 and
+                     all(c["reported"] and c["consumed_batches"] > 0 for c in s["consumers"]))
+    check_snapshot(snap, names, pids, slots)
+    check(snap["endpoint"] == env.ipc, f"endpoint {snap['endpoint']}")
+    check(snap["status"] is None, f"status {snap['status']!r} without a status set")
+    # The producer's figures grow while the consumers work.
+    later = wait_stat(env, "more batches", lambda s: s["producer"]["batches"] >
+                      snap["producer"]["batches"])
+    check_snapshot(later, names, pids, slots)
+    # --watch with --count: that many JSON lines, each a snapshot of the same consumers.
+    r = run_stat(env, env.ipc, "--watch", "1", "--count", "2", "--json")
+    check(r.returncode == 0, f"tsock-stat --watch exit code {r.returncode}: {r.stderr!r}")
+    lines = r.stdout.splitlines()
+    check(len(lines) == 2, f"--watch 1 --count 2 printed {len(lines)} lines")
+    for line in lines:
+        check_snapshot(json.loads(line), names, pids, slots)
+    # The table names the producer and every consumer.
+    r = run_stat(env, env.ipc)
+    check(r.returncode == 0, f"tsock-stat exit code {r.returncode}: {r.stderr!r}")
+    for needle in ["producer pid", f"slots      {slots}:"] + names + [str(p) for p in pids]:
+        check(needle in r.stdout, f"the table lacks {needle!r}:\n{r.stdout}")
+    for c in cons:
+        check(c.running(), f"{c.name} ended while being watched: {c.stdout()}")
+    prod.signal(signal.SIGTERM)
+    check(prod.wait(10, "after SIGTERM") == 0, "producer exit code after SIGTERM")
+
+
+def test_stat_errors(env):
+    """No producer: exit 1 with a message, quickly for a missing socket file and after the
+    timeout for a socket nobody answers on. Bad options: exit 2 naming the option."""
+    r = run_stat(env, "ipc://" + env.path("none.sock"))
+    check(r.returncode == 1, f"missing endpoint: exit code {r.returncode}")
+    check("no producer" in r.stderr and "none.sock" in r.stderr, f"message {r.stderr!r}")
+    # A socket file with nothing answering behind it, as a producer killed by SIGKILL leaves.
+    path = env.path("stale.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.listen(1)
+    try:
+        r = run_stat(env, "ipc://" + path, "--timeout-ms", "300")
+    finally:
+        s.close()
+    check(r.returncode == 1, f"silent endpoint: exit code {r.returncode}")
+    check("no producer answered" in r.stderr and "300 ms" in r.stderr, f"message {r.stderr!r}")
+    ep = "ipc://" + env.path("x.sock")
+    cases = [
+        (["--watch", "0"], "--watch"),
+        (["--watch=abc"], "--watch"),
+        (["--count", "0"], "--count"),
+        (["--count"], "--count"),
+        (["--timeout-ms", "x"], "--timeout-ms"),
+        (["--timeout-ms", "0"], "--timeout-ms"),
+        (["--frobnicate"], "--frobnicate"),
+        ([ep, ep], "unexpected argument"),
+        ([""], "ENDPOINT"),
+        (["--json=1"], "--json=1"),
+    ]
+    for argv, needle in cases:
+        r = run_stat(env, *argv)
+        shown = " ".join(argv)
+        check(r.returncode == 2, f"'{shown}': exit code {r.returncode}, expected 2")
+        check(needle in r.stderr, f"'{shown}': message does not name {needle}: {r.stderr!r}")
+    r = run_stat(env, "--help")
+    check(r.returncode == 0 and "usage:" in r.stdout, "tsock-stat --help failed")
+
+
 # ---- per-consumer epochs ---------------------------------------------------------------------
 
 ERROR_KEYS = ("content_errors", "label_errors", "index_errors", "layout_errors", "duplicates",
@@ -812,6 +937,8 @@ TESTS = {
     "pause_between_epochs": test_pause_between_epochs,
     "producer_restart_reconnect": test_producer_restart_reconnect,
     "producer_restart_reconnect_late": test_producer_restart_reconnect_late,
+    "stat_tool": test_stat_tool,
+    "stat_errors": test_stat_errors,
 }
 
 
@@ -821,6 +948,7 @@ def main():
     ap.add_argument("--producer", required=True)
     ap.add_argument("--consume", required=True)
     ap.add_argument("--garbage")
+    ap.add_argument("--stat")
     args = ap.parse_args()
     env = Env(args, args.test)
     started = time.monotonic()

@@ -150,6 +150,15 @@ spec_encode(const struct tsock_msg *m, struct wire *w)
     case TSOCK_MSG_SHUTDOWN:
         w_le(w, m->u.shutdown.reason, 4);
         break;
+    case TSOCK_MSG_STATS_REQUEST:
+        w_le(w, m->u.stats_request.request_id, 8);
+        break;
+    case TSOCK_MSG_CONSUMER_STATS:
+        w_le(w, m->u.consumer_stats.batches, 8);
+        w_le(w, m->u.consumer_stats.samples, 8);
+        w_le(w, m->u.consumer_stats.epochs, 8);
+        w_le(w, m->u.consumer_stats.wait_ns, 8);
+        break;
     default: /* HEARTBEAT, BYE, PAUSE, RESUME, RESUMED: empty bodies */
         break;
     }
@@ -328,6 +337,13 @@ valid_messages(struct tsock_msg *out)
     out[n++].u.shutdown.reason = TSOCK_SHUTDOWN_END;
     make(&out[n], TSOCK_MSG_SHUTDOWN);
     out[n++].u.shutdown.reason = TSOCK_SHUTDOWN_STOPPED;
+    make(&out[n], TSOCK_MSG_STATS_REQUEST);
+    out[n++].u.stats_request.request_id = 0x0102030405060708u;
+    make(&out[n], TSOCK_MSG_CONSUMER_STATS);
+    out[n].u.consumer_stats.batches = 40;
+    out[n].u.consumer_stats.samples = 1280;
+    out[n].u.consumer_stats.epochs = 1;
+    out[n++].u.consumer_stats.wait_ns = UINT64_MAX;
     return n;
 }
 
@@ -390,14 +406,15 @@ test_roundtrip(void)
 {
     struct tsock_msg msgs[MAX_SAMPLES];
     int n = valid_messages(msgs);
-    int seen[TSOCK_MSG_RESUMED + 1] = {0};
+    int seen[TSOCK_MSG_TYPE_LAST + 1] = {0};
 
     for (int i = 0; i < n; i++) {
         test_roundtrip_one(&msgs[i]);
         seen[msgs[i].type] = 1;
     }
-    for (int t = TSOCK_MSG_HELLO; t <= TSOCK_MSG_RESUMED; t++)
-        CHECK(seen[t]);
+    /* STATS_REPLY has a codec of its own (test_proto_stats.c). */
+    for (int t = TSOCK_MSG_HELLO; t <= TSOCK_MSG_TYPE_LAST; t++)
+        CHECK(seen[t] || t == TSOCK_MSG_STATS_REPLY);
     /* The largest message there is stays far below the frame limit. */
     CHECK_EQ(tsock__msg_encode(&msgs[4], scratch, sizeof scratch), 2653);
 
@@ -572,7 +589,8 @@ test_header(void)
     CHECK_EQ(decode_exact(buf, 16, &d), 0);
 
     /* Unknown types, with empty and non-empty bodies; the encoder refuses them too. */
-    static const uint16_t types[] = {0, 12, 13, 0x100, 0x109, 0xFFFF};
+    static const uint16_t types[] = {0, TSOCK_MSG_STATS_REPLY, TSOCK_MSG_TYPE_LAST + 1, 0x100,
+                                     0x109, 0xFFFF};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         store_le(buf + 6, types[i], 2);
         CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
@@ -1037,7 +1055,10 @@ test_type_names(void)
     CHECK_EQ(TSOCK_MSG_RESUME, 10);
     CHECK_EQ(TSOCK_MSG_RESUMED, 11);
     CHECK(strcmp(tsock__msg_type_name(0), "?") == 0);
-    CHECK(strcmp(tsock__msg_type_name(12), "?") == 0);
+    CHECK(strcmp(tsock__msg_type_name(12), "STATS_REQUEST") == 0);
+    CHECK(strcmp(tsock__msg_type_name(13), "STATS_REPLY") == 0);
+    CHECK(strcmp(tsock__msg_type_name(14), "CONSUMER_STATS") == 0);
+    CHECK(strcmp(tsock__msg_type_name(15), "?") == 0);
     CHECK(strcmp(tsock__msg_type_name(-1), "?") == 0);
 }
 
@@ -1073,7 +1094,7 @@ test_random_bytes(void)
         if (i % 4 != 0 && len >= 12) {
             store_le(bytes, TSOCK_PROTO_MAGIC, 4);
             store_le(bytes + 4, i % 50 ? TSOCK_PROTO_VERSION : rnd() % 3, 2);
-            store_le(bytes + 6, rnd() % 13, 2);
+            store_le(bytes + 6, rnd() % (TSOCK_MSG_TYPE_LAST + 2), 2);
             store_le(bytes + 8, len - 12, 4);
             if (len > 20 && i % 3 == 0)
                 bytes[12 + 8] = (uint8_t)(rnd() % 16); /* short HELLO names */

@@ -35,6 +35,7 @@ from .errors import (
     TsockError,
 )
 from .producer import Producer
+from .stats import query_stats
 
 __version__ = "0.1.0"
 
@@ -72,5 +73,5 @@ __all__ = [
     "E_PRODUCER_STOPPED", "E_PROTOCOL", "E_REJECTED", "E_STATE", "E_VERSION",
     "LOG_ERROR", "LOG_WARN", "LOG_INFO", "LOG_DEBUG",
     "default_endpoint", "library_path", "library_version", "library_version_info",
-    "set_log", "strerror",
+    "query_stats", "set_log", "strerror",
 ]

@@ -117,6 +117,7 @@ _declare("tsock_slot_set_epoch", c_int, [c_void_p, c_uint64, c_uint64, c_int])
 _declare("tsock_producer_publish", c_int, [c_void_p, c_void_p, c_uint32])
 _declare("tsock_producer_consumer_count", c_int, [c_void_p])
 _declare("tsock_producer_stat", c_int, [c_void_p, c_int, c_int, P(c_uint64)])
+_declare("tsock_producer_set_status", c_int, [c_void_p, c_char_p])
 _declare("tsock_producer_finish", c_int, [c_void_p])
 _declare("tsock_producer_destroy", None, [c_void_p])
 _declare("tsock_default_endpoint", c_int, [ctypes.c_char_p, c_size_t])
@@ -138,6 +139,11 @@ _declare("tsock_consumer_slot_count", c_uint32, [c_void_p])
 _declare("tsock_consumer_dataset_size", c_uint64, [c_void_p])
 _declare("tsock_consumer_batches_per_epoch", c_uint64, [c_void_p])
 _declare("tsock_consumer_destroy", None, [c_void_p])
+
+# ---- statistics of a running producer ----
+_declare("tsock_stats_query", c_int, [P(c_void_p), c_char_p, c_int])
+_declare("tsock_stats_json", c_char_p, [c_void_p])
+_declare("tsock_stats_destroy", None, [c_void_p])
 
 # ---- batches ----
 _declare("tsock_batch_samples", c_uint32, [c_void_p])

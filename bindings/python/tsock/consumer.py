@@ -21,6 +21,7 @@ _STAT_KEYS = {
     "released": 3,
     "held": 4,
     "bad_messages": 8,
+    "epochs": 12,
 }
 _STAT_WAIT_NS = 9
 
@@ -395,9 +396,13 @@ class Consumer:
     # ---- statistics and lifetime ----
 
     def stats(self):
-        """This consumer's figures: batches and samples received, released, held now,
-        bad_messages, wait_s (seconds blocked in next), and views / gathers (batches received
-        as zero-copy views of a slot / gathered from several slots)."""
+        """This consumer's own figures, as a dict: ``batches`` and ``samples`` received (at
+        this consumer's batch size), ``epochs`` completed, ``wait_s`` (seconds blocked waiting
+        for batches, a wait in progress included), ``released``, ``held`` now,
+        ``bad_messages``, and ``views`` / ``gathers`` (batches received as zero-copy views of
+        a slot / gathered from several slots). The consumer also reports batches, samples,
+        epochs and wait_s to its producer, where ``tsock-stat`` and :func:`tsock.query_stats`
+        show them."""
         if self._h is None:
             raise ValueError("the consumer is closed")
         out = {}
@@ -726,9 +731,9 @@ class DataLoader:
         return self._consumer
 
     def stats(self):
-        """Figures of this consumer: batches, samples, wait_s (seconds blocked waiting for
-        batches), released, held, bad_messages, views and gathers (batches received as
-        zero-copy views of a slot / gathered from several slots)."""
+        """Figures of this consumer (see :meth:`Consumer.stats`): batches, samples, epochs,
+        wait_s (seconds blocked waiting for batches), released, held, bad_messages, views and
+        gathers."""
         self._check_open()
         return self._consumer.stats()
 

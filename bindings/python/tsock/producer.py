@@ -7,6 +7,7 @@ zero-copy by every consumer.
 """
 import ctypes
 import errno
+import json
 import math
 import time
 import weakref
@@ -18,11 +19,12 @@ from ._lib import lib
 
 _PRODUCER_STATS = {
     "batches": 1, "samples": 2, "released": 3, "held": 4, "consumers": 5, "joined": 6,
-    "lost": 7, "bad_messages": 8,
+    "lost": 7, "bad_messages": 8, "epochs": 12, "slots": 13, "free_slots": 14,
 }
 _CONSUMER_STATS = {
     "id": 11, "pid": 10, "batches": 1, "samples": 2, "released": 3, "held": 4,
-    "bad_messages": 8,
+    "bad_messages": 8, "lag": 16, "rate_milli": 17, "paused": 18, "consumed_batches": 19,
+    "consumed_samples": 20, "epochs": 12, "wait_ns": 9,
 }
 _STAT_WAIT_NS = 9
 _WAIT_CHUNK_MS = 200  # longest single wait in C, so Ctrl-C is handled between waits
@@ -346,9 +348,11 @@ class Producer:
     # ---- statistics and lifetime ----
 
     def stats(self):
-        """Producer figures (batches, samples, released, held, consumers, joined, lost,
-        bad_messages, wait_s: time blocked waiting for a free slot) and, under "consumers_info",
-        one dict per connected consumer (id, pid, batches, samples, released, held)."""
+        """Producer figures (batches, samples, epochs, released, held, slots, free_slots,
+        consumers, joined, lost, bad_messages, wait_s: time blocked waiting for a free slot)
+        and, under "consumers_info", one dict per connected consumer (id, pid, batches,
+        samples, released, held, lag, rate, paused, and what it reported about itself:
+        consumed_batches, consumed_samples, epochs, wait_s). docs/stats.md explains them."""
         self._check_started()
         v = ctypes.c_uint64()
         out = {}
@@ -370,9 +374,36 @@ class Producer:
                 if rc == 0:
                     c[name] = v.value
             if c is not None:
+                # What the consumer reports about itself, and its rate, in friendlier units.
+                c["rate"] = c.pop("rate_milli", 0) / 1000.0
+                c["wait_s"] = c.pop("wait_ns", 0) / 1e9
+                c["paused"] = bool(c.get("paused", 0))
                 per.append(c)
         out["consumers_info"] = per
         return out
+
+    def set_status(self, status):
+        """Sets the application status every statistics reply carries (``tsock-stat`` shows it,
+        :func:`tsock.query_stats` returns it under "status"): a dict of JSON-serialisable
+        figures, such as ``{"images_per_s": 2410.5}``, or a str holding one JSON object; None
+        clears it. At most 4096 bytes as compact JSON (ValueError beyond, or for anything that
+        is not a JSON object). Call it as often as the figures change, after the start."""
+        self._check_started()
+        if status is None:
+            text = b""
+        elif isinstance(status, dict):
+            text = json.dumps(status, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False).encode()
+        elif isinstance(status, str):
+            text = status.encode()
+        else:
+            raise TypeError(f"status must be a dict, a str or None, not {type(status).__name__}")
+        rc = lib.tsock_producer_set_status(self._h, text)
+        if rc in (-errno.EINVAL, -errno.EMSGSIZE):
+            raise ValueError(("the status is longer than 4096 bytes" if rc == -errno.EMSGSIZE
+                              else "the status must be one JSON object on one line, in UTF-8")
+                             ) from _lib.error(rc, "tsock_producer_set_status")
+        _lib.check(rc, "tsock_producer_set_status")
 
     def consumer_count(self):
         """Consumers connected now."""
