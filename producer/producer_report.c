@@ -311,6 +311,21 @@ print_line(const struct reporter *r, const struct rates *x, const struct consume
     fflush(stderr);
 }
 
+/* Hands the interval's figures to the library, which passes them on to tsock-stat. */
+static void
+publish_status(const struct reporter *r, const struct rates *x)
+{
+    char status[512];
+    snprintf(status, sizeof status,
+             "{\"dataset\": \"%s\", \"images_per_s\": %.1f, \"mb_read_per_s\": %.2f, "
+             "\"decode_ms_per_image\": %.3f, \"cpu_percent\": %.1f, \"bad_files\": %" PRIu64
+             ", \"replaced\": %" PRIu64 ", \"rss_bytes\": %" PRIu64 "}",
+             r->cfg->dataset_name, x->images_s, x->mb_read_s, x->decode_ms, x->cpu_pct,
+             pipeline_stat(r->pipeline, TSOCK_PIPELINE_BAD_FILES),
+             pipeline_stat(r->pipeline, TSOCK_PIPELINE_REPLACED), rss_bytes());
+    tsock_producer_set_status(r->producer, status);
+}
+
 void
 reporter_tick(struct reporter *r, const struct run_stats *st, struct consumer_table *t)
 {
@@ -324,6 +339,7 @@ reporter_tick(struct reporter *r, const struct run_stats *st, struct consumer_ta
         c->released_before = c->released;
     }
     struct rates x = interval_rates(r, st, t_now, dt);
+    publish_status(r, &x);
     if (r->tty && !r->cfg->quiet)
         print_line(r, &x, t);
     if (!r->json)
