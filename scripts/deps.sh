@@ -47,14 +47,17 @@ tsock_install_deps()
     "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
 }
 
-# The Python tests use real numpy and torch (CPU is enough) and pytest, from PyPI. Installed
-# only when an import fails; on a Debian system Python that refuses pip (PEP 668), retried with
-# --break-system-packages, since these are test-only packages on a test machine.
-TSOCK_PIP_PACKAGES=(numpy pytest torch)
+# The Python tests use real numpy and torch (CPU is enough) and pytest, from PyPI, and compare
+# the image pipeline with torchvision on Pillow 13 (whose resampling tsock reproduces byte for
+# byte). Installed only when an import fails; on a Debian system Python that refuses pip
+# (PEP 668), retried with --break-system-packages, since these are test-only packages on a test
+# machine.
+TSOCK_PIP_PACKAGES=(numpy pytest torch torchvision "pillow>=13")
 
 tsock_install_python_deps()
 {
-    if python3 -c 'import numpy, pytest, torch' >/dev/null 2>&1; then
+    if python3 -c 'import numpy, pytest, torch, torchvision, PIL
+assert int(PIL.__version__.split(".")[0]) >= 13' >/dev/null 2>&1; then
         echo "deps: python packages present (${TSOCK_PIP_PACKAGES[*]})"
         return 0
     fi

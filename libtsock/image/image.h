@@ -158,11 +158,12 @@ const struct tsock_decode_report *tsock__decoder_report(const struct tsock_decod
  * no padding), mirrored left-right when `flip` is non-zero. Pixels outside the window are
  * never computed, so a centre crop costs less than the resize it is part of.
  *
- * DCT-domain scaling: when the crop is at least twice the resized size in both dimensions, a
- * JPEG is decoded at 1/2, 1/4 or 1/8 scale (the smallest that keeps the scaled crop at least
- * as large as the resized size) and the resize works from the scaled pixels. This changes the
- * result slightly (the DCT scaling filters differently from PIL's triangle): the test bounds
- * the mean absolute difference. Only the scales libjpeg-turbo has SIMD code for are used; the
+ * DCT-domain scaling: when the crop is at least four times the resized size in both
+ * dimensions, a JPEG is decoded at 1/2, 1/4 or 1/8 scale (the smallest that keeps the scaled
+ * crop at least twice the resized size, so PIL's triangle filter still does most of the
+ * reduction) and the resize works from the scaled pixels. This changes the result slightly
+ * (the DCT scaling filters differently from PIL's triangle): the tests bound the mean absolute
+ * difference (within 1 level of the full-size path, within 2 of torchvision on photographs). Only the scales libjpeg-turbo has SIMD code for are used; the
  * 3/8, 5/8, 6/8, 7/8 IDCTs are plain C and slower than a full-size decode.
  *
  * Partial decoding: a JPEG is decoded only in the MCU columns and rows the filter reads, plus

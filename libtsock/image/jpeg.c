@@ -170,8 +170,15 @@ tsock__jpeg_free(void *jpeg)
     free(j);
 }
 
-/* The DCT scale numerator (of 8): the smallest of 1/8, 1/4, 1/2 at which the crop is still at
- * least the resized size in both dimensions, else 8/8. */
+/* How much the resize must still reduce a DCT-scaled crop. The scaled IDCT filters like a box
+ * over the dropped pixels, PIL's triangle does not: with the resize left to shrink by 2 or
+ * more, its own wide triangle dominates and the result stays within about 1 level of the
+ * full-size path; with less (a 1/2-scale decode resized by 1.2, say) photographs differ by 2
+ * levels and more on average, beyond the tolerance tsock promises against torchvision. */
+#define DCT_MIN_RESIDUAL 2
+
+/* The DCT scale numerator (of 8): the smallest of 1/8, 1/4, 1/2 at which the scaled crop is
+ * still DCT_MIN_RESIDUAL times the resized size in both dimensions, else 8/8. */
 static int
 choose_scale(const struct tsock_resize_spec *s, int flags)
 {
@@ -181,8 +188,8 @@ choose_scale(const struct tsock_resize_spec *s, int flags)
         return 8;
     for (int i = 0; i < 3; i++) {
         int n = candidates[i];
-        if ((int64_t)s->crop.w * n >= (int64_t)s->resize_w * 8 &&
-            (int64_t)s->crop.h * n >= (int64_t)s->resize_h * 8)
+        if ((int64_t)s->crop.w * n >= (int64_t)s->resize_w * 8 * DCT_MIN_RESIDUAL &&
+            (int64_t)s->crop.h * n >= (int64_t)s->resize_h * 8 * DCT_MIN_RESIDUAL)
             return n;
     }
     return 8;
