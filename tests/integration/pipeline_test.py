@@ -271,7 +271,61 @@ def test_bad_options(env):
     check(p.returncode == 1 and "cannot write" in err, f"full disk: {p.returncode} {err}")
 
 
+def test_status_line(env):
+    """On a terminal the producer shows a live status line, rewritten in place; on a pipe it
+    prints none. Either way --stats-json gets interval records before the final one."""
+    import pty
+    import select
+    tree = env.mkdataset("tree")
+    for on_tty in (True, False):
+        stats = f"st{int(on_tty)}.json"
+        argv = [env.args.producer, "--endpoint", env.ipc, "--dataset", "imagenet", "--root", tree,
+                "--epochs", "3", "--batch-size", str(BATCH), "--image-size", "32",
+                "--wait-consumers", "1", "--stats-interval", "0.05",
+                "--stats-json", env.path(stats)]
+        if on_tty:
+            master, slave = pty.openpty()
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+            os.close(slave)
+        else:
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        env.procs.append((argv, p))
+        rc, _ = env.consume(3, "--delay-ms", "20")
+        check(rc == 0, f"consumer exit {rc}")
+        if on_tty:
+            out = b""
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                ready, _, _ = select.select([master], [], [], 0.5)
+                if not ready:
+                    if p.poll() is not None:
+                        break
+                    continue
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the producer closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            os.close(master)
+            p.wait(timeout=30)
+            text = out.decode(errors="replace")
+            check("img/s" in text and "\r" in text and "slots" in text,
+                  f"no live status line on a terminal: {text[-1500:]!r}")
+        else:
+            _, err = p.communicate(timeout=30)
+            check("img/s" not in err, f"a status line on a pipe: {err[-1500:]!r}")
+        check(p.returncode == 0, f"producer exit {p.returncode}")
+        with open(env.path(stats)) as f:
+            kinds = [json.loads(l)["type"] for l in f if l.strip()]
+        check(kinds[-1] == "final" and kinds.count("interval") >= 2,
+              f"stats records: {kinds}")
+
+
 TESTS = {
+    "status_line": test_status_line,
     "edge_cases": test_edge_cases,
     "determinism": test_determinism,
     "on_error_fail": test_on_error_fail,
