@@ -11,7 +11,7 @@
 /* Bytes read from each file: enough for the header of nearly every JPEG (up to its first
  * scan) and every PNG. A JPEG whose metadata (EXIF, ICC profiles) is larger says how much it
  * needs, and is read again with that much. */
-#define PREFIX_BYTES 16384u
+#define PREFIX_BYTES 4096u
 /* The most a header may take before the file counts as corrupt. */
 #define MAX_HEADER_BYTES (16u << 20)
 /* Left-out files logged one by one; beyond that, only counted. */

@@ -389,6 +389,46 @@ test_vanished_and_grown(void)
     tsock_pipeline_destroy(pl);
 }
 
+/* A JPEG whose metadata (a 40 KB APP1 segment, as cameras write EXIF) runs far past the first
+ * bytes the header check reads: it is read again with as much as its header needs, kept, and
+ * decodes to the same pixels as the file without the segment. */
+static void
+test_long_header(void)
+{
+    char root[300], a[400], b[400];
+    snprintf(root, sizeof root, "%s/long", tmp_dir);
+    make_small_tree(root);
+    snprintf(a, sizeof a, "%s/cls/0.jpg", root);
+    snprintf(b, sizeof b, "%s/cls/1.jpg", root);
+    FILE *in = fopen(a, "rb"), *out = fopen(b, "wb");
+    static uint8_t data[1 << 21];
+    size_t n = in ? fread(data, 1, sizeof data, in) : 0;
+    if (in)
+        fclose(in);
+    static uint8_t app1[4 + 40000];
+    app1[0] = 0xFF;
+    app1[1] = 0xE1;
+    app1[2] = (uint8_t)((sizeof app1 - 2) >> 8);
+    app1[3] = (uint8_t)((sizeof app1 - 2) & 0xFF);
+    CHECK(out && n > 2 && fwrite(data, 1, 2, out) == 2 && /* SOI */
+          fwrite(app1, 1, sizeof app1, out) == sizeof app1 &&
+          fwrite(data + 2, 1, n - 2, out) == n - 2);
+    if (out)
+        fclose(out);
+    tsock_pipeline *pl = open_pipeline(root, TSOCK_SOURCE_FOLDER, TSOCK_PRESET_VAL, 1,
+                                       TSOCK_READ_AUTO, 0, TSOCK_ON_ERROR_SKIP, NULL);
+    if (!pl)
+        return;
+    CHECK_EQ(tsock_pipeline_samples(pl), 3);
+    CHECK_EQ(stat_of(pl, TSOCK_PIPELINE_NOT_IMAGE), 0);
+    struct batch bt = batch_new(2);
+    CHECK_EQ(load(pl, 0, &bt), 2);
+    CHECK_EQ(bt.indices[1], 1);
+    CHECK(memcmp(bt.images, bt.images + IMAGE_BYTES, IMAGE_BYTES) == 0);
+    batch_free(&bt);
+    tsock_pipeline_destroy(pl);
+}
+
 /* A list file: the listed order and labels; a malformed line rejects the list. */
 static void
 test_list(void)
@@ -496,6 +536,7 @@ main(int argc, char **argv)
     test_on_error_fail();
     test_index_cache();
     test_vanished_and_grown();
+    test_long_header();
     test_list();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
