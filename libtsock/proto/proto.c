@@ -111,6 +111,42 @@ check_tensor(const struct tsock_tensor_desc *t, uint64_t batch_size, uint64_t sl
     return end <= slot_stride ? 0 : -1;
 }
 
+/* An opaque handle that is all zero bytes is certainly not one the CUDA runtime produced: a
+ * producer that sends one is broken, and the consumer is told so before it reaches CUDA. */
+static int
+all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Where the ring lives: a host ring is named by its shared-memory object; a CUDA ring has no
+ * name, at most TSOCK_PROTO_MAX_CUDA_SLOTS slots, and a non-zero handle for each part. */
+static int
+check_ring_place(const struct tsock_msg_welcome *w)
+{
+    size_t len;
+
+    if (w->device == TSOCK_DEVICE_CPU)
+        return check_shm_name(w->shm_name);
+    if (w->device != TSOCK_DEVICE_CUDA)
+        return -1;
+    if (check_str(w->shm_name, sizeof w->shm_name, 0, &len) != 0 || len != 0 ||
+        w->slot_count > TSOCK_PROTO_MAX_CUDA_SLOTS)
+        return -1;
+    if (all_zero(w->cuda.device_uuid, sizeof w->cuda.device_uuid) ||
+        all_zero(w->cuda.mem, sizeof w->cuda.mem))
+        return -1;
+    for (uint32_t s = 0; s < w->slot_count; s++) {
+        if (all_zero(w->cuda.events[s], TSOCK_CUDA_IPC_HANDLE_SIZE))
+            return -1;
+    }
+    return 0;
+}
+
 static int
 check_welcome(const struct tsock_msg_welcome *w)
 {
@@ -120,7 +156,7 @@ check_welcome(const struct tsock_msg_welcome *w)
         return -1;
     if (mul_u64(w->slot_stride, w->slot_count, &ring) != 0 || ring != w->ring_bytes)
         return -1;
-    if (w->heartbeat_ms < 1 || w->device > TSOCK_DEVICE_CUDA || check_shm_name(w->shm_name) != 0)
+    if (w->heartbeat_ms < 1 || check_ring_place(w) != 0)
         return -1;
     if (w->tensor_count < 1 || w->tensor_count > TSOCK_MAX_TENSORS)
         return -1;
@@ -240,6 +276,27 @@ put_tensor(struct writer *w, const struct tsock_tensor_desc *t)
 }
 
 static void
+put_bytes(struct writer *w, const uint8_t *p, size_t n)
+{
+    if (w->overflow || n > w->size - w->pos) {
+        w->overflow = 1;
+        return;
+    }
+    memcpy(w->buf + w->pos, p, n);
+    w->pos += n;
+}
+
+/* The CUDA block that ends a WELCOME of a device ring. */
+static void
+put_cuda(struct writer *w, const struct tsock_msg_welcome *m)
+{
+    put_bytes(w, m->cuda.device_uuid, sizeof m->cuda.device_uuid);
+    put_bytes(w, m->cuda.mem, sizeof m->cuda.mem);
+    for (uint32_t s = 0; s < m->slot_count; s++)
+        put_bytes(w, m->cuda.events[s], TSOCK_CUDA_IPC_HANDLE_SIZE);
+}
+
+static void
 put_welcome(struct writer *w, const struct tsock_msg_welcome *m)
 {
     put_le(w, m->consumer_id, 8);
@@ -254,6 +311,8 @@ put_welcome(struct writer *w, const struct tsock_msg_welcome *m)
     put_le(w, m->tensor_count, 1);
     for (uint32_t t = 0; t < m->tensor_count; t++)
         put_tensor(w, &m->tensors[t]);
+    if (m->device == TSOCK_DEVICE_CUDA)
+        put_cuda(w, m);
 }
 
 static void
@@ -393,6 +452,32 @@ get_tensor(struct reader *r, struct tsock_tensor_desc *t)
 }
 
 static void
+get_bytes(struct reader *r, uint8_t *dst, size_t n)
+{
+    if (r->bad || n > r->size - r->pos) {
+        r->bad = 1;
+        return;
+    }
+    memcpy(dst, r->buf + r->pos, n);
+    r->pos += n;
+}
+
+/* The CUDA block; the slot count bounds the number of event handles read, so a count beyond
+ * TSOCK_PROTO_MAX_CUDA_SLOTS is refused before anything is copied. */
+static void
+get_cuda(struct reader *r, struct tsock_msg_welcome *m)
+{
+    if (m->slot_count > TSOCK_PROTO_MAX_CUDA_SLOTS) {
+        r->bad = 1;
+        return;
+    }
+    get_bytes(r, m->cuda.device_uuid, sizeof m->cuda.device_uuid);
+    get_bytes(r, m->cuda.mem, sizeof m->cuda.mem);
+    for (uint32_t s = 0; s < m->slot_count && !r->bad; s++)
+        get_bytes(r, m->cuda.events[s], TSOCK_CUDA_IPC_HANDLE_SIZE);
+}
+
+static void
 get_welcome(struct reader *r, struct tsock_msg_welcome *m)
 {
     m->consumer_id = get_le(r, 8);
@@ -411,6 +496,8 @@ get_welcome(struct reader *r, struct tsock_msg_welcome *m)
     }
     for (uint32_t t = 0; t < m->tensor_count && !r->bad; t++)
         get_tensor(r, &m->tensors[t]);
+    if (m->device == TSOCK_DEVICE_CUDA)
+        get_cuda(r, m);
 }
 
 /* The u32 on the wire is the two's complement of the code; converted without relying on the
