@@ -80,8 +80,11 @@ tsock__cuda_import_open(struct tsock_cuda_import **out, int device,
     if (slots == 0 || slots > TSOCK_PROTO_MAX_CUDA_SLOTS)
         return -EINVAL;
     int count = tsock__cuda_device_count();
-    if (count < 0)
+    if (count < 0) {
+        tsock__log(TSOCK_LOG_ERROR, "the producer's ring is in GPU memory, and this process has "
+                                    "no usable CUDA device (no GPU, driver or runtime)");
         return count;
+    }
     int producer = tsock__cuda_find_uuid(h->device_uuid);
     if (producer < -1)
         return producer;

@@ -92,8 +92,11 @@ static int
 check_device(int device)
 {
     int n = tsock__cuda_device_count();
-    if (n < 0)
+    if (n < 0) {
+        tsock__log(TSOCK_LOG_ERROR, "cannot keep the ring on CUDA device %d: this process has "
+                                    "no usable CUDA device (no GPU, driver or runtime)", device);
         return n;
+    }
     if (device >= n) {
         tsock__log(TSOCK_LOG_ERROR, "no CUDA device %d: this process sees %d", device, n);
         return TSOCK_E_NO_DEVICE;
