@@ -134,7 +134,7 @@ tsock__device_release(tsock_consumer *c, tsock_batch *b, void *stream)
         b->fence_device = b->device;
     }
     if (err == 0)
-        err = tsock__cuda_fence_record(b->fence, stream);
+        err = tsock__cuda_fence_record(b->fence_device, b->fence, stream);
     if (err < 0)
         return err;
     b->held = 0;

@@ -82,7 +82,8 @@ int tsock__cuda_import_open(struct tsock_cuda_import **out, int device,
 uint8_t *tsock__cuda_import_base(const struct tsock_cuda_import *imp);
 /* The device (an ordinal of this process) the ring's pointers are used on. */
 int tsock__cuda_import_device(const struct tsock_cuda_import *imp);
-/* Makes `stream` (NULL: the legacy default stream) wait for the producer's copy into `slot`. */
+/* Makes `stream` (NULL: the legacy default stream of the ring's device) wait for the
+ * producer's copy into `slot`. */
 int tsock__cuda_import_wait(struct tsock_cuda_import *imp, uint32_t slot, void *stream);
 /* Gathers: queues a device-to-device copy out of `slot` (after the producer's copy into it) on
  * the import's own stream; sync waits for every copy queued so far. */
@@ -93,11 +94,12 @@ int tsock__cuda_import_sync(struct tsock_cuda_import *imp);
  * NULL does nothing. */
 void tsock__cuda_import_close(struct tsock_cuda_import *imp);
 
-/* Fences for stream-ordered releases: an event recorded on the caller's stream, polled later by
- * a service thread. done() returns 1 when the work before the record has finished, 0 while it
- * runs, or a negative code when the query failed. */
+/* Fences for stream-ordered releases: an event (made on `device`) recorded on the caller's
+ * stream (NULL: that device's legacy default stream), polled later by a service thread. done()
+ * returns 1 when the work before the record has finished, 0 while it runs, or a negative code
+ * when the query failed. */
 int tsock__cuda_fence_create(int device, void **fence);
-int tsock__cuda_fence_record(void *fence, void *stream);
+int tsock__cuda_fence_record(int device, void *fence, void *stream);
 int tsock__cuda_fence_done(void *fence);
 void tsock__cuda_fence_destroy(void *fence);
 

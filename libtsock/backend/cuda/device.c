@@ -110,9 +110,15 @@ tsock__cuda_fence_create(int device, void **fence)
 }
 
 int
-tsock__cuda_fence_record(void *fence, void *stream)
+tsock__cuda_fence_record(int device, void *fence, void *stream)
 {
+    /* NULL is the legacy default stream of the *current* device: make it the fence's. */
+    struct tsock_cuda_guard g;
+    int err = tsock__cuda_enter(device, &g);
+    if (err < 0)
+        return err;
     cudaError_t e = cudaEventRecord((cudaEvent_t)fence, (cudaStream_t)stream);
+    tsock__cuda_leave(&g);
     if (e != cudaSuccess)
         return tsock__cuda_fail(e, "cudaEventRecord on the release stream (is it a stream of "
                                    "the batch's device?)");

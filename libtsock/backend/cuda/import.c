@@ -128,8 +128,17 @@ tsock__cuda_import_wait(struct tsock_cuda_import *imp, uint32_t slot, void *stre
 {
     if (slot >= imp->slots)
         return -EINVAL;
-    /* A stream may wait on an event of another device, so no device switch is needed. */
+    /* A stream may wait on an event of another device, so an explicit stream needs no device
+     * switch; NULL names the legacy default stream of the current device, so make that the
+     * ring's device. */
+    struct tsock_cuda_guard g = {0, 0};
+    if (!stream) {
+        int err = tsock__cuda_enter(imp->device, &g);
+        if (err < 0)
+            return err;
+    }
     cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, imp->events[slot], 0);
+    tsock__cuda_leave(&g);
     return e == cudaSuccess ? 0 : tsock__cuda_fail(e, "cudaStreamWaitEvent (batch ready)");
 }
 

@@ -102,7 +102,7 @@ tsock__cuda_fence_create(int device, void **fence)
 }
 
 int
-tsock__cuda_fence_record(void *fence, void *stream)
+tsock__cuda_fence_record(int device, void *fence, void *stream)
 {
     return TSOCK_E_NO_DEVICE;
 }
