@@ -221,7 +221,8 @@ main(int argc, char **argv)
     snprintf(endpoint, sizeof endpoint, "ipc://%s/bench.sock", dir);
     struct cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, device);
-    printf("{\n  \"device\": \"%s\", \"batch_size\": %d, \"image\": [%d, %d, 3], \"batches\": %d,\n",
+    printf("{\n  \"device\": \"%s\", \"batch_size\": %d, \"image\": [%d, %d, 3], "
+           "\"batches\": %d,\n",
            prop.name, batch_size, image, image, batches);
     throughput(endpoint, 1, 1);
     throughput(endpoint, 4, 0);

@@ -372,8 +372,9 @@ TSOCK_API int tsock_consumer_release(tsock_consumer *c, tsock_batch *batch);
 
 /* Stream-ordered release of a batch on a GPU: the slot goes back to the producer only once the
  * work queued on `cuda_stream` (a cudaStream_t; NULL: the legacy default stream of the batch's
- * device) so far has finished, so the caller may release right after queuing the kernels that read the batch. The
- * call never blocks: it records an event on the stream and a library thread polls it. The
+ * device) so far has finished, so the caller may release right after queuing the kernels that
+ * read the batch. The call never blocks: it records an event on the stream and a library
+ * thread polls it (about every millisecond while releases are pending). The
  * stream must belong to the batch's device (tsock_batch_device_index). The batch pointer is
  * invalid afterwards, as with tsock_consumer_release; a host batch is released at once.
  * Caller's thread. Returns 0, TSOCK_E_NOT_HELD, or a CUDA failure (TSOCK_E_NO_DEVICE, -EIO;
@@ -433,10 +434,10 @@ TSOCK_API int tsock_batch_tensor_device(const tsock_batch *b, int tensor);
 TSOCK_API int tsock_batch_device_index(const tsock_batch *b);
 
 /* Makes `cuda_stream` (a cudaStream_t; NULL: the legacy default stream of the batch's device)
- * wait until the producer's copy of this batch to the GPU has finished, without blocking the calling thread
- * (cudaStreamWaitEvent on the slot's interprocess event). Call it before queuing work that
- * reads a GPU batch, on every stream that reads it. A batch gathered from several slots is
- * complete when next() returns it, and a host batch needs no wait: both return 0 at once.
+ * wait until the producer's copy of this batch to the GPU has finished, without blocking the
+ * calling thread (cudaStreamWaitEvent on the slot's interprocess event). Call it before queuing
+ * work that reads a GPU batch, on every stream that reads it. A batch gathered from several
+ * slots is complete when next() returns it, and a host batch needs no wait: both return 0.
  * Caller's thread, while the batch is held. Returns 0, -EINVAL, or a CUDA failure (logged). */
 TSOCK_API int tsock_batch_wait(const tsock_batch *b, void *cuda_stream);
 
