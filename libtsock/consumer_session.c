@@ -122,6 +122,12 @@ on_batch(tsock_consumer *c, const struct tsock_msg_batch *b)
         release_now(c, b); /* sent before the producer saw our PAUSE: not ours to read */
         return;
     }
+    if (!c->ring_base) {
+        /* A late BATCH after this session's GPU ring was closed (the producer was declared
+         * lost and everything was given back): nothing can be read from it any more. */
+        release_now(c, b);
+        return;
+    }
     /* The producer sends every batch to a consumer that is not paused; a gap would break the
      * consumer's epoch. */
     if (w->samples && c->expect_position != ANY_POSITION && b->position != c->expect_position) {
