@@ -52,13 +52,17 @@ def test_no_device_errors(tsock, tmp_path):
     p.close()
 
 
+# The producer keeps its ring until the test says the consumer is gone (a line on stdin), so the
+# ring is never freed under a consumer that still maps it.
 PRODUCER = textwrap.dedent("""
     import sys, numpy as np, tsock
     with tsock.Producer(sys.argv[1], device="cuda", names=("image", "label"), slots=4) as p:
+        p.start((np.zeros((8, 4, 4, 3), np.uint8), np.zeros(8, np.int64)))
         p.wait_consumers(1, timeout=60)
         for i in range(12):
             images = np.full((8, 4, 4, 3), i, np.uint8)
             p.publish((images, np.arange(8, dtype=np.int64) + 8 * i))
+        sys.stdin.readline()
 """)
 
 
@@ -67,7 +71,8 @@ def test_cuda_tensors_from_a_gpu_ring(tsock, tmp_path):
     endpoint = f"ipc://{tmp_path}/gpu.sock"
     script = tmp_path / "producer.py"
     script.write_text(PRODUCER)
-    producer = subprocess.Popen([sys.executable, str(script), endpoint], env=os.environ.copy())
+    producer = subprocess.Popen([sys.executable, str(script), endpoint], env=os.environ.copy(),
+                                stdin=subprocess.PIPE)
     try:
         loader = tsock.DataLoader(endpoint, device="cuda", timeout=60, samples=96)
         seen = 0
@@ -84,5 +89,5 @@ def test_cuda_tensors_from_a_gpu_ring(tsock, tmp_path):
         assert seen == 12
         loader.close()
     finally:
-        producer.wait(timeout=60)
+        producer.communicate(b"done\n", timeout=60)
     assert producer.returncode == 0
