@@ -135,7 +135,9 @@ int tsock__msg_encode(const struct tsock_msg *msg, uint8_t *buf, size_t size);
 /* Decodes one message from untrusted bytes into *msg. Returns 0, TSOCK_E_VERSION when the magic
  * is right but the version is not, or TSOCK_E_PROTOCOL for anything malformed: wrong magic,
  * length mismatch, truncated or trailing bytes, unknown type, out-of-range fields, names that
- * are not NUL-free printable strings. Never reads outside [buf, buf+size). */
+ * are not NUL-free printable strings. Never reads outside [buf, buf+size). On success `type`
+ * and the union member of that type are fully written (unused bytes zeroed); the rest of the
+ * union is left as it was. */
 int tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock_msg *msg);
 
 /* A short name for a message type, for logs ("BATCH"), or "?". */
