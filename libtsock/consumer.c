@@ -41,6 +41,7 @@ tsock_consumer_create(tsock_consumer **out, const char *endpoint)
     c->hb_timeout_ms = 3000;
     c->grace_ms = 100;
     c->wake_fd = -1;
+    c->device = -1;
     tsock__mutex_init(&c->mu);
     tsock__cond_init(&c->cond);
     *out = c;
@@ -111,6 +112,17 @@ tsock_consumer_set_reconnect(tsock_consumer *c, int timeout_ms)
     if (c->started)
         return TSOCK_E_STATE;
     c->reconnect_ms = timeout_ms;
+    return 0;
+}
+
+int
+tsock_consumer_set_device(tsock_consumer *c, int device)
+{
+    if (!c || device < -1)
+        return -EINVAL;
+    if (c->started)
+        return TSOCK_E_STATE;
+    c->device = device;
     return 0;
 }
 
@@ -201,19 +213,47 @@ new_batch(tsock_consumer *c)
     if (!b)
         return NULL;
     b->owner = c;
+    b->device = -1;
+    b->gather_device = -1;
     b->next_all = c->all_batches;
     c->all_batches = b;
     return b;
 }
 
-/* Room in a batch's own buffers for `samples` samples of every tensor. */
+/* Frees a batch's own buffers, wherever they are. */
+static void
+free_gathers(tsock_batch *b)
+{
+    for (int t = 0; t < TSOCK_MAX_TENSORS; t++) {
+        if (b->gather_device >= 0)
+            tsock__cuda_free(b->gather_device, b->gather[t]);
+        else
+            free(b->gather[t]);
+        b->gather[t] = NULL;
+        b->gather_cap[t] = 0;
+    }
+}
+
+/* Room in a batch's own buffers for `samples` samples of every tensor: host memory, or memory
+ * of the GPU the ring is read on. */
 static int
 reserve_gather(tsock_consumer *c, tsock_batch *b, uint32_t samples)
 {
+    int device = c->cuda ? tsock__cuda_import_device(c->cuda) : -1;
+    if (b->gather_device != device) {
+        free_gathers(b);
+        b->gather_device = device;
+    }
     for (uint32_t t = 0; t < c->welcome.tensor_count; t++) {
         size_t need = (size_t)c->welcome.tensors[t].sample_bytes * samples;
         if (b->gather_cap[t] >= need)
             continue;
+        if (device >= 0) {
+            int err = tsock__device_reserve(c, b, t, need);
+            if (err < 0)
+                return err;
+            continue;
+        }
         void *grown = realloc(b->gather[t], need);
         if (!grown)
             return -ENOMEM;
@@ -227,7 +267,7 @@ static const uint8_t *
 sample_at(const tsock_consumer *c, const struct slot_hold *h, uint32_t tensor, uint32_t sample)
 {
     const struct tsock_tensor_desc *d = &c->welcome.tensors[tensor];
-    return c->region.base + (size_t)h->msg.slot * c->welcome.slot_stride + d->offset +
+    return c->ring_base + (size_t)h->msg.slot * c->welcome.slot_stride + d->offset +
            (size_t)d->sample_bytes * sample;
 }
 
@@ -239,8 +279,9 @@ head_available(const tsock_consumer *c, const struct slot_hold *h)
 }
 
 /* Takes up to `want` samples from the head producer batch into b (copying from `filled` on
- * when b is a gather). Returns how many were taken. */
-static uint32_t
+ * when b is a gather). Returns how many were taken, or a negative code when a copy on the GPU
+ * failed. */
+static int
 take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t want)
 {
     struct slot_hold *h = head(c);
@@ -252,6 +293,10 @@ take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t want)
         b->view_slot = h->msg.slot;
         b->generation = c->generation;
         h->refs++;
+    } else if (c->cuda) {
+        int err = tsock__device_gather(c, b, h->msg.slot, c->head_offset, n);
+        if (err < 0)
+            return err;
     } else {
         for (uint32_t t = 0; t < c->welcome.tensor_count; t++) {
             size_t bytes = (size_t)c->welcome.tensors[t].sample_bytes;
@@ -269,7 +314,7 @@ take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t want)
     c->head_offset += n;
     if (c->head_offset == h->msg.samples)
         pop_head(c);
-    return n;
+    return (int)n;
 }
 
 /* Discards the tail drop_last leaves out of the previous epoch. Returns 1 when done. */
@@ -324,6 +369,8 @@ finish_batch(tsock_consumer *c)
     b->epoch = c->plan.epoch;
     b->index = c->plan.index;
     b->epoch_end = tsock__plan_advance(&c->plan, b->samples, b->free_end);
+    b->device = c->cuda ? tsock__cuda_import_device(c->cuda) : -1;
+    b->import = b->view ? c->cuda : NULL;
     b->held = 1;
     c->held_count++;
     c->stat_batches++;
@@ -351,7 +398,9 @@ build(tsock_consumer *c)
             if (err < 0)
                 return err;
         }
-        take_from_head(c, c->building, want);
+        int taken = take_from_head(c, c->building, want);
+        if (taken < 0)
+            return taken;
         if (c->building->samples == want || c->building->free_end || c->building->view)
             return 1;
     }
@@ -448,8 +497,9 @@ tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch)
     return err;
 }
 
-int
-tsock_consumer_release(tsock_consumer *c, tsock_batch *b)
+/* Releases a batch: a GPU batch once the work on `stream` is done, any other at once. */
+static int
+release(tsock_consumer *c, tsock_batch *b, void *stream)
 {
     if (!c || !b)
         return -EINVAL;
@@ -461,6 +511,11 @@ tsock_consumer_release(tsock_consumer *c, tsock_batch *b)
         pthread_mutex_unlock(&c->mu);
         return TSOCK_E_NOT_HELD;
     }
+    if (b->device >= 0) {
+        int err = tsock__device_release(c, b, stream);
+        pthread_mutex_unlock(&c->mu);
+        return err;
+    }
     b->held = 0;
     c->held_count--;
     c->stat_released++;
@@ -470,6 +525,18 @@ tsock_consumer_release(tsock_consumer *c, tsock_batch *b)
     c->free_batches = b;
     pthread_mutex_unlock(&c->mu);
     return 0;
+}
+
+int
+tsock_consumer_release(tsock_consumer *c, tsock_batch *b)
+{
+    return release(c, b, NULL);
+}
+
+int
+tsock_consumer_release_on_stream(tsock_consumer *c, tsock_batch *b, void *cuda_stream)
+{
+    return release(c, b, cuda_stream);
 }
 
 /* ---- figures ----------------------------------------------------------------------------- */
@@ -536,11 +603,11 @@ tsock_consumer_destroy(tsock_consumer *c)
     if (!c)
         return;
     tsock__session_close(c);
+    tsock__device_free_all(c);
     tsock__session_free_mappings(c);
     for (tsock_batch *b = c->all_batches, *next; b; b = next) {
         next = b->next_all;
-        for (int t = 0; t < TSOCK_MAX_TENSORS; t++)
-            free(b->gather[t]);
+        free_gathers(b);
         free(b);
     }
     pthread_cond_destroy(&c->cond);

@@ -110,5 +110,26 @@ tsock_batch_tensor_data(const tsock_batch *b, int tensor)
 int
 tsock_batch_tensor_device(const tsock_batch *b, int tensor)
 {
-    return tensor_desc(b, tensor) ? (int)b->owner->welcome.device : -EINVAL;
+    if (!tensor_desc(b, tensor))
+        return -EINVAL;
+    return b->device >= 0 ? TSOCK_DEVICE_CUDA : TSOCK_DEVICE_CPU;
+}
+
+int
+tsock_batch_device_index(const tsock_batch *b)
+{
+    return b ? b->device : -1;
+}
+
+int
+tsock_batch_wait(const tsock_batch *b, void *cuda_stream)
+{
+    if (!b || !b->held)
+        return -EINVAL;
+    /* Gathers were copied synchronously; host batches have nothing to wait for. */
+    if (b->device < 0 || !b->import)
+        return 0;
+    /* The ring a held view points into stays open (even past a reconnect) until it is
+     * released, so its slot's event is still there to wait on. */
+    return tsock__cuda_import_wait(b->import, b->view_slot, cuda_stream);
 }

@@ -25,8 +25,14 @@ struct tsock_batch {
     const uint8_t *data[TSOCK_MAX_TENSORS];
     uint8_t *gather[TSOCK_MAX_TENSORS];
     size_t gather_cap[TSOCK_MAX_TENSORS];
+    int device;             /* CUDA device of the batch's data (-1: host memory) */
+    struct tsock_cuda_import *import; /* a view of a GPU ring: that ring (open while held) */
+    int gather_device;      /* CUDA device of gather[] (-1: host memory) */
+    void *fence;            /* GPU batches: the event of a stream-ordered release */
+    int fence_device;
     tsock_batch *next_free; /* free list */
     tsock_batch *next_all;  /* every batch object, for validation and cleanup */
+    tsock_batch *next_deferred; /* released on a stream, waiting for its fence */
 };
 
 /* A producer batch this consumer was sent: referenced by the read queue until fully taken
@@ -77,6 +83,13 @@ struct tsock_consumer {
     struct tsock_region region;
     struct tsock_region old_regions[TSOCK_MAX_OLD_MAPPINGS]; /* kept while views may use them */
     int old_region_count;
+    int device;                    /* tsock_consumer_set_device */
+    const uint8_t *ring_base;      /* the session's ring: mapped host memory or device memory */
+    struct tsock_cuda_import *cuda; /* the session's GPU ring, when it is one */
+    struct tsock_cuda_import *old_cuda[TSOCK_MAX_OLD_MAPPINGS];
+    int old_cuda_count;
+    tsock_batch *deferred;         /* released on a stream, fence not yet passed */
+    int deferred_count;
     struct slot_hold *holds;        /* one per slot */
     uint32_t *ready;                /* slots announced, oldest first: slot_count entries */
     uint32_t ready_head, ready_len;
@@ -111,5 +124,24 @@ void tsock__drop_queue(tsock_consumer *c);
 /* Time blocked in next so far, including a wait in progress, so that a consumer starved right
  * now shows it before its call returns. */
 uint64_t tsock__consumer_wait_ns(const tsock_consumer *c, uint64_t now);
+
+/* consumer_device.c: GPU rings on the consumer side (mu held unless said otherwise). */
+int tsock__device_open_ring(tsock_consumer *c, const struct tsock_msg_welcome *w);
+/* Service thread: finishes the stream-ordered releases whose fences have passed. Returns how
+ * many are still pending. */
+int tsock__device_poll_releases(tsock_consumer *c);
+/* Closes the GPU ring of a session that ended (producer gone or stream over) once nothing of
+ * the caller's refers to it any more, so a dead producer's memory is not kept mapped. */
+void tsock__device_close_if_unused(tsock_consumer *c);
+/* Moves the session's GPU ring aside on reconnect (closed now if unused, else at destroy). */
+void tsock__device_retire_ring(tsock_consumer *c);
+/* A gather out of a GPU ring: device buffers, and copies that are complete on return. */
+int tsock__device_reserve(tsock_consumer *c, tsock_batch *b, uint32_t tensor, size_t need);
+int tsock__device_gather(tsock_consumer *c, tsock_batch *b, uint32_t slot, uint32_t sample,
+                         uint32_t count);
+/* Release on a stream: takes the batch off the caller (held already checked). */
+int tsock__device_release(tsock_consumer *c, tsock_batch *b, void *stream);
+/* Destroy: device buffers, fences, and every GPU ring still open (mu not needed). */
+void tsock__device_free_all(tsock_consumer *c);
 
 #endif

@@ -78,16 +78,20 @@ on_welcome(tsock_consumer *c, const struct tsock_msg_welcome *w)
 {
     if (c->welcomed)
         return; /* the answer to a repeated HELLO */
-    int err = w->device == TSOCK_DEVICE_CPU ? 0 : -ENOTSUP;
-    if (!err && c->generation > 1 && !same_layout(&c->welcome, w))
+    int err = 0;
+    if (c->generation > 1 && !same_layout(&c->welcome, w))
         err = TSOCK_E_LAYOUT;
-    if (!err)
+    if (!err && w->device == TSOCK_DEVICE_CUDA) {
+        err = tsock__device_open_ring(c, w);
+    } else if (!err) {
         err = tsock__shm_attach(&c->region, w->shm_name, w->ring_bytes);
+        c->ring_base = c->region.base;
+    }
     if (!err)
         err = allocate_queues(c, w->slot_count);
     if (err) {
-        tsock__log(TSOCK_LOG_ERROR, "cannot use the producer's ring %s: %s", w->shm_name,
-                   tsock_strerror(err));
+        tsock__log(TSOCK_LOG_ERROR, "cannot use the producer's ring %s: %s",
+                   w->device == TSOCK_DEVICE_CUDA ? "(GPU)" : w->shm_name, tsock_strerror(err));
         fail(c, err);
         return;
     }
@@ -116,6 +120,12 @@ on_batch(tsock_consumer *c, const struct tsock_msg_batch *b)
     }
     if (c->phase != PHASE_ACTIVE) {
         release_now(c, b); /* sent before the producer saw our PAUSE: not ours to read */
+        return;
+    }
+    if (!c->ring_base) {
+        /* A late BATCH after this session's GPU ring was closed (the producer was declared
+         * lost and everything was given back): nothing can be read from it any more. */
+        release_now(c, b);
         return;
     }
     /* The producer sends every batch to a consumer that is not paused; a gap would break the
@@ -269,6 +279,9 @@ beat(tsock_consumer *c, uint64_t now)
 static int
 poll_timeout(const tsock_consumer *c, uint64_t now, uint64_t next_beat)
 {
+    /* Stream-ordered releases wait for their fences: look again within a millisecond. */
+    if (c->deferred_count > 0)
+        return 1;
     uint64_t until = next_beat;
     if (c->between_epochs && c->phase == PHASE_ACTIVE) {
         uint64_t grace_end = c->epoch_ended_ns + (uint64_t)c->grace_ms * 1000000u;
@@ -301,7 +314,10 @@ service_main(void *arg)
         receive_all(c);
         pause_if_lingering(c, tsock__now_ns());
         send_resume_if_asked(c);
+        if (c->deferred_count > 0)
+            tsock__device_poll_releases(c);
         send_releases(c);
+        tsock__device_close_if_unused(c);
     }
     if (c->welcomed && c->terminal_error != TSOCK_E_PRODUCER_LOST)
         send_msg(c, TSOCK_MSG_BYE);
@@ -404,6 +420,7 @@ tsock__session_reopen(tsock_consumer *c, int timeout_ms)
     c->ready = NULL;
     c->releases = NULL;
     retire_region(c);
+    tsock__device_retire_ring(c);
     c->stop_thread = 0;
     c->welcomed = 0;
     c->start_error = 0;

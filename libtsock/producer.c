@@ -7,6 +7,7 @@
  * thread wakes the caller (waiting for a free slot or for consumers) through `cond`.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "core/layout.h"
 #include "core/sync.h"
 #include "dataset/sampler.h"
+#include "image/convert.h"
 #include "proto/proto.h"
 #include "ring/ring.h"
 #include "stats.h"
@@ -80,9 +82,17 @@ struct tsock_producer {
     char endpoint[TSOCK_ENDPOINT_MAX];
     char ipc_path[TSOCK_ENDPOINT_MAX];
     ino_t ipc_inode;
-    tsock_layout layout;
+    tsock_layout layout;          /* as the caller fills a slot */
     size_t offsets[TSOCK_MAX_TENSORS];
     size_t slot_stride;
+    /* As consumers see a slot: the same as above, unless a conversion changes a tensor. */
+    tsock_layout out_layout;
+    size_t out_offsets[TSOCK_MAX_TENSORS];
+    size_t out_stride;
+    int device; /* CUDA device of the ring, or -1 for host shared memory */
+    struct tsock_convert_request convert;
+    struct tsock_cuda_ring *cuda;
+    struct tsock_cuda_handles *cuda_handles;
     uint32_t batch_size, slot_count;
     int hb_interval_ms, hb_timeout_ms;
 
@@ -153,6 +163,10 @@ tsock_producer_create(tsock_producer **out, const char *endpoint, const tsock_la
         return err;
     }
     p->layout = *layout;
+    p->out_layout = *layout;
+    memcpy(p->out_offsets, p->offsets, sizeof p->offsets);
+    p->out_stride = p->slot_stride;
+    p->device = -1;
     p->batch_size = batch_size;
     p->slot_count = slots;
     p->hb_interval_ms = 250;
@@ -191,6 +205,82 @@ tsock_producer_set_sampler(tsock_producer *p, uint64_t samples, uint64_t seed, u
     return 0;
 }
 
+int
+tsock_producer_set_device(tsock_producer *p, int device)
+{
+    if (!p || device < -1)
+        return -EINVAL;
+    if (p->state != P_CREATED)
+        return TSOCK_E_STATE;
+    p->device = device;
+    return 0;
+}
+
+/* The tensor a conversion applies to; both setters must name the same one. */
+static int
+set_convert_tensor(tsock_producer *p, const char *tensor)
+{
+    if (!tensor)
+        tensor = "image";
+    if (strlen(tensor) > TSOCK_MAX_NAME || !tensor[0])
+        return -EINVAL;
+    if (p->convert.tensor[0] && strcmp(p->convert.tensor, tensor) != 0) {
+        tsock__log(TSOCK_LOG_ERROR, "conversion already set for tensor \"%s\", not \"%s\"",
+                   p->convert.tensor, tensor);
+        return -EINVAL;
+    }
+    strcpy(p->convert.tensor, tensor);
+    return 0;
+}
+
+int
+tsock_producer_set_output(tsock_producer *p, const char *tensor, int dtype, int layout)
+{
+    if (!p || (dtype != TSOCK_UINT8 && dtype != TSOCK_FLOAT16 && dtype != TSOCK_FLOAT32) ||
+        (layout != TSOCK_NHWC && layout != TSOCK_NCHW))
+        return -EINVAL;
+    if (p->state != P_CREATED)
+        return TSOCK_E_STATE;
+    int err = set_convert_tensor(p, tensor);
+    if (err < 0)
+        return err;
+    p->convert.dtype = dtype;
+    p->convert.channels_first = layout == TSOCK_NCHW;
+    return 0;
+}
+
+/* ImageNet's channel statistics on the [0, 1] scale, as torchvision's examples use them. */
+static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
+static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
+
+int
+tsock_producer_set_normalize(tsock_producer *p, const char *tensor, int channels,
+                             const float *mean, const float *std)
+{
+    if (!p || (!mean) != (!std) || (!mean && channels != 3 && channels != 0))
+        return -EINVAL;
+    if (mean && (channels < 1 || channels > TSOCK_CONVERT_MAX_CHANNELS))
+        return -EINVAL;
+    if (!mean) {
+        channels = 3;
+        mean = imagenet_mean;
+        std = imagenet_std;
+    }
+    for (int c = 0; c < channels; c++)
+        if (!isfinite(mean[c]) || !isfinite(std[c]) || !(std[c] > 0.0f))
+            return -EINVAL;
+    if (p->state != P_CREATED)
+        return TSOCK_E_STATE;
+    int err = set_convert_tensor(p, tensor);
+    if (err < 0)
+        return err;
+    p->convert.normalize = 1;
+    p->convert.channels = channels;
+    memcpy(p->convert.mean, mean, sizeof *mean * (size_t)channels);
+    memcpy(p->convert.std, std, sizeof *std * (size_t)channels);
+    return 0;
+}
+
 const char *
 tsock_producer_endpoint(const tsock_producer *p)
 {
@@ -224,6 +314,37 @@ bind_endpoint(tsock_producer *p)
     return 0;
 }
 
+/* The ring in device memory: the published layout (after any conversion), the ring itself and
+ * the handles every WELCOME carries. */
+static int
+allocate_device_ring(tsock_producer *p)
+{
+    if (p->slot_count > TSOCK_PROTO_MAX_CUDA_SLOTS) {
+        tsock__log(TSOCK_LOG_ERROR, "a CUDA ring has at most %d slots, not %u",
+                   TSOCK_PROTO_MAX_CUDA_SLOTS, p->slot_count);
+        return -EINVAL;
+    }
+    struct tsock_convert cv;
+    int err = tsock__convert_plan(&p->convert, &p->layout, p->batch_size, &p->out_layout,
+                                  p->out_offsets, &p->out_stride, &cv);
+    if (err < 0)
+        return err;
+    size_t bytes;
+    if (tsock__mul_size(p->out_stride, p->slot_count, &bytes) < 0)
+        return TSOCK_E_LAYOUT;
+    p->cuda_handles = calloc(1, sizeof *p->cuda_handles);
+    if (!p->cuda_handles)
+        return -ENOMEM;
+    err = tsock__cuda_ring_create(&p->cuda, p->device, p->slot_stride, p->out_stride,
+                                  p->slot_count, &cv);
+    if (err < 0)
+        return err;
+    tsock__cuda_ring_export(p->cuda, p->cuda_handles);
+    p->region.bytes = bytes;
+    snprintf(p->region.name, sizeof p->region.name, "cuda:%d", p->device);
+    return 0;
+}
+
 static int
 allocate_ring(tsock_producer *p)
 {
@@ -244,6 +365,13 @@ allocate_ring(tsock_producer *p)
                                   p->sampler_epochs);
         if (err < 0)
             return err;
+    }
+    if (p->device >= 0)
+        return allocate_device_ring(p);
+    if (p->convert.tensor[0]) {
+        tsock__log(TSOCK_LOG_ERROR, "output conversion runs on the GPU: set a CUDA device "
+                                    "(tsock_producer_set_device) to use it");
+        return -ENOTSUP;
     }
     tsock__shm_sweep_orphans();
     return tsock__shm_create(&p->region, bytes);
@@ -277,7 +405,7 @@ tsock_producer_start(tsock_producer *p)
     }
     p->thread_started = 1;
     tsock__log(TSOCK_LOG_INFO, "producer on %s: %u slots of %zu bytes, ring %s", p->endpoint,
-               p->slot_count, p->slot_stride, p->region.name);
+               p->slot_count, p->out_stride, p->region.name);
     return 0;
 }
 
@@ -383,7 +511,10 @@ tsock_producer_acquire(tsock_producer *p, int timeout_ms, tsock_slot **slot)
     s->base = p->region.base + (size_t)index * p->slot_stride;
     s->offsets = p->offsets;
     s->tensor_count = p->layout.count;
-    int err = plan_slot(p, s);
+    /* On the GPU the caller fills pinned staging memory; publish copies it to the slot. */
+    int err = p->cuda ? tsock__cuda_ring_staging(p->cuda, &s->base) : 0;
+    if (err == 0)
+        err = plan_slot(p, s);
     if (err < 0) {
         pthread_mutex_lock(&p->mu);
         tsock__ring_abandon(&p->ring, s->index);
@@ -459,6 +590,17 @@ tsock_producer_publish(tsock_producer *p, tsock_slot *slot, uint32_t samples)
         return p ? TSOCK_E_STATE : -EINVAL;
     if (samples == 0 || samples > p->batch_size || (p->use_sampler && samples != slot->planned))
         return -EINVAL;
+    /* The copy and the slot's event are queued before any consumer hears of the batch, so the
+     * event a consumer waits on is always this batch's. */
+    int err = p->cuda ? tsock__cuda_ring_publish(p->cuda, slot->index, samples) : 0;
+    if (err < 0) {
+        pthread_mutex_lock(&p->mu);
+        tsock__ring_abandon(&p->ring, slot->index);
+        pthread_cond_broadcast(&p->cond);
+        pthread_mutex_unlock(&p->mu);
+        p->filling = 0;
+        return err;
+    }
     pthread_mutex_lock(&p->mu);
     uint64_t holders = take_holders(p, slot->position), seq;
     tsock__ring_publish(&p->ring, slot->index, holders, &seq);
@@ -675,21 +817,24 @@ fill_welcome(const tsock_producer *p, const struct consumer_rec *c, struct tsock
     w->consumer_id = c->consumer_id;
     w->batch_size = p->batch_size;
     w->slot_count = p->slot_count;
-    w->slot_stride = p->slot_stride;
+    w->slot_stride = p->out_stride;
     w->ring_bytes = p->region.bytes;
     w->heartbeat_ms = (uint32_t)p->hb_interval_ms;
-    w->device = TSOCK_DEVICE_CPU;
+    w->device = p->cuda ? TSOCK_DEVICE_CUDA : TSOCK_DEVICE_CPU;
     w->samples = p->use_sampler ? p->sampler_samples : 0;
-    snprintf(w->shm_name, sizeof w->shm_name, "%s", p->region.name);
-    w->tensor_count = (uint32_t)p->layout.count;
-    for (int t = 0; t < p->layout.count; t++) {
-        const struct tsock_layout_tensor *lt = &p->layout.tensors[t];
+    if (p->cuda)
+        w->cuda = *p->cuda_handles;
+    else
+        snprintf(w->shm_name, sizeof w->shm_name, "%s", p->region.name);
+    w->tensor_count = (uint32_t)p->out_layout.count;
+    for (int t = 0; t < p->out_layout.count; t++) {
+        const struct tsock_layout_tensor *lt = &p->out_layout.tensors[t];
         struct tsock_tensor_desc *d = &w->tensors[t];
         memcpy(d->name, lt->name, sizeof d->name);
         d->dtype = (uint8_t)lt->dtype;
         d->ndim = (uint8_t)lt->ndim;
         memcpy(d->sample_shape, lt->sample_shape, sizeof d->sample_shape);
-        d->offset = p->offsets[t];
+        d->offset = p->out_offsets[t];
         d->sample_bytes = lt->sample_bytes;
     }
 }
@@ -1018,7 +1163,11 @@ tsock_producer_destroy(tsock_producer *p)
     if (p->zctx)
         zmq_ctx_term(p->zctx);
     remove_socket_file(p);
-    tsock__shm_release(&p->region);
+    if (p->cuda)
+        tsock__cuda_ring_destroy(p->cuda);
+    else
+        tsock__shm_release(&p->region);
+    free(p->cuda_handles);
     if (p->wake_fd >= 0)
         close(p->wake_fd);
     if (p->use_sampler)

@@ -292,6 +292,7 @@ drain(struct server *s)
     while (!g_signal && now_s() < deadline) {
         if (table_update(&s->table, s->p) <= 0)
             break;
+        reporter_tick(&s->rep, &s->st, &s->table);
         sleep_ms(20);
     }
 }

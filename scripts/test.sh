@@ -104,7 +104,16 @@ run_ctest() {
         failed=$(sed -E 's/.*passed, ([0-9]+) tests? failed.*/\1/' <<<"$line")
         PASSED=$((PASSED + total - failed))
         FAILED=$((FAILED + failed))
+        # Skipped tests (exit 77: the GPU tests without a GPU) count as passed in ctest's line;
+        # name them and say why, as the tests printed it.
+        local skipped reasons
+        skipped=$(grep -cE '^[[:space:]]*[0-9]+ - .*\(Skipped\)$' "$log" || true)
         SUMMARY+=("$(printf '%-8s %s' "$name" "$line")")
+        if [ "${skipped:-0}" -gt 0 ]; then
+            reasons=$(grep -h '^SKIP:' "$BUILD/$name/Testing/Temporary/LastTest.log" 2>/dev/null |
+                sort -u | head -n 3 | tr '\n' ' ' || true)
+            SUMMARY+=("$(printf '%-8s %s tests skipped: %s' "" "$skipped" "${reasons:-see ctest.log}")")
+        fi
     else
         SUMMARY+=("$(printf '%-8s ctest exited %d without a summary' "$name" "$rc")")
     fi

@@ -169,10 +169,56 @@ TSOCK_API int tsock_producer_set_heartbeat(tsock_producer *p, int interval_ms, i
 TSOCK_API int tsock_producer_set_sampler(tsock_producer *p, uint64_t samples, uint64_t seed,
                                          uint64_t epochs);
 
+/* ---- the ring on a GPU (CUDA backend) ---- */
+
+/* The number of CUDA devices this process sees, or TSOCK_E_NO_DEVICE when there is none (no
+ * device, no driver, or a tsock built without the CUDA toolkit). Any thread. */
+TSOCK_API int tsock_cuda_device_count(void);
+
+/* Keeps the ring in the memory of CUDA device `device` (an ordinal as this process numbers its
+ * devices; -1, the default, keeps it in host shared memory). The caller still fills slots
+ * through tsock_slot_data, which then points into pinned host staging memory; publishing queues
+ * one asynchronous copy of the batch to the GPU on the producer's own stream, and the next slot
+ * is filled while it runs. Consumers map the ring once through CUDA IPC and wait for each batch
+ * on their own stream (tsock_batch_wait). A CUDA ring has at most 256 slots. Whether the device
+ * exists is checked by tsock_producer_start, which fails with TSOCK_E_NO_DEVICE (and logs why)
+ * where it does not. Returns 0, -EINVAL (device < -1), or TSOCK_E_STATE after start. */
+TSOCK_API int tsock_producer_set_device(tsock_producer *p, int device);
+
+/* Channel order of a converted image tensor. */
+typedef enum tsock_image_layout {
+    TSOCK_NHWC = 0, /* [height, width, channels] per sample, as decoded (the default) */
+    TSOCK_NCHW = 1  /* [channels, height, width] per sample, as torchvision models take it */
+} tsock_image_layout;
+
+/* Converts tensor `tensor` (NULL: "image"), a uint8 [height, width, channels] tensor with 1..4
+ * channels, once on the GPU for every consumer: to `dtype` (TSOCK_UINT8, TSOCK_FLOAT16 or
+ * TSOCK_FLOAT32) in `layout` (TSOCK_NHWC or TSOCK_NCHW). Floats are x / 255 unless
+ * tsock_producer_set_normalize is also called. The caller keeps filling the tensor as uint8
+ * NHWC; consumers see the converted dtype and shape. Needs a CUDA ring
+ * (tsock_producer_set_device): start fails with -ENOTSUP on a host ring, and with -EINVAL
+ * (logged) when the tensor is missing or not of that shape. Returns 0, -EINVAL (bad dtype or
+ * layout, another tensor already named by a conversion setter) or TSOCK_E_STATE after start. */
+TSOCK_API int tsock_producer_set_output(tsock_producer *p, const char *tensor, int dtype,
+                                        int layout);
+
+/* Normalises tensor `tensor` (NULL: "image") on the GPU as torchvision's Normalize after
+ * ToTensor: y = (x / 255 - mean[c]) / std[c] for channel c, computed in float as one fused
+ * multiply-add. `mean` and `std` hold `channels` values (copied; channels must equal the
+ * tensor's); both NULL (with channels 0 or 3) means ImageNet's, mean (0.485, 0.456, 0.406) and
+ * std (0.229, 0.224, 0.225). Implies float32 output unless tsock_producer_set_output chose
+ * float16; uint8 output with normalisation is refused at start. Same conditions as
+ * tsock_producer_set_output. Returns 0, -EINVAL (one of mean/std NULL, channels outside 1..4,
+ * a value not finite or a std <= 0) or TSOCK_E_STATE after start. */
+TSOCK_API int tsock_producer_set_normalize(tsock_producer *p, const char *tensor, int channels,
+                                           const float *mean, const float *std);
+
 /* Creates the shared-memory ring (mode 0600), binds the endpoint (an ipc socket file is created
  * with mode 0600 in a directory with mode 0700) and starts the service thread. Fails with
  * TSOCK_E_BUSY_ENDPOINT when a live producer already serves the endpoint; a stale socket file
- * or ring left by a dead producer is removed. Returns 0 or a negative code. */
+ * or ring left by a dead producer is removed. With tsock_producer_set_device the ring is
+ * allocated on that GPU instead; without a usable GPU (or one that cannot share memory between
+ * processes) start fails with TSOCK_E_NO_DEVICE. Returns 0 or a negative code. */
 TSOCK_API int tsock_producer_start(tsock_producer *p);
 
 /* The endpoint the producer serves (the resolved default when created with NULL). Owned by
@@ -196,7 +242,9 @@ TSOCK_API int tsock_producer_acquire(tsock_producer *p, int timeout_ms, tsock_sl
 TSOCK_API int tsock_producer_stream_ended(const tsock_producer *p);
 
 /* Writable pointer to tensor `tensor` (a layout index) of an acquired slot: room for the
- * producer's batch_size samples, sample after sample, C order. NULL for a bad index. */
+ * producer's batch_size samples, sample after sample, C order, laid out as the layout given to
+ * tsock_producer_create (before any conversion). Host memory in every case: on a CUDA ring it
+ * is pinned staging memory, copied to the GPU at publish. NULL for a bad index. */
 TSOCK_API void *tsock_slot_data(tsock_slot *slot, int tensor);
 
 /* With a sampler: how many samples this slot must hold, and their sample ids in batch order
@@ -329,9 +377,18 @@ TSOCK_API int tsock_consumer_set_epoch_grace(tsock_consumer *c, int grace_ms);
  * epoch. 0 (the default) turns it off. TSOCK_E_STATE after start. */
 TSOCK_API int tsock_consumer_set_reconnect(tsock_consumer *c, int timeout_ms);
 
-/* Connects, introduces itself and maps the ring read-only. Waits up to `timeout_ms` (-1:
- * forever) for the producer to answer. Returns 0, -ETIMEDOUT, TSOCK_E_VERSION, TSOCK_E_FULL,
- * TSOCK_E_REJECTED or a negated errno from mapping the ring. */
+/* The CUDA device this consumer uses a producer's GPU ring from (an ordinal of this process):
+ * -1 (the default) uses the producer's own GPU, found by its UUID; another device reads the
+ * ring through peer access, and start fails with TSOCK_E_NO_DEVICE (and a log line) where the
+ * two GPUs have none. A host ring ignores it. Returns 0, -EINVAL (device < -1) or
+ * TSOCK_E_STATE after start. */
+TSOCK_API int tsock_consumer_set_device(tsock_consumer *c, int device);
+
+/* Connects, introduces itself and maps the ring read-only (a GPU ring: opens its CUDA IPC
+ * handles once, kept open until the producer goes away or the consumer is destroyed). Waits up
+ * to `timeout_ms` (-1: forever) for the producer to answer. Returns 0, -ETIMEDOUT,
+ * TSOCK_E_VERSION, TSOCK_E_FULL, TSOCK_E_REJECTED, TSOCK_E_NO_DEVICE (a GPU ring and no usable
+ * GPU or peer access here) or a negated errno from mapping the ring. */
 TSOCK_API int tsock_consumer_start(tsock_consumer *c, int timeout_ms);
 
 /* Epochs. With a producer sampler (tsock_producer_set_sampler), each consumer has epochs of its
@@ -349,8 +406,22 @@ TSOCK_API int tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch
 
 /* Gives a batch back so its slot can be refilled. The batch pointer and its tensor pointers are
  * invalid afterwards. Returns 0, or TSOCK_E_NOT_HELD for a batch this consumer does not hold.
- * Releasing after the producer is gone succeeds and does nothing. */
+ * Releasing after the producer is gone succeeds and does nothing. A batch on a GPU is released
+ * as tsock_consumer_release_on_stream does with the legacy default stream (NULL): the slot is
+ * freed once the work queued on that stream (and the streams it synchronises with) is done. */
 TSOCK_API int tsock_consumer_release(tsock_consumer *c, tsock_batch *batch);
+
+/* Stream-ordered release of a batch on a GPU: the slot goes back to the producer only once the
+ * work queued on `cuda_stream` (a cudaStream_t; NULL: the legacy default stream of the batch's
+ * device) so far has finished, so the caller may release right after queuing the kernels that
+ * read the batch. The call never blocks: it records an event on the stream and a library
+ * thread polls it (about every millisecond while releases are pending). The
+ * stream must belong to the batch's device (tsock_batch_device_index). The batch pointer is
+ * invalid afterwards, as with tsock_consumer_release; a host batch is released at once.
+ * Caller's thread. Returns 0, TSOCK_E_NOT_HELD, or a CUDA failure (TSOCK_E_NO_DEVICE, -EIO;
+ * logged), in which case the batch is still held. */
+TSOCK_API int tsock_consumer_release_on_stream(tsock_consumer *c, tsock_batch *batch,
+                                               void *cuda_stream);
 
 /* Figures of this consumer's own: TSOCK_STAT_BATCHES and _SAMPLES (returned by next, at its
  * own batch size; TSOCK_STAT_CONSUMED_BATCHES and _CONSUMED_SAMPLES are the same figures),
@@ -442,9 +513,22 @@ TSOCK_API int64_t tsock_batch_tensor_dim(const tsock_batch *b, int tensor, int d
 /* Total bytes of the tensor in this batch. */
 TSOCK_API size_t tsock_batch_tensor_bytes(const tsock_batch *b, int tensor);
 /* Read-only pointer to the tensor's data (host shared memory mapped read-only, or device
- * memory), C order, contiguous. NULL for a bad index. */
+ * memory), C order, contiguous. NULL for a bad index. Device memory cannot be protected: never
+ * write to a batch in place, other consumers read the same bytes. */
 TSOCK_API const void *tsock_batch_tensor_data(const tsock_batch *b, int tensor);
+/* Where the tensor's data is: TSOCK_DEVICE_CPU or TSOCK_DEVICE_CUDA; -EINVAL for a bad index. */
 TSOCK_API int tsock_batch_tensor_device(const tsock_batch *b, int tensor);
+/* The CUDA device (an ordinal of this process) whose address space the batch's pointers belong
+ * to, or -1 for a batch in host memory. */
+TSOCK_API int tsock_batch_device_index(const tsock_batch *b);
+
+/* Makes `cuda_stream` (a cudaStream_t; NULL: the legacy default stream of the batch's device)
+ * wait until the producer's copy of this batch to the GPU has finished, without blocking the
+ * calling thread (cudaStreamWaitEvent on the slot's interprocess event). Call it before queuing
+ * work that reads a GPU batch, on every stream that reads it. A batch gathered from several
+ * slots is complete when next() returns it, and a host batch needs no wait: both return 0.
+ * Caller's thread, while the batch is held. Returns 0, -EINVAL, or a CUDA failure (logged). */
+TSOCK_API int tsock_batch_wait(const tsock_batch *b, void *cuda_stream);
 
 #ifdef __cplusplus
 }

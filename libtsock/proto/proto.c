@@ -9,6 +9,7 @@
  * encode(decode(f)) == f for every accepted frame f; the fuzz target checks both.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -111,6 +112,42 @@ check_tensor(const struct tsock_tensor_desc *t, uint64_t batch_size, uint64_t sl
     return end <= slot_stride ? 0 : -1;
 }
 
+/* An opaque handle that is all zero bytes is certainly not one the CUDA runtime produced: a
+ * producer that sends one is broken, and the consumer is told so before it reaches CUDA. */
+static int
+all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Where the ring lives: a host ring is named by its shared-memory object; a CUDA ring has no
+ * name, at most TSOCK_PROTO_MAX_CUDA_SLOTS slots, and a non-zero handle for each part. */
+static int
+check_ring_place(const struct tsock_msg_welcome *w)
+{
+    size_t len;
+
+    if (w->device == TSOCK_DEVICE_CPU)
+        return check_shm_name(w->shm_name);
+    if (w->device != TSOCK_DEVICE_CUDA)
+        return -1;
+    if (check_str(w->shm_name, sizeof w->shm_name, 0, &len) != 0 || len != 0 ||
+        w->slot_count > TSOCK_PROTO_MAX_CUDA_SLOTS)
+        return -1;
+    if (all_zero(w->cuda.device_uuid, sizeof w->cuda.device_uuid) ||
+        all_zero(w->cuda.mem, sizeof w->cuda.mem))
+        return -1;
+    for (uint32_t s = 0; s < w->slot_count; s++) {
+        if (all_zero(w->cuda.events[s], TSOCK_CUDA_IPC_HANDLE_SIZE))
+            return -1;
+    }
+    return 0;
+}
+
 static int
 check_welcome(const struct tsock_msg_welcome *w)
 {
@@ -120,7 +157,7 @@ check_welcome(const struct tsock_msg_welcome *w)
         return -1;
     if (mul_u64(w->slot_stride, w->slot_count, &ring) != 0 || ring != w->ring_bytes)
         return -1;
-    if (w->heartbeat_ms < 1 || w->device > TSOCK_DEVICE_CUDA || check_shm_name(w->shm_name) != 0)
+    if (w->heartbeat_ms < 1 || check_ring_place(w) != 0)
         return -1;
     if (w->tensor_count < 1 || w->tensor_count > TSOCK_MAX_TENSORS)
         return -1;
@@ -242,6 +279,27 @@ put_tensor(struct writer *w, const struct tsock_tensor_desc *t)
 }
 
 static void
+put_bytes(struct writer *w, const uint8_t *p, size_t n)
+{
+    if (w->overflow || n > w->size - w->pos) {
+        w->overflow = 1;
+        return;
+    }
+    memcpy(w->buf + w->pos, p, n);
+    w->pos += n;
+}
+
+/* The CUDA block that ends a WELCOME of a device ring. */
+static void
+put_cuda(struct writer *w, const struct tsock_msg_welcome *m)
+{
+    put_bytes(w, m->cuda.device_uuid, sizeof m->cuda.device_uuid);
+    put_bytes(w, m->cuda.mem, sizeof m->cuda.mem);
+    for (uint32_t s = 0; s < m->slot_count; s++)
+        put_bytes(w, m->cuda.events[s], TSOCK_CUDA_IPC_HANDLE_SIZE);
+}
+
+static void
 put_welcome(struct writer *w, const struct tsock_msg_welcome *m)
 {
     put_le(w, m->consumer_id, 8);
@@ -256,6 +314,8 @@ put_welcome(struct writer *w, const struct tsock_msg_welcome *m)
     put_le(w, m->tensor_count, 1);
     for (uint32_t t = 0; t < m->tensor_count; t++)
         put_tensor(w, &m->tensors[t]);
+    if (m->device == TSOCK_DEVICE_CUDA)
+        put_cuda(w, m);
 }
 
 static void
@@ -423,6 +483,32 @@ get_tensor(struct reader *r, struct tsock_tensor_desc *t)
 }
 
 static void
+get_bytes(struct reader *r, uint8_t *dst, size_t n)
+{
+    if (r->bad || n > r->size - r->pos) {
+        r->bad = 1;
+        return;
+    }
+    memcpy(dst, r->buf + r->pos, n);
+    r->pos += n;
+}
+
+/* The CUDA block; the slot count bounds the number of event handles read, so a count beyond
+ * TSOCK_PROTO_MAX_CUDA_SLOTS is refused before anything is copied. */
+static void
+get_cuda(struct reader *r, struct tsock_msg_welcome *m)
+{
+    if (m->slot_count > TSOCK_PROTO_MAX_CUDA_SLOTS) {
+        r->bad = 1;
+        return;
+    }
+    get_bytes(r, m->cuda.device_uuid, sizeof m->cuda.device_uuid);
+    get_bytes(r, m->cuda.mem, sizeof m->cuda.mem);
+    for (uint32_t s = 0; s < m->slot_count && !r->bad; s++)
+        get_bytes(r, m->cuda.events[s], TSOCK_CUDA_IPC_HANDLE_SIZE);
+}
+
+static void
 get_welcome(struct reader *r, struct tsock_msg_welcome *m)
 {
     m->consumer_id = get_le(r, 8);
@@ -441,6 +527,8 @@ get_welcome(struct reader *r, struct tsock_msg_welcome *m)
     }
     for (uint32_t t = 0; t < m->tensor_count && !r->bad; t++)
         get_tensor(r, &m->tensors[t]);
+    if (m->device == TSOCK_DEVICE_CUDA)
+        get_cuda(r, m);
 }
 
 /* The u32 on the wire is the two's complement of the code; converted without relying on the
@@ -513,6 +601,23 @@ get_body(struct reader *r, struct tsock_msg *msg)
     }
 }
 
+/* Bytes of the union member a message type fills (0 for empty bodies and unknown types). */
+static size_t
+body_struct_size(int type)
+{
+    switch (type) {
+    case TSOCK_MSG_HELLO: return sizeof(struct tsock_msg_hello);
+    case TSOCK_MSG_WELCOME: return sizeof(struct tsock_msg_welcome);
+    case TSOCK_MSG_REJECT: return sizeof(struct tsock_msg_reject);
+    case TSOCK_MSG_BATCH: return sizeof(struct tsock_msg_batch);
+    case TSOCK_MSG_RELEASE: return sizeof(struct tsock_msg_release);
+    case TSOCK_MSG_SHUTDOWN: return sizeof(struct tsock_msg_shutdown);
+    case TSOCK_MSG_STATS_REQUEST: return sizeof(struct tsock_msg_stats_request);
+    case TSOCK_MSG_CONSUMER_STATS: return sizeof(struct tsock_msg_consumer_stats);
+    default: return 0;
+    }
+}
+
 /* Reads and checks the header, leaving r at the body. Returns the type, or TSOCK_E_PROTOCOL /
  * TSOCK_E_VERSION. */
 static int
@@ -554,11 +659,14 @@ tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock_msg *msg)
 
     if (!msg || (!buf && size != 0))
         return -EINVAL;
-    /* Zeroed so that two decodings of the same frame compare equal byte for byte. */
-    memset(msg, 0, sizeof *msg);
+    memset(msg, 0, offsetof(struct tsock_msg, u));
     int type = get_header(&r);
     if (type < 0)
         return type;
+    /* The type's part of the message is zeroed, so that two decodings of the same frame are
+     * equal byte for byte there. Only that part: a WELCOME of a CUDA ring makes the union
+     * 17 KiB, and every BATCH and RELEASE would pay for clearing it. */
+    memset(&msg->u, 0, body_struct_size(type));
     msg->type = (uint16_t)type;
     get_body(&r, msg);
     if (r.bad || r.pos != r.size || check_msg(msg) != 0)

@@ -14,11 +14,19 @@
 #include "tsock/tsock.h"
 
 #define TSOCK_PROTO_MAGIC 0x4B435354u /* "TSCK" read as a little-endian u32 */
-#define TSOCK_PROTO_VERSION 1
+/* 2: WELCOME carries the CUDA ring's IPC handles (device 1). */
+#define TSOCK_PROTO_VERSION 2
 #define TSOCK_PROTO_HEADER_SIZE 12
 /* No valid message is larger; anything bigger is rejected before it is parsed. */
 #define TSOCK_PROTO_MAX_MESSAGE 65536
 #define TSOCK_PROTO_MAX_SHM_NAME 255
+/* A CUDA ring announces one 64-byte event handle per slot; this bound keeps a WELCOME well
+ * inside TSOCK_PROTO_MAX_MESSAGE. */
+#define TSOCK_PROTO_MAX_CUDA_SLOTS 256
+/* Sizes of cudaIpcMemHandle_t / cudaIpcEventHandle_t and of a device UUID. The codec treats
+ * them as opaque bytes, so it needs no CUDA header (backend/cuda checks the sizes match). */
+#define TSOCK_CUDA_IPC_HANDLE_SIZE 64
+#define TSOCK_CUDA_UUID_SIZE 16
 
 enum tsock_msg_type {
     TSOCK_MSG_HELLO = 1,     /* consumer -> producer: join */
@@ -59,6 +67,16 @@ struct tsock_tensor_desc {
     uint64_t sample_bytes; /* bytes of one sample */
 };
 
+/* What a consumer needs to open a ring in device memory: the device it lives on (its UUID,
+ * since device ordinals differ between processes with CUDA_VISIBLE_DEVICES), the IPC handle of
+ * the ring's one allocation, and one interprocess event per slot, recorded by the producer
+ * after the slot's batch was copied in. No handle is all zero bytes. */
+struct tsock_cuda_handles {
+    uint8_t device_uuid[TSOCK_CUDA_UUID_SIZE];
+    uint8_t mem[TSOCK_CUDA_IPC_HANDLE_SIZE];
+    uint8_t events[TSOCK_PROTO_MAX_CUDA_SLOTS][TSOCK_CUDA_IPC_HANDLE_SIZE];
+};
+
 struct tsock_msg_welcome {
     uint64_t consumer_id;
     uint32_t batch_size;   /* samples per slot at most */
@@ -68,9 +86,11 @@ struct tsock_msg_welcome {
     uint32_t heartbeat_ms; /* producer's heartbeat interval */
     uint32_t device;       /* tsock_device of the ring */
     uint64_t samples;      /* samples per epoch of the producer's sampler; 0 in free mode */
-    char shm_name[TSOCK_PROTO_MAX_SHM_NAME + 1];
+    char shm_name[TSOCK_PROTO_MAX_SHM_NAME + 1]; /* host ring only; empty for CUDA */
     uint32_t tensor_count; /* 1..TSOCK_MAX_TENSORS */
     struct tsock_tensor_desc tensors[TSOCK_MAX_TENSORS];
+    struct tsock_cuda_handles cuda; /* device == TSOCK_DEVICE_CUDA only (first slot_count
+                                       event handles); ignored by the encoder otherwise */
 };
 
 struct tsock_msg_reject {
@@ -173,7 +193,9 @@ int tsock__msg_encode(const struct tsock_msg *msg, uint8_t *buf, size_t size);
 /* Decodes one message from untrusted bytes into *msg. Returns 0, TSOCK_E_VERSION when the magic
  * is right but the version is not, or TSOCK_E_PROTOCOL for anything malformed: wrong magic,
  * length mismatch, truncated or trailing bytes, unknown type, out-of-range fields, names that
- * are not NUL-free printable strings. Never reads outside [buf, buf+size). */
+ * are not NUL-free printable strings. Never reads outside [buf, buf+size). On success `type`
+ * and the union member of that type are fully written (unused bytes zeroed); the rest of the
+ * union is left as it was. */
 int tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock_msg *msg);
 
 /* Encodes a STATS_REPLY, a whole frame with its header. Returns the byte count, -ENOBUFS, or

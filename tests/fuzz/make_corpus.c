@@ -127,7 +127,7 @@ welcome_max(struct tsock_msg *m)
     w->batch_size = 1000;
     w->slot_count = 1024;
     w->heartbeat_ms = 1000;
-    w->device = TSOCK_DEVICE_CUDA;
+    w->device = TSOCK_DEVICE_CPU;
     w->samples = UINT64_MAX;
     w->shm_name[0] = '/';
     memset(w->shm_name + 1, 'r', TSOCK_PROTO_MAX_SHM_NAME - 1);
@@ -193,6 +193,24 @@ stats_replies(const char *dir)
     put_reply(dir, "stats-reply-empty.bin", &r);
 }
 
+/* welcome()'s ring in device memory: no shm name; a device UUID, the ring's memory handle and
+ * one event handle per slot, each with recognisable non-zero bytes. */
+static void
+welcome_cuda(struct tsock_msg *m)
+{
+    struct tsock_msg_welcome *w = &m->u.welcome;
+
+    welcome(m);
+    w->device = TSOCK_DEVICE_CUDA;
+    memset(w->shm_name, 0, sizeof w->shm_name);
+    for (int i = 0; i < TSOCK_CUDA_UUID_SIZE; i++)
+        w->cuda.device_uuid[i] = (uint8_t)(0xA0 + i);
+    for (int i = 0; i < TSOCK_CUDA_IPC_HANDLE_SIZE; i++)
+        w->cuda.mem[i] = (uint8_t)(i + 1);
+    for (uint32_t s = 0; s < w->slot_count; s++)
+        memset(w->cuda.events[s], (int)(0xE0 + s), TSOCK_CUDA_IPC_HANDLE_SIZE);
+}
+
 static void
 valid(const char *dir)
 {
@@ -212,6 +230,8 @@ valid(const char *dir)
     put(dir, "welcome-free.bin", &m);
     welcome_max(&m);
     put(dir, "welcome-max.bin", &m);
+    welcome_cuda(&m);
+    put(dir, "welcome-cuda.bin", &m);
 
     memset(&m, 0, sizeof m);
     m.type = TSOCK_MSG_REJECT;
@@ -314,7 +334,7 @@ malformed(const char *dir)
     buf[3] = 'X';
     emit(dir, "bad-magic.bin", buf, n);
     n = encode(&m, buf);
-    store_le(buf + 4, 2, 2);
+    store_le(buf + 4, 1, 2); /* a peer of protocol version 1 */
     emit(dir, "bad-version.bin", buf, n);
     n = encode(&m, buf);
     store_le(buf + 6, TSOCK_MSG_TYPE_LAST + 1, 2);
@@ -362,6 +382,20 @@ malformed(const char *dir)
     n -= 8;
     store_le(buf + 8, n - TSOCK_PROTO_HEADER_SIZE, 4);
     emit(dir, "bad-welcome-no-samples.bin", buf, n);
+
+    /* CUDA rings: the last event handle all zeros; the block cut short; a version-1 style
+     * WELCOME of a CUDA ring (a shm name, no block). */
+    welcome_cuda(&m);
+    n = encode(&m, buf);
+    memset(buf + n - TSOCK_CUDA_IPC_HANDLE_SIZE, 0, TSOCK_CUDA_IPC_HANDLE_SIZE);
+    emit(dir, "bad-welcome-cuda-zero-event.bin", buf, n);
+    n = encode(&m, buf);
+    store_le(buf + 8, n - 1 - TSOCK_PROTO_HEADER_SIZE, 4);
+    emit(dir, "bad-welcome-cuda-truncated.bin", buf, n - 1);
+    welcome(&m);
+    n = encode(&m, buf);
+    store_le(buf + TSOCK_PROTO_HEADER_SIZE + 36, TSOCK_DEVICE_CUDA, 4);
+    emit(dir, "bad-welcome-cuda-no-handles.bin", buf, n);
 }
 
 int

@@ -17,6 +17,10 @@
 #include <string.h>
 #include <zmq.h>
 
+/* The protocol version the library speaks (TSOCK_PROTO_VERSION; this program deliberately does
+ * not include the library's headers, so it is repeated here). */
+#define WIRE_VERSION 2
+
 static uint64_t rng_state;
 
 static uint64_t
@@ -52,19 +56,19 @@ make_message(uint8_t *buf, size_t cap)
     case 1: /* right magic, truncated header */
         len = 1 + rng() % 11;
         put_le(buf, 0x4B435354u, 4);
-        put_le(buf + 4, 1, 2);
+        put_le(buf + 4, WIRE_VERSION, 2);
         put_le(buf + 6, 1 + rng() % 8, 2);
         return len;
     case 2: /* full header, wrong version */
         put_le(buf, 0x4B435354u, 4);
-        put_le(buf + 4, 2 + rng() % 1000, 2);
+        put_le(buf + 4, WIRE_VERSION + 1 + rng() % 1000, 2);
         put_le(buf + 6, 1 + rng() % 8, 2);
         put_le(buf + 8, 0, 4);
         return 12;
     case 3: /* known type, body length larger than the frame */
     case 4: /* known type, body length smaller than the frame */
         put_le(buf, 0x4B435354u, 4);
-        put_le(buf + 4, 1, 2);
+        put_le(buf + 4, WIRE_VERSION, 2);
         put_le(buf + 6, 1 + rng() % 8, 2);
         len = 12 + rng() % 120;
         for (size_t i = 12; i < len; i++)
@@ -75,7 +79,7 @@ make_message(uint8_t *buf, size_t cap)
         return len;
     case 5: /* unknown type, consistent length */
         put_le(buf, 0x4B435354u, 4);
-        put_le(buf + 4, 1, 2);
+        put_le(buf + 4, WIRE_VERSION, 2);
         put_le(buf + 6, 9 + rng() % 60000, 2);
         len = 12 + rng() % 64;
         for (size_t i = 12; i < len; i++)
@@ -85,7 +89,7 @@ make_message(uint8_t *buf, size_t cap)
     case 6: /* oversized: header claims what the frame holds, but more than any message */
         len = cap;
         put_le(buf, 0x4B435354u, 4);
-        put_le(buf + 4, 1, 2);
+        put_le(buf + 4, WIRE_VERSION, 2);
         put_le(buf + 6, 1 + rng() % 8, 2);
         put_le(buf + 8, len - 12, 4);
         memset(buf + 12, 0xA5, len - 12);

@@ -320,7 +320,7 @@ def test_status_line(env):
         check(p.returncode == 0, f"producer exit {p.returncode}")
         with open(env.path(stats)) as f:
             kinds = [json.loads(l)["type"] for l in f if l.strip()]
-        check(kinds[-1] == "final" and kinds.count("interval") >= 2,
+        check(kinds[-1] == "final" and kinds.count("interval") >= 1,
               f"stats records: {kinds}")
 
 

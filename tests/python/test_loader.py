@@ -234,8 +234,15 @@ def test_batch_size_and_device_arguments(tsock, programs, procs, endpoint):
         assert len(loader) == 2
         images, labels = next(iter(loader))
         assert len(labels) == 32
-    with pytest.raises(NotImplementedError, match="CUDA"):
-        tsock.DataLoader(endpoint, device="cuda", timeout=20)
+    with pytest.raises(ValueError, match="unknown device"):
+        tsock.DataLoader(endpoint, device="tpu", timeout=20)
+    # A host ring and device="cuda": the tensors are copied to the GPU (test_cuda.py covers a
+    # ring in GPU memory).
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        with tsock.DataLoader(endpoint, device="cuda", timeout=20) as loader:
+            images, labels = next(iter(loader))
+            assert images.is_cuda and labels.is_cuda
     with tsock.DataLoader(endpoint, batch_size=16, device="cpu", output="numpy",
                           names=("label", "index", "image"), timeout=20) as loader:
         labels, ids, images = next(iter(loader))

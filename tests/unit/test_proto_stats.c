@@ -336,7 +336,8 @@ test_golden(void)
     CHECK_EQ(tsock__msg_encode(&m, buf, sizeof buf), sizeof request);
     CHECK(memcmp(buf, request, sizeof request) == 0);
     CHECK_EQ(decode_msg(request, sizeof request, &d), 0);
-    CHECK(memcmp(&d, &m, sizeof d) == 0);
+    CHECK(d.type == m.type &&
+          memcmp(&d.u.stats_request, &m.u.stats_request, sizeof d.u.stats_request) == 0);
 
     memset(&m, 0, sizeof m);
     m.type = TSOCK_MSG_CONSUMER_STATS;
@@ -344,7 +345,8 @@ test_golden(void)
     CHECK_EQ(tsock__msg_encode(&m, buf, sizeof buf), sizeof own);
     CHECK(memcmp(buf, own, sizeof own) == 0);
     CHECK_EQ(decode_msg(own, sizeof own, &d), 0);
-    CHECK(memcmp(&d, &m, sizeof d) == 0);
+    CHECK(d.type == m.type &&
+          memcmp(&d.u.consumer_stats, &m.u.consumer_stats, sizeof d.u.consumer_stats) == 0);
 
     memset(&r, 0, sizeof r);
     r.request_id = 7;

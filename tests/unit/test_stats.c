@@ -363,7 +363,7 @@ test_flood_and_malformed(void)
     /* All 200 arrive within a window or two of one second each. */
     CHECK(answered >= 20 && answered <= 40);
     /* A STATS_REQUEST with a 4-byte body, and CONSUMER_STATS from a peer that never joined. */
-    uint8_t bad[16] = {'T', 'S', 'C', 'K', 1, 0, TSOCK_MSG_STATS_REQUEST, 0, 4, 0, 0, 0};
+    uint8_t bad[16] = {'T', 'S', 'C', 'K', TSOCK_PROTO_VERSION, 0, TSOCK_MSG_STATS_REQUEST, 0, 4, 0, 0, 0};
     CHECK_EQ(zmq_send(raw, bad, sizeof bad, 0), (int)sizeof bad);
     for (int k = 0; k < 500 && pstat(p, -1, TSOCK_STAT_BAD_MESSAGES) < 1; k++)
         nap();

@@ -53,6 +53,13 @@ def strerror(code):
     return _lib.strerror(code)
 
 
+def cuda_device_count():
+    """How many CUDA devices libtsock can use here (0: none, or a libtsock built without its
+    CUDA backend). A producer with device="cuda" needs at least one."""
+    n = _lib.lib.tsock_cuda_device_count()
+    return n if n > 0 else 0
+
+
 def set_log(callback, level=LOG_WARN):
     """Routes libtsock's log lines to ``callback(level, message)`` (None: discard, the default).
 
@@ -73,5 +80,5 @@ __all__ = [
     "E_PRODUCER_STOPPED", "E_PROTOCOL", "E_REJECTED", "E_STATE", "E_VERSION",
     "LOG_ERROR", "LOG_WARN", "LOG_INFO", "LOG_DEBUG",
     "default_endpoint", "library_path", "library_version", "library_version_info",
-    "query_stats", "set_log", "strerror",
+    "cuda_device_count", "query_stats", "set_log", "strerror",
 ]

@@ -108,6 +108,7 @@ _declare("tsock_layout_destroy", None, [c_void_p])
 _declare("tsock_producer_create", c_int,
          [P(c_void_p), c_char_p, c_void_p, c_uint32, c_uint32])
 _declare("tsock_producer_set_heartbeat", c_int, [c_void_p, c_int, c_int])
+_declare("tsock_producer_set_device", c_int, [c_void_p, c_int])
 _declare("tsock_producer_start", c_int, [c_void_p])
 _declare("tsock_producer_endpoint", c_char_p, [c_void_p])
 _declare("tsock_producer_wait_consumers", c_int, [c_void_p, c_int, c_int])
@@ -133,6 +134,8 @@ _declare("tsock_consumer_set_reconnect", c_int, [c_void_p, c_int])
 _declare("tsock_consumer_start", c_int, [c_void_p, c_int])
 _declare("tsock_consumer_next", c_int, [c_void_p, c_int, P(c_void_p)])
 _declare("tsock_consumer_release", c_int, [c_void_p, c_void_p])
+_declare("tsock_consumer_release_on_stream", c_int, [c_void_p, c_void_p, c_void_p])
+_declare("tsock_consumer_set_device", c_int, [c_void_p, c_int])
 _declare("tsock_consumer_stat", c_int, [c_void_p, c_int, P(c_uint64)])
 _declare("tsock_consumer_batch_capacity", c_uint32, [c_void_p])
 _declare("tsock_consumer_slot_count", c_uint32, [c_void_p])
@@ -161,6 +164,11 @@ _declare("tsock_batch_tensor_dim", c_int64, [c_void_p, c_int, c_int])
 _declare("tsock_batch_tensor_bytes", c_size_t, [c_void_p, c_int])
 _declare("tsock_batch_tensor_data", c_void_p, [c_void_p, c_int])
 _declare("tsock_batch_tensor_device", c_int, [c_void_p, c_int])
+_declare("tsock_batch_device_index", c_int, [c_void_p])
+_declare("tsock_batch_wait", c_int, [c_void_p, c_void_p])
+
+# ---- GPU ----
+_declare("tsock_cuda_device_count", c_int, [])
 
 
 def _check_version():

@@ -6,8 +6,8 @@ array without copying:
 - host memory (TSOCK_DEVICE_CPU): a numpy array built from ``__array_interface__`` with the
   read-only flag set, so numpy refuses writes; ``torch.from_numpy`` then shares the memory.
 - device memory (TSOCK_DEVICE_CUDA): a torch CUDA tensor built from ``__cuda_array_interface__``
-  (see :class:`CudaMemory`). The C library has no CUDA backend yet, so :func:`device_view`
-  raises NotImplementedError for now; the pieces it will need are marked below.
+  (see :class:`CudaMemory` and :func:`device_tensor`); the consumer makes the current torch
+  stream wait for the batch first (tsock_batch_wait) and releases it stream-ordered.
 
 The view object (:class:`HostMemory`) is the array's ``base``: it keeps a reference to whatever
 owns the memory (the batch), so the owner lives as long as any array that points into it.
@@ -81,9 +81,8 @@ class HostMemory:
 class CudaMemory:
     """Exposes device memory to torch/cupy/numba through ``__cuda_array_interface__``.
 
-    Ready for the CUDA backend. What it still needs from the C API before it can be used: the
-    producer's event for the batch (to wait on the consumer's current stream, passed as
-    "stream" here or waited explicitly) and a stream-ordered release.
+    "stream" is None: the caller has already made the stream that will read the memory wait
+    for it (tsock_batch_wait), so the importer needs no synchronisation of its own.
     """
 
     __slots__ = ("__cuda_array_interface__", "owner", "__weakref__")
@@ -139,18 +138,23 @@ class CachedView:
         return False
 
 
-def device_view(device, address, shape, np_dtype, owner):
-    """The view for a tensor on a non-host device. Only CPU exists in the C library today."""
-    if device == DEVICE_CUDA:
-        # Plug-in point for the CUDA backend: build CudaMemory(address, shape, typestr, True,
-        # owner, stream=<current torch stream>), make it a tensor with
-        # torch.as_tensor(mem, device="cuda"), after waiting the batch's producer event on
-        # that stream; release must then be stream-ordered.
-        raise NotImplementedError(
-            "this batch lives in CUDA device memory, which the tsock Python binding does not "
-            "support yet (the C library has no CUDA backend so far): run the producer with "
-            "host slots")
-    raise NotImplementedError(f"tsock device {device} is not supported by this binding")
+def device_tensor(address, shape, np_dtype, bfloat16, owner):
+    """A torch CUDA tensor over device memory at `address` (zero-copy).
+
+    The memory is declared writable: torch cannot protect device memory anyway, and tsock's
+    rule (never modify a batch in place) is the protection. torch finds the device from the
+    pointer itself, so no device is forced (forcing one that differs would copy).
+    """
+    torch = get_torch()
+    if torch is None:
+        raise ImportError("a batch in GPU memory is read as torch tensors, and torch is not "
+                          "importable (or TSOCK_NO_TORCH is set)")
+    if not address:
+        raise ValueError("tsock returned a NULL tensor pointer")
+    t = torch.as_tensor(CudaMemory(address, shape, np_dtype.str, False, owner))
+    if bfloat16:
+        t = t.view(torch.bfloat16)
+    return t
 
 
 # ---- torch, optional ----

@@ -74,7 +74,7 @@ class Batch:
     """
 
     __slots__ = ("_consumer", "_ptr", "samples", "epoch_end", "is_view", "_seq", "_epoch",
-                 "_index", "__weakref__")
+                 "_index", "_waited", "__weakref__")
 
     def __init__(self, consumer, ptr):
         self._consumer = consumer
@@ -87,6 +87,7 @@ class Batch:
         else:
             consumer._gathers_count += 1
         self._seq = None  # read on first use (or by Consumer.next): ctypes calls cost ~1 us
+        self._waited = None  # GPU batches: the stream made to wait for the batch last
 
     def _load_meta(self):
         ptr = self._ptr
@@ -195,8 +196,9 @@ class Consumer:
     """
 
     def __init__(self, endpoint=None, timeout=10.0, name=None, heartbeat=None, batch_size=None,
-                 drop_last=False, epoch_grace=None, reconnect=None):
+                 drop_last=False, epoch_grace=None, reconnect=None, device=None):
         self._h = None
+        cuda_index = _cuda_index(device)
         self._views_count = 0
         self._gathers_count = 0
         self._pending = 0  # an error code met by _poll, raised by the next _next
@@ -245,6 +247,9 @@ class Consumer:
             if reconnect:
                 _lib.check(lib.tsock_consumer_set_reconnect(self._h, _ms(reconnect)),
                            "tsock_consumer_set_reconnect")
+            if cuda_index is not None:
+                _lib.check(lib.tsock_consumer_set_device(self._h, cuda_index),
+                           "tsock_consumer_set_device")
             rc = lib.tsock_consumer_start(self._h, _ms(timeout))
             if rc == -errno.EINVAL and drop_last:
                 raise ValueError(
@@ -333,14 +338,52 @@ class Consumer:
                 return -_ETIMEDOUT
 
     def release(self, batch):
-        """Gives `batch` back so its slot can be refilled; its views are invalid afterwards."""
+        """Gives `batch` back so its slot can be refilled; its views are invalid afterwards.
+
+        A batch in GPU memory is released stream-ordered on torch's current stream (of the
+        batch's device): the slot is refilled only after the work queued on that stream so far,
+        which includes the training step that read it, has finished. This call never blocks."""
         ptr = batch._ptr
         if ptr is None:
             return
+        on_gpu = self.layout is not None and self.layout[0].device == _views.DEVICE_CUDA
+        stream = self._current_stream(ptr) if on_gpu else None
         batch._ptr = None
         del self._held[ptr]
         if self._h is not None:
-            _lib.check(lib.tsock_consumer_release(self._h, ptr), "tsock_consumer_release")
+            if on_gpu:
+                _lib.check(lib.tsock_consumer_release_on_stream(self._h, ptr, stream),
+                           "tsock_consumer_release_on_stream")
+            else:
+                _lib.check(lib.tsock_consumer_release(self._h, ptr), "tsock_consumer_release")
+
+    @staticmethod
+    def _current_stream(ptr):
+        """torch's current stream on a GPU batch's device, as a cudaStream_t (None: the
+        legacy default stream, also when torch is not loaded)."""
+        torch = _views.get_torch()
+        if torch is None:
+            return None
+        return torch.cuda.current_stream(lib.tsock_batch_device_index(ptr)).cuda_stream or None
+
+    def _device_view(self, batch, info, as_torch):
+        """Tensor `info` of a batch in GPU memory: a torch CUDA tensor on the slot (zero-copy),
+        after making torch's current stream wait for the producer's copy of the batch."""
+        if not as_torch:
+            raise TypeError(f"tensor {info.name!r} is in GPU memory: read it as a torch tensor "
+                            f"(Batch.tensor, DataLoader output='torch'); numpy arrays cannot "
+                            f"hold device memory")
+        if _views.get_torch() is None:
+            raise ImportError("a batch in GPU memory is read as torch tensors, and torch is not "
+                              "importable (or TSOCK_NO_TORCH is set)")
+        ptr = batch._ptr
+        stream = self._current_stream(ptr)
+        if batch._waited != (stream or 0):
+            _lib.check(lib.tsock_batch_wait(ptr, stream), "tsock_batch_wait")
+            batch._waited = stream or 0
+        address = lib.tsock_batch_tensor_data(ptr, info.index)
+        return _views.device_tensor(address, (batch.samples,) + info.sample_shape,
+                                    info.np_dtype, info.dtype == _views.BFLOAT16, self._mapping)
 
     def _read_layout(self, ptr):
         layout = []
@@ -364,6 +407,8 @@ class Consumer:
         ptr = batch._ptr
         if ptr is None:
             raise ValueError("the batch was released; its memory may already hold another batch")
+        if info.device == _views.DEVICE_CUDA:
+            return self._device_view(batch, info, as_torch)
         address = lib.tsock_batch_tensor_data(ptr, info.index)
         key = (info.index, address, batch.samples)
         entry = self._cache.get(key)
@@ -379,8 +424,7 @@ class Consumer:
     def _cache_entry(self, key, info, address, samples):
         shape = (samples,) + info.sample_shape
         if info.device != _views.DEVICE_CPU:
-            return _views.device_view(info.device, address, shape, info.np_dtype,
-                                      self._mapping)
+            raise NotImplementedError(f"tsock device {info.device} is not known to this binding")
         if info.np_dtype is None:
             raise TypeError(f"tensor {info.name!r} has dtype code {info.dtype}, unknown to "
                             f"this binding")
@@ -470,19 +514,32 @@ class Consumer:
         return f"<tsock.Consumer {self.endpoint!r} {state}>"
 
 
-def _resolve_device(device):
-    """None or a CPU device -> None. CUDA is not supported yet."""
+def _cuda_index(device):
+    """A device argument as tsock_consumer_set_device takes it: None for the host (or no
+    preference), -1 for "cuda" (the producer's own GPU), N for "cuda:N" or torch.device."""
     if device is None:
         return None
-    kind = getattr(device, "type", None) or str(device).split(":", 1)[0]
-    if kind == "cpu":
+    kind = getattr(device, "type", None)
+    index = getattr(device, "index", None) if kind is not None else None
+    if kind is None:
+        text = str(device)
+        kind, _, rest = text.partition(":")
+        if rest:
+            if not rest.isdigit():
+                raise ValueError(f"bad device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+            index = int(rest)
+    if kind == "cpu" and index is None:
         return None
     if kind == "cuda":
-        raise NotImplementedError(
-            "tsock.DataLoader(device='cuda') is not supported yet: the C library has no CUDA "
-            "backend so far. Use device=None (host tensors) and move batches to the GPU "
-            "yourself, e.g. images.to('cuda', non_blocking=True)")
-    raise ValueError(f"unknown device {device!r}: tsock knows 'cpu' (and 'cuda', later)")
+        return -1 if index is None else int(index)
+    raise ValueError(f"unknown device {device!r}: tsock knows 'cpu', 'cuda' and 'cuda:N'")
+
+
+def _resolve_device(device):
+    """None or a CPU device -> None; "cuda", "cuda:N" or a torch.device -> that device."""
+    if _cuda_index(device) is None:
+        return None
+    return device
 
 
 class DataLoader:
@@ -494,7 +551,13 @@ class DataLoader:
         endpoint: the producer's ZeroMQ endpoint (None: the default per-user endpoint).
         batch_size: this job's batch size, any positive int (None: the producer's). Batches
             inside one producer batch are zero-copy views; others are gathered (a copy).
-        device: None or "cpu". CUDA tensors are not supported yet (NotImplementedError).
+        device: None or "cpu": tensors in host memory. "cuda" or "cuda:N" (or a torch.device):
+            torch CUDA tensors. With a producer whose ring is on a GPU (tsock-producer
+            --device cuda) they are zero-copy views of the ring, ready on torch's current
+            stream (which is made to wait for the producer's copy), and each batch is released
+            stream-ordered on that stream when the next one is requested; "cuda" uses the
+            producer's GPU, "cuda:N" GPU N (peer access). With a host ring they are copied to
+            the device. Needs output="torch".
         drop_last: leave out the last batch of an epoch when it is short (done by the
             library; needs a producer sampler, which tsock-producer always has: ValueError
             with a producer that publishes its own batches).
@@ -546,6 +609,9 @@ class DataLoader:
                                                   if _views.torch_disabled() else ""))
         elif output != "numpy":
             raise ValueError(f"output must be 'torch' or 'numpy', not {output!r}")
+        if self._device is not None and output != "torch":
+            raise ValueError(f"device={device!r} yields torch CUDA tensors: it needs "
+                             f"output='torch' (and torch installed)")
         if samples is not None and samples <= 0:
             raise ValueError("samples must be positive")
         self.output = output
@@ -556,7 +622,7 @@ class DataLoader:
         self._names = tuple(names) if names is not None else None
         self._consumer = Consumer(endpoint, timeout=timeout, name=name, heartbeat=heartbeat,
                                   batch_size=batch_size, drop_last=drop_last,
-                                  epoch_grace=epoch_grace, reconnect=reconnect)
+                                  epoch_grace=epoch_grace, reconnect=reconnect, device=device)
         self.batch_size = self._consumer.batch_size
         self._select = None      # tensor infos to yield, resolved from the first batch
         self._held = None        # the batch handed out last
@@ -653,6 +719,9 @@ class DataLoader:
             sel = self._select = self._resolve_selection()
         as_torch = self.output == "torch"
         view = self._consumer._view
+        if self._device is not None and sel[0].device == _views.DEVICE_CPU:
+            # A host ring and a GPU job: one copy per job, made before the batch is released.
+            return tuple([view(batch, info, True).to(self._device) for info in sel])
         if len(sel) == 2:
             return (view(batch, sel[0], as_torch), view(batch, sel[1], as_torch))
         return tuple([view(batch, info, as_torch) for info in sel])

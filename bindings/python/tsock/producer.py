@@ -76,11 +76,30 @@ class _Tensor:
         self.sample_shape = sample_shape
 
 
+def _cuda_device(device):
+    """None / "cpu": the ring in host shared memory; "cuda" (device 0), "cuda:N" or a
+    torch.device: the ring in that GPU's memory."""
+    if device is None:
+        return None
+    kind = getattr(device, "type", None)
+    index = getattr(device, "index", None) if kind is not None else None
+    if kind is None:
+        kind, _, rest = str(device).partition(":")
+        if rest and not rest.isdigit():
+            raise ValueError(f"bad device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+        index = int(rest) if rest else None
+    if kind == "cpu" and index is None:
+        return None
+    if kind == "cuda":
+        return 0 if index is None else int(index)
+    raise ValueError(f"unknown device {device!r}: tsock knows 'cpu', 'cuda' and 'cuda:N'")
+
+
 class Producer:
     """Publishes batches to tsock consumers.
 
     ``Producer(endpoint=None, batch_size=None, slots=8, names=None, heartbeat=None,
-    timeout=None)``
+    timeout=None, device=None)``
 
     Arguments:
         endpoint: ZeroMQ endpoint to serve ("ipc:///path", "tcp://127.0.0.1:5555"); None: the
@@ -92,6 +111,10 @@ class Producer:
         heartbeat: (interval_s, timeout_s): consumer silence after which its slots are taken
             back (library default 0.25 s and 3 s).
         timeout: seconds to wait for a free slot before raising tsock.Timeout (None: forever).
+        device: None or "cpu": the ring in host shared memory. "cuda", "cuda:N" or a
+            torch.device: the ring in that GPU's memory (at most 256 slots); batches are still
+            handed over from the host and copied to the GPU once for every consumer. Without a
+            usable GPU the first publish (or start) raises TsockError E_NO_DEVICE.
 
     A batch is a tuple (or list) of torch tensors / numpy arrays sharing their first dimension
     (the sample count, 1..batch_size), a dict name -> array, or a single array. The layout
@@ -105,7 +128,7 @@ class Producer:
     """
 
     def __init__(self, endpoint=None, batch_size=None, slots=8, names=None, heartbeat=None,
-                 timeout=None):
+                 timeout=None, device=None):
         if batch_size is not None and batch_size < 1:
             raise ValueError("batch_size must be positive")
         if slots < 2:
@@ -116,6 +139,7 @@ class Producer:
         self.names = tuple(names) if names is not None else None
         self.heartbeat = heartbeat
         self.timeout = timeout
+        self.device = _cuda_device(device)
         self._h = None
         self._finalizer = None
         self._layout = None
@@ -201,6 +225,9 @@ class Producer:
                 _lib.check(lib.tsock_producer_set_heartbeat(self._h, _ms(interval),
                                                             _ms(hb_timeout)),
                            "tsock_producer_set_heartbeat")
+            if self.device is not None:
+                _lib.check(lib.tsock_producer_set_device(self._h, self.device),
+                           "tsock_producer_set_device")
             _lib.check(lib.tsock_producer_start(self._h), "tsock_producer_start")
         except BaseException:
             self.close()

@@ -1,0 +1,189 @@
+/* A consumer's view of a producer's ring in device memory: the ring's allocation and the slots'
+ * events, opened from their IPC handles once per session and kept open until the session ends
+ * (opening costs milliseconds; a batch must not). Closing releases this process's mapping, so
+ * the memory of a producer that died is not kept alive by its consumers. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_int.h"
+
+struct tsock_cuda_import {
+    int device;
+    uint32_t slots;
+    uint8_t *base;
+    cudaEvent_t *events;
+    cudaStream_t copy_stream; /* gathers only */
+};
+
+/* Chooses the device to open the ring on. `producer` is the producer's GPU as this process
+ * numbers it, or -1 when it is hidden from this process. */
+static int
+choose_device(int wanted, int producer, int count)
+{
+    if (wanted < 0) {
+        if (producer >= 0)
+            return producer;
+        /* IPC can open a handle of a device this process does not see; do it on device 0 and
+         * let the runtime set up peer access. */
+        tsock__log(TSOCK_LOG_WARN, "the producer's GPU is not visible to this process "
+                                   "(CUDA_VISIBLE_DEVICES?); opening its ring on device 0");
+        return 0;
+    }
+    if (wanted >= count) {
+        tsock__log(TSOCK_LOG_ERROR, "no CUDA device %d: this process sees %d", wanted, count);
+        return TSOCK_E_NO_DEVICE;
+    }
+    if (producer < 0 || producer == wanted)
+        return wanted;
+    int can = 0;
+    cudaError_t e = cudaDeviceCanAccessPeer(&can, wanted, producer);
+    if (e != cudaSuccess)
+        return tsock__cuda_fail(e, "cudaDeviceCanAccessPeer");
+    if (!can) {
+        tsock__log(TSOCK_LOG_ERROR, "CUDA device %d cannot read the producer's device %d: no "
+                                    "peer access between them; use device %d", wanted, producer,
+                   producer);
+        return TSOCK_E_NO_DEVICE;
+    }
+    return wanted;
+}
+
+/* Opens the memory and event handles (device current). */
+static int
+open_handles(struct tsock_cuda_import *imp, const struct tsock_cuda_handles *h)
+{
+    cudaIpcMemHandle_t mem;
+    memcpy(&mem, h->mem, sizeof mem);
+    cudaError_t e = cudaIpcOpenMemHandle((void **)&imp->base, mem, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+        imp->base = NULL;
+        return tsock__cuda_fail(e, "cudaIpcOpenMemHandle (the producer's ring)");
+    }
+    for (uint32_t s = 0; s < imp->slots; s++) {
+        cudaIpcEventHandle_t ev;
+        memcpy(&ev, h->events[s], sizeof ev);
+        if ((e = cudaIpcOpenEventHandle(&imp->events[s], ev)) != cudaSuccess) {
+            imp->events[s] = NULL;
+            return tsock__cuda_fail(e, "cudaIpcOpenEventHandle (a slot's event)");
+        }
+    }
+    e = cudaStreamCreateWithFlags(&imp->copy_stream, cudaStreamNonBlocking);
+    return e == cudaSuccess ? 0 : tsock__cuda_fail(e, "cudaStreamCreateWithFlags");
+}
+
+int
+tsock__cuda_import_open(struct tsock_cuda_import **out, int device,
+                        const struct tsock_cuda_handles *h, uint32_t slots)
+{
+    *out = NULL;
+    if (slots == 0 || slots > TSOCK_PROTO_MAX_CUDA_SLOTS)
+        return -EINVAL;
+    int count = tsock__cuda_device_count();
+    if (count < 0) {
+        tsock__log(TSOCK_LOG_ERROR, "the producer's ring is in GPU memory, and this process has "
+                                    "no usable CUDA device (no GPU, driver or runtime)");
+        return count;
+    }
+    int producer = tsock__cuda_find_uuid(h->device_uuid);
+    if (producer < -1)
+        return producer;
+    int chosen = choose_device(device, producer, count);
+    if (chosen < 0)
+        return chosen;
+    struct tsock_cuda_import *imp = calloc(1, sizeof *imp);
+    if (!imp)
+        return -ENOMEM;
+    imp->device = chosen;
+    imp->slots = slots;
+    imp->events = calloc(slots, sizeof *imp->events);
+    struct tsock_cuda_guard g;
+    int err = imp->events ? tsock__cuda_enter(chosen, &g) : -ENOMEM;
+    if (err == 0) {
+        err = open_handles(imp, h);
+        tsock__cuda_leave(&g);
+    }
+    if (err < 0) {
+        tsock__cuda_import_close(imp);
+        return err;
+    }
+    *out = imp;
+    return 0;
+}
+
+uint8_t *
+tsock__cuda_import_base(const struct tsock_cuda_import *imp)
+{
+    return imp->base;
+}
+
+int
+tsock__cuda_import_device(const struct tsock_cuda_import *imp)
+{
+    return imp->device;
+}
+
+int
+tsock__cuda_import_wait(struct tsock_cuda_import *imp, uint32_t slot, void *stream)
+{
+    if (slot >= imp->slots)
+        return -EINVAL;
+    /* A stream may wait on an event of another device, so an explicit stream needs no device
+     * switch; NULL names the legacy default stream of the current device, so make that the
+     * ring's device. */
+    struct tsock_cuda_guard g = {0, 0};
+    if (!stream) {
+        int err = tsock__cuda_enter(imp->device, &g);
+        if (err < 0)
+            return err;
+    }
+    cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, imp->events[slot], 0);
+    tsock__cuda_leave(&g);
+    return e == cudaSuccess ? 0 : tsock__cuda_fail(e, "cudaStreamWaitEvent (batch ready)");
+}
+
+int
+tsock__cuda_import_copy(struct tsock_cuda_import *imp, uint32_t slot, void *dst, const void *src,
+                        size_t bytes)
+{
+    if (slot >= imp->slots)
+        return -EINVAL;
+    struct tsock_cuda_guard g;
+    int err = tsock__cuda_enter(imp->device, &g);
+    if (err < 0)
+        return err;
+    cudaError_t e = cudaStreamWaitEvent(imp->copy_stream, imp->events[slot], 0);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, imp->copy_stream);
+    tsock__cuda_leave(&g);
+    return e == cudaSuccess ? 0 : tsock__cuda_fail(e, "queuing a gather copy");
+}
+
+int
+tsock__cuda_import_sync(struct tsock_cuda_import *imp)
+{
+    cudaError_t e = cudaStreamSynchronize(imp->copy_stream);
+    return e == cudaSuccess ? 0 : tsock__cuda_fail(e, "cudaStreamSynchronize (gather)");
+}
+
+void
+tsock__cuda_import_close(struct tsock_cuda_import *imp)
+{
+    if (!imp)
+        return;
+    struct tsock_cuda_guard g;
+    if (tsock__cuda_enter(imp->device, &g) == 0) {
+        if (imp->copy_stream) {
+            (void)cudaStreamSynchronize(imp->copy_stream);
+            (void)cudaStreamDestroy(imp->copy_stream);
+        }
+        for (uint32_t s = 0; imp->events && s < imp->slots; s++)
+            if (imp->events[s])
+                (void)cudaEventDestroy(imp->events[s]);
+        if (imp->base)
+            (void)cudaIpcCloseMemHandle(imp->base);
+        tsock__cuda_leave(&g);
+    }
+    free(imp->events);
+    free(imp);
+}

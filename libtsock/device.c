@@ -1,0 +1,9 @@
+/* Device queries of the public API. */
+#include "backend/backend.h"
+#include "core/core.h"
+
+int
+tsock_cuda_device_count(void)
+{
+    return tsock__cuda_device_count();
+}
