@@ -259,8 +259,8 @@ main(int argc, char **argv)
             if (!f->width)
                 continue;
             double t0 = thread_cpu_s();
-            int e = tjDecompress2(tj, f->data, (unsigned long)f->size, rgb, f->width, 0,
-                                  f->height, TJPF_RGB, 0);
+            int e = tjDecompress2(tj, f->data, (unsigned long)f->size, rgb, f->width, 0, f->height,
+                                  TJPF_RGB, 0);
             double dt = thread_cpu_s() - t0;
             if (e != 0 && tjGetErrorCode(tj) == TJERR_FATAL)
                 failures++;
@@ -276,8 +276,8 @@ main(int argc, char **argv)
         double c0 = process_cpu_s();
         w0 = wall_s();
         for (uint64_t first = 0; first < samples; first += (uint64_t)batch) {
-            uint32_t n = (uint32_t)(samples - first < (uint64_t)batch ? samples - first
-                                                                      : (uint64_t)batch);
+            uint32_t n =
+                (uint32_t)(samples - first < (uint64_t)batch ? samples - first : (uint64_t)batch);
             for (uint32_t j = 0; j < n; j++)
                 ids[j] = first + j;
             r = tsock_pipeline_load(pl, (uint64_t)rep, ids, n, images, labels, indices);

@@ -4,7 +4,8 @@
 Two parts, in one invocation:
 
   big    An ImageNet-sized ImageFolder tree (1000 classes x 1280 files = 1.28 million entries)
-         made of hard links to ONE small valid JPEG, in a temporary folder (making 1.28 million
+         made of hard links to one small valid JPEG (to a few copies of it: a file system caps the
+         links to one inode), in a temporary folder (making 1.28 million
          real files would take hours; the index, the header check and the memory figures do
          not depend on the files being different). tsock-producer --dataset imagenet serves it
          to one tsock-consume twice with --index-cache: first without a cache file (index
@@ -23,7 +24,7 @@ tree was just made), as they are on a machine that read the dataset recently. Th
 --slots x --batch-size x 224 x 224 x 3 bytes of shared memory, resident in the producer once
 every slot has been written.
 
-    python3 benchmarks/producer_memory.py [--entries 1280000] [--batches 600] [--epochs 30]
+    python3 benchmarks/producer_memory.py [--entries 1280000] [--batches 600] [--epochs 100]
 
 Writes docs/benchmarks/producer_memory.json (--out) and prints a summary. The temporary trees
 are removed at the end.
@@ -41,6 +42,20 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build", "normal")
 IMAGE_BYTES = 224 * 224 * 3
+LINKS_PER_COPY = 50000
+
+
+def git_commit():
+    """The checkout's commit, with "-dirty" when libtsock/, producer/ or include/ differ."""
+    try:
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "libtsock",
+                                "producer", "include"], capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+        return head + ("-dirty" if dirty else "") if head else None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def parse_args():
@@ -50,7 +65,7 @@ def parse_args():
     ap.add_argument("--batches", type=int, default=600,
                     help="batches served per big-tree run before SIGTERM")
     ap.add_argument("--images", type=int, default=800, help="images of the epochs tree")
-    ap.add_argument("--epochs", type=int, default=30, help="epochs served over the small tree")
+    ap.add_argument("--epochs", type=int, default=100, help="epochs served over the small tree")
     ap.add_argument("--photos", default="/usr/share/backgrounds")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--slots", type=int, default=8)
@@ -92,13 +107,22 @@ def make_link_tree(args, workdir):
     os.mkdir(root)
     t0 = time.monotonic()
     per, extra = divmod(args.entries, args.classes)
+    # File systems cap the links to one inode (ext4: 65000), so a fresh copy of the file (same
+    # bytes) takes over every LINKS_PER_COPY links.
+    copies, links, target = 1, 0, src
     for c in range(args.classes):
         name = f"n{1440764 + 7 * c:08d}"
         d = os.path.join(root, name)
         os.mkdir(d)
         for i in range(per + (1 if c < extra else 0)):
-            os.link(src, os.path.join(d, f"{name}_{i}.JPEG"))
-    return root, {"seconds_to_link": time.monotonic() - t0, "file_bytes": os.path.getsize(src),
+            if links == LINKS_PER_COPY:
+                target = os.path.join(workdir, "one", f"copy{copies}.JPEG")
+                shutil.copyfile(src, target)
+                copies, links = copies + 1, 0
+            os.link(target, os.path.join(d, f"{name}_{i}.JPEG"))
+            links += 1
+    return root, {"seconds_to_link": time.monotonic() - t0, "inodes": copies,
+                  "file_bytes": os.path.getsize(src),
                   "file_width": summary.get("mean_width"),
                   "file_height": summary.get("mean_height")}
 
@@ -230,6 +254,7 @@ def main():
     out = {"benchmark": "producer_memory", "date_utc": time.strftime("%Y-%m-%d %H:%M",
                                                                     time.gmtime()),
            "cpus": os.cpu_count(),
+           "commit": git_commit(),
            "config": {"entries": args.entries, "classes": args.classes,
                       "batches_per_big_run": args.batches, "epochs": args.epochs,
                       "epochs_tree_images": args.images, "batch_size": args.batch_size,
