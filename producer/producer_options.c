@@ -45,6 +45,18 @@ usage(FILE *f)
             "                             the dataset)\n"
             "  --samples N                samples in the synthetic dataset (default 4096)\n"
             "\n"
+"GPU (a CUDA build on a machine with an NVIDIA GPU):\n"
+            "  --device cpu|cuda[:N]      keep the ring in host shared memory (default) or in\n"
+            "                             the memory of GPU N; consumers use it in place\n"
+            "  --output uint8|float16|float32\n"
+            "                             the image dtype consumers see, converted once on the\n"
+            "                             GPU (default uint8: a quarter of the bytes of float32)\n"
+            "  --layout nhwc|nchw         the image layout consumers see (default nhwc)\n"
+            "  --normalize[=M1,M2,M3,S1,S2,S3]\n"
+            "                             (x/255 - mean) / std per channel, ImageNet's mean and\n"
+            "                             std when no values are given; implies float32 unless\n"
+            "                             --output float16\n"
+            "\n"
             "Serving:\n"
             "  --endpoint ADDR            ZeroMQ endpoint (ipc:///path or tcp://host:port);\n"
             "                             default: the per-user ipc endpoint\n"
@@ -93,6 +105,10 @@ enum {
     OPT_HEARTBEAT_TIMEOUT_MS,
     OPT_STATS_JSON,
     OPT_STATS_INTERVAL,
+    OPT_DEVICE,
+    OPT_OUTPUT,
+    OPT_LAYOUT,
+    OPT_NORMALIZE,
     OPT_QUIET,
     OPT_VERBOSE,
     OPT_HELP
@@ -122,6 +138,10 @@ static const struct option longopts[] = {
     {"heartbeat-timeout-ms", required_argument, NULL, OPT_HEARTBEAT_TIMEOUT_MS},
     {"stats-json", required_argument, NULL, OPT_STATS_JSON},
     {"stats-interval", required_argument, NULL, OPT_STATS_INTERVAL},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"output", required_argument, NULL, OPT_OUTPUT},
+    {"layout", required_argument, NULL, OPT_LAYOUT},
+    {"normalize", optional_argument, NULL, OPT_NORMALIZE},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"verbose", no_argument, NULL, OPT_VERBOSE},
     {"help", no_argument, NULL, OPT_HELP},
@@ -180,9 +200,55 @@ parse_crop_scale(const char *value, struct config *cfg)
         cli_bad_usage("--crop-scale: need 0 < MIN <= MAX <= 1, got '%s'", value);
 }
 
+/* --device cpu, cuda or cuda:N. */
+static void
+parse_device(const char *value, struct config *cfg)
+{
+    if (strcmp(value, "cpu") == 0)
+        cfg->device = -1;
+    else if (strcmp(value, "cuda") == 0)
+        cfg->device = 0;
+    else if (strncmp(value, "cuda:", 5) == 0)
+        cfg->device = (int)cli_parse_u64("device", value + 5, 0, 1023);
+    else
+        cli_bad_usage("--device: '%s' is not a valid value (expected cpu, cuda or cuda:N)",
+                      value);
+}
+
+/* --normalize=M1,M2,M3,S1,S2,S3: three means and three positive standard deviations. */
+static void
+parse_normalize(const char *value, struct config *cfg)
+{
+    static const float imagenet[6] = {0.485f, 0.456f, 0.406f, 0.229f, 0.224f, 0.225f};
+    float v[6];
+    cfg->normalize = 1;
+    if (!value) {
+        memcpy(v, imagenet, sizeof v);
+    } else {
+        const char *p = value;
+        for (int i = 0; i < 6; i++) {
+            char *end;
+            v[i] = (float)parse_fraction("normalize", p, &end);
+            if (*end != (i < 5 ? ',' : '\0'))
+                cli_bad_usage("--normalize: expected six numbers M1,M2,M3,S1,S2,S3, got '%s'",
+                              value);
+            p = end + 1;
+        }
+        for (int i = 3; i < 6; i++)
+            if (!(v[i] > 0))
+                cli_bad_usage("--normalize: standard deviations must be positive, got '%s'",
+                              value);
+    }
+    memcpy(cfg->mean, v, sizeof cfg->mean);
+    memcpy(cfg->std, v + 3, sizeof cfg->std);
+}
+
 static void
 parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
 {
+    static const char *const outputs[] = {"uint8", "float16", "float32", NULL};
+    static const int output_dtypes[] = {TSOCK_UINT8, TSOCK_FLOAT16, TSOCK_FLOAT32};
+    static const char *const layouts[] = {"nhwc", "nchw", NULL};
     static const char *const datasets[] = {"synthetic", "imagenet", "folder", "list", NULL};
     static const char *const splits[] = {"train", "val", NULL};
     static const char *const io_modes[] = {"auto", "uring", "pread", NULL};
@@ -246,6 +312,16 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
                           arg);
         break;
     }
+    case OPT_DEVICE: parse_device(arg, cfg); break;
+    case OPT_OUTPUT:
+        cfg->output_dtype = output_dtypes[parse_choice("output", arg, outputs)];
+        cfg->convert = 1;
+        break;
+    case OPT_LAYOUT:
+        cfg->layout = parse_choice("layout", arg, layouts) ? TSOCK_NCHW : TSOCK_NHWC;
+        cfg->convert = 1;
+        break;
+    case OPT_NORMALIZE: parse_normalize(arg, cfg); break;
     case 'q':
     case OPT_QUIET: cfg->quiet = 1; break;
     case 'v':
@@ -280,6 +356,14 @@ check_combination(struct config *cfg, const struct seen *seen)
         if (cfg->dataset != DATASET_LIST && cfg->list)
             cli_bad_usage("--list: only for --dataset list");
     }
+    if ((cfg->convert || cfg->normalize) && cfg->device < 0)
+        cli_bad_usage("%s: converting images is done on the GPU; add --device cuda",
+                      cfg->normalize ? "--normalize" : cfg->output_dtype != TSOCK_UINT8
+                                                           ? "--output"
+                                                           : "--layout");
+    if (cfg->normalize && cfg->convert && cfg->output_dtype == TSOCK_UINT8)
+        cli_bad_usage("--normalize: needs --output float16 or float32 (normalised values are "
+                      "not bytes)");
     if (cfg->heartbeat_ms || cfg->heartbeat_timeout_ms) {
         int interval = cfg->heartbeat_ms ? cfg->heartbeat_ms : 250;
         int timeout = cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms : 3000;
@@ -314,7 +398,10 @@ parse_options(int argc, char **argv, struct config *cfg)
                            .on_error = TSOCK_ON_ERROR_SKIP,
                            .scale_min = 0.08,
                            .scale_max = 1.0,
-                           .status_interval_s = 1.0};
+                           .status_interval_s = 1.0,
+                           .device = -1,
+                           .output_dtype = TSOCK_UINT8,
+                           .layout = TSOCK_NHWC};
     opterr = 0;
     for (;;) {
         int c = getopt_long(argc, argv, ":hqv", longopts, NULL);

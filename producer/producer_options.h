@@ -29,6 +29,12 @@ struct config {
     double scale_min, scale_max;
     int heartbeat_ms, heartbeat_timeout_ms;
     double status_interval_s; /* live status line and --stats-json records */
+    int device;               /* -1: host shared memory; else the CUDA device */
+    int output_dtype;         /* tsock_dtype of the image as consumers see it (GPU only) */
+    int layout;               /* tsock_image_layout (GPU only) */
+    int convert;              /* --output or --layout given */
+    int normalize;            /* --normalize given */
+    float mean[3], std[3];    /* its values; ImageNet's when --normalize has none */
     int quiet, verbose;
 };
 

@@ -114,6 +114,29 @@ make_layout(const struct config *cfg, tsock_pipeline *pl, tsock_layout **out)
     return rc < 0 ? rc : 0;
 }
 
+/* --device, --output, --layout, --normalize: the ring on a GPU, and what the image becomes
+ * there (converted once, for every consumer). Returns 0 or the error (reported). */
+static int
+set_device(const struct config *cfg, tsock_producer *p)
+{
+    const char *what = "--device";
+    int rc = 0;
+    if (cfg->device < 0)
+        return 0;
+    rc = tsock_producer_set_device(p, cfg->device);
+    if (rc == 0 && cfg->convert) {
+        what = "--output/--layout";
+        rc = tsock_producer_set_output(p, "image", cfg->output_dtype, cfg->layout);
+    }
+    if (rc == 0 && cfg->normalize) {
+        what = "--normalize";
+        rc = tsock_producer_set_normalize(p, "image", 3, cfg->mean, cfg->std);
+    }
+    if (rc < 0)
+        lib_error(what, rc);
+    return rc;
+}
+
 /* Creates and starts the producer for `samples` samples. Returns 0 or the error (reported). */
 static int
 start_producer(const struct config *cfg, tsock_pipeline *pl, uint64_t samples,
@@ -139,12 +162,16 @@ start_producer(const struct config *cfg, tsock_pipeline *pl, uint64_t samples,
         rc = tsock_producer_set_heartbeat(p, cfg->heartbeat_ms ? cfg->heartbeat_ms : 250,
                                           cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms
                                                                     : 3000);
+    if (rc == 0 && (rc = set_device(cfg, p)) < 0) {
+        tsock_producer_destroy(p);
+        return rc;
+    }
     if (rc == 0) {
         what = "tsock_producer_set_sampler";
         rc = tsock_producer_set_sampler(p, samples, cfg->seed, cfg->epochs);
     }
     if (rc == 0) {
-        what = "tsock_producer_start";
+        what = cfg->device >= 0 ? "starting on the GPU" : "tsock_producer_start";
         rc = tsock_producer_start(p);
     }
     if (rc < 0) {

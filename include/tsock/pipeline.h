@@ -166,7 +166,7 @@ typedef enum tsock_pipeline_stat_key {
     TSOCK_PIPELINE_LEFT_OUT = 6,    /* files the index left out: empty, unreadable, too large,
                                        not an image by their header */
     TSOCK_PIPELINE_NOT_IMAGE = 7,   /* of those, left out by the header check */
-    TSOCK_PIPELINE_DECODE_NS = 8,   /* worker time spent decoding and augmenting, summed */
+    TSOCK_PIPELINE_DECODE_NS = 8,   /* worker CPU time spent decoding and augmenting, summed */
     TSOCK_PIPELINE_READ_WAIT_NS = 9, /* time the driving thread spent reading files */
     TSOCK_PIPELINE_INDEX_NS = 10,   /* time tsock_pipeline_open spent on the index */
     TSOCK_PIPELINE_INDEX_BYTES = 11, /* memory the index holds */

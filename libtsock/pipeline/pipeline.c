@@ -1,5 +1,8 @@
 /* The pipeline handle: options, open (index, reader, workers), accessors and statistics. */
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -239,6 +242,11 @@ tsock_pipeline_open(tsock_pipeline *pl)
         return r;
     }
     pl->open = 1;
+#ifdef __GLIBC__
+    /* A scan's temporary tables (tens of MB for ImageNet) are freed by now, but glibc keeps
+     * the pages; give them back, so a fresh index costs no more than one from the cache. */
+    malloc_trim(0);
+#endif
     return 0;
 }
 

@@ -239,6 +239,19 @@ def test_bad_options(env):
         (["--dataset", "imagenet", "--root", ""], "--root"),
         (["--dataset", "imagenet", "--root", tree, "--stats-interval", "0"], "--stats-interval"),
         (["--dataset", "imagenet", "--root", tree, "--image-size", "9000"], "--image-size"),
+        (["--dataset", "imagenet", "--root", tree, "--device", "gpu"], "--device"),
+        (["--dataset", "imagenet", "--root", tree, "--device", "cuda:x"], "--device"),
+        (["--dataset", "imagenet", "--root", tree, "--output", "float16"], "--output"),
+        (["--dataset", "imagenet", "--root", tree, "--layout", "nchw"], "--layout"),
+        (["--dataset", "imagenet", "--root", tree, "--normalize"], "--normalize"),
+        (["--dataset", "imagenet", "--root", tree, "--device", "cuda", "--output", "int8"],
+         "--output"),
+        (["--dataset", "imagenet", "--root", tree, "--device", "cuda", "--normalize=1,2"],
+         "--normalize"),
+        (["--dataset", "imagenet", "--root", tree, "--device", "cuda",
+          "--normalize=0.5,0.5,0.5,0.2,0,0.2"], "--normalize"),
+        (["--dataset", "imagenet", "--root", tree, "--device", "cuda", "--output", "uint8",
+          "--normalize"], "--normalize"),
     ]
     for extra, needle in usage:
         r = subprocess.run([P, *extra], capture_output=True, text=True, timeout=10)
@@ -255,6 +268,10 @@ def test_bad_options(env):
     r = subprocess.run([P, "--dataset", "imagenet", "--root", empty], capture_output=True,
                        text=True, timeout=10)
     check(r.returncode == 1 and "no usable image" in r.stderr, f"no image: {r.stderr}")
+    # No such GPU (on any machine): a clear error, exit 1.
+    r = subprocess.run([P, "--dataset", "synthetic", "--device", "cuda:1023",
+                        "--endpoint", env.ipc], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 1 and "GPU" in r.stderr, f"--device cuda:1023: {r.stderr}")
     bad_stats = env.path("no-dir/stats.json")
     r = subprocess.run([P, "--dataset", "synthetic", "--stats-json", bad_stats],
                        capture_output=True, text=True, timeout=10)
