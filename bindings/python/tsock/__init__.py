@@ -37,7 +37,7 @@ from .errors import (
 from .producer import Producer
 from .stats import query_stats
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Path of the libtsock shared library in use.
 library_path = _lib.path

@@ -20,7 +20,7 @@ from . import errors
 # The C library version this binding was written for: its major must match, its minor must be
 # at least this one (minor versions only add functions).
 EXPECTED_MAJOR = 0
-EXPECTED_MINOR = 1
+EXPECTED_MINOR = 2
 
 c_int = ctypes.c_int
 c_uint32 = ctypes.c_uint32
