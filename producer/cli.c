@@ -54,3 +54,31 @@ cli_parse_i64(const char *opt, const char *s, int64_t min, int64_t max)
                       opt, s, min, max);
     return (int64_t)v;
 }
+
+void
+cli_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+void
+cli_check_heartbeat(int interval_ms, int timeout_ms)
+{
+    if (!interval_ms && !timeout_ms)
+        return;
+    int interval = interval_ms ? interval_ms : 250;
+    int timeout = timeout_ms ? timeout_ms : 3000;
+    if (timeout <= interval)
+        cli_bad_usage("--heartbeat-timeout-ms (%d) must be greater than --heartbeat-ms (%d)",
+                      timeout, interval);
+}

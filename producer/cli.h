@@ -4,6 +4,7 @@
 #define TSOCK_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 /* Names the program in every message; call first thing in main. */
 void cli_init(const char *program);
@@ -15,5 +16,13 @@ void cli_bad_usage(const char *fmt, ...) __attribute__((noreturn, format(printf,
  * ends the program through cli_bad_usage with a message naming the option and the range. */
 uint64_t cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max);
 int64_t cli_parse_i64(const char *opt, const char *s, int64_t min, int64_t max);
+
+/* Writes `s` to f as a JSON string: quoted, with '"', '\\' and control characters escaped
+ * (other bytes are copied: the programs' strings are UTF-8 or plain ASCII). */
+void cli_json_string(FILE *f, const char *s);
+
+/* --heartbeat-ms and --heartbeat-timeout-ms (0: the library's default, 250 and 3000): the
+ * timeout must exceed the interval, else cli_bad_usage. */
+void cli_check_heartbeat(int interval_ms, int timeout_ms);
 
 #endif

@@ -364,13 +364,7 @@ check_combination(struct config *cfg, const struct seen *seen)
     if (cfg->normalize && cfg->convert && cfg->output_dtype == TSOCK_UINT8)
         cli_bad_usage("--normalize: needs --output float16 or float32 (normalised values are "
                       "not bytes)");
-    if (cfg->heartbeat_ms || cfg->heartbeat_timeout_ms) {
-        int interval = cfg->heartbeat_ms ? cfg->heartbeat_ms : 250;
-        int timeout = cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms : 3000;
-        if (timeout <= interval)
-            cli_bad_usage("--heartbeat-timeout-ms (%d) must be greater than --heartbeat-ms (%d)",
-                          timeout, interval);
-    }
+    cli_check_heartbeat(cfg->heartbeat_ms, cfg->heartbeat_timeout_ms);
     /* The ring must be addressable: batch * (image + 16 bytes) * slots below 2^40 bytes. */
     long double ring = (long double)cfg->batch_size *
                        ((long double)cfg->image_size * (long double)cfg->image_size * 3.0L +

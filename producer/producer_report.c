@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "producer_report.h"
 
 double
@@ -95,27 +96,11 @@ jw_key(struct jw *w, const char *key)
 }
 
 static void
-jw_string_value(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-static void
 jw_str(struct jw *w, const char *key, const char *s)
 {
     jw_key(w, key);
     if (s)
-        jw_string_value(w->f, s);
+        cli_json_string(w->f, s);
     else
         fputs("null", w->f);
 }

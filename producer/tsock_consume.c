@@ -137,22 +137,6 @@ cpu_seconds(void)
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
-static void
-json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 struct config {
     const char *endpoint;
     const char *name;
@@ -653,13 +637,7 @@ parse_args(int argc, char **argv, struct config *cfg)
     }
     if (optind < argc)
         cli_bad_usage("unexpected argument '%s' (every setting is an --option)", argv[optind]);
-    if (cfg->heartbeat_ms || cfg->heartbeat_timeout_ms) {
-        int interval = cfg->heartbeat_ms ? cfg->heartbeat_ms : 250;
-        int timeout = cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms : 3000;
-        if (timeout <= interval)
-            cli_bad_usage("--heartbeat-timeout-ms (%d) must be greater than --heartbeat-ms (%d)",
-                      timeout, interval);
-    }
+    cli_check_heartbeat(cfg->heartbeat_ms, cfg->heartbeat_timeout_ms);
 }
 
 static void
@@ -692,12 +670,12 @@ print_json(const struct config *cfg, struct results *r, uint64_t start_ns, doubl
     FILE *f = stdout;
     fputs("{\"name\": ", f);
     if (cfg->name)
-        json_string(f, cfg->name);
+        cli_json_string(f, cfg->name);
     else
         fputs("null", f);
     fprintf(f, ", \"pid\": %ld, \"endpoint\": ", (long)getpid());
     if (cfg->endpoint)
-        json_string(f, cfg->endpoint);
+        cli_json_string(f, cfg->endpoint);
     else
         fputs("null", f);
     fprintf(f,
@@ -739,7 +717,7 @@ print_json(const struct config *cfg, struct results *r, uint64_t start_ns, doubl
         json_times(f, "batch_times_s", &r->batch_ns);
     fputs(", \"error\": ", f);
     if (error)
-        json_string(f, error);
+        cli_json_string(f, error);
     else
         fputs("null", f);
     fprintf(f, ", \"error_code\": %d, \"exit_code\": %d}\n", error_code, exit_code);

@@ -456,21 +456,6 @@ make_class_names(const struct options *o)
     return names;
 }
 
-static void
-json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            fprintf(f, "\\%c", *c);
-        else if (*c < 0x20)
-            fprintf(f, "\\u%04x", *c);
-        else
-            fputc(*c, f);
-    }
-    fputc('"', f);
-}
-
 static double
 now_s(void)
 {
@@ -594,7 +579,7 @@ main(int argc, char **argv)
 
     if (o.json) {
         printf("{\"out\": ");
-        json_string(stdout, o.out);
+        cli_json_string(stdout, o.out);
         printf(", \"split\": \"%s\", \"seed\": %" PRIu64 ", \"quality\": %" PRIu64
                ", \"classes\": %" PRIu64 ", \"images\": %" PRIu64 ", \"files\": %zu"
                ", \"total_bytes\": %" PRIu64 ", \"mean_width\": %.1f, \"mean_height\": %.1f"
@@ -614,7 +599,7 @@ main(int argc, char **argv)
                 file_name(&j, &j.items[i], path, sizeof path);
                 /* Relative to OUT, as a loader's index reports them. */
                 printf("%s", first ? "" : ", ");
-                json_string(stdout, path + strlen(o.out) + 1);
+                cli_json_string(stdout, path + strlen(o.out) + 1);
                 first = 0;
             }
             printf("]");

@@ -6,12 +6,10 @@ written by tsock-mkdataset, read by tsock-consume --content images.
 
 Standard library only. Every wait is bounded; no assertion depends on speed.
 """
-import argparse
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -20,13 +18,7 @@ IMAGES = 45  # regular images; --edge-cases adds 7 files per class
 BATCH = 16
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
+from itest import check, run  # the shared harness, beside this file
 
 
 class Env:
@@ -352,29 +344,5 @@ TESTS = {
 }
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("test", choices=sorted(TESTS))
-    ap.add_argument("--producer", required=True)
-    ap.add_argument("--consume", required=True)
-    ap.add_argument("--mkdataset", required=True)
-    args = ap.parse_args()
-    env = Env(args, args.test)
-    started = time.monotonic()
-    try:
-        TESTS[args.test](env)
-    except Failure as e:
-        print(f"FAIL {args.test}: {e}")
-        env.dump()
-        return 1
-    except Exception:
-        env.dump()
-        raise
-    finally:
-        env.cleanup()
-    print(f"PASS {args.test} ({time.monotonic() - started:.1f} s)")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    run(__doc__, TESTS, Env, [("producer", True), ("consume", True), ("mkdataset", True)])

@@ -12,7 +12,6 @@ producer reports, which files exist); waits are bounded so a hang fails instead 
 but no assertion depends on how fast something ran, except the 5 s bound on a consumer
 noticing a dead producer, which is the documented contract.
 """
-import argparse
 import json
 import os
 import random
@@ -20,7 +19,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -36,13 +34,7 @@ BATCH = 32
 BATCHES_PER_EPOCH = SAMPLES // BATCH
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
+from itest import Failure, check, run  # the shared harness, beside this file
 
 
 class Proc:
@@ -942,30 +934,5 @@ TESTS = {
 }
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("test", choices=sorted(TESTS))
-    ap.add_argument("--producer", required=True)
-    ap.add_argument("--consume", required=True)
-    ap.add_argument("--garbage")
-    ap.add_argument("--stat")
-    args = ap.parse_args()
-    env = Env(args, args.test)
-    started = time.monotonic()
-    try:
-        TESTS[args.test](env)
-    except Failure as e:
-        print(f"FAIL {args.test}: {e}")
-        env.dump()
-        return 1
-    except Exception:
-        env.dump()
-        raise
-    finally:
-        env.cleanup()
-    print(f"PASS {args.test} ({time.monotonic() - started:.1f} s)")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    run(__doc__, TESTS, Env, [("producer", True), ("consume", True), ("garbage", False), ("stat", False)])
