@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""One simulated training job of the collocation benchmark (run.py starts these).
+
+    job.py --loader tsock --endpoint ipc:///... --epochs 2 --delay-ms 10
+    job.py --loader torchvision --root TREE --workers 1 --epochs 2 --delay-ms 10
+
+--loader tsock reads batches from a tsock producer through tsock.DataLoader (torch tensors,
+zero-copy views of shared memory). --loader torchvision loads its own: ImageFolder +
+DataLoader with RandomResizedCrop(224) + RandomHorizontalFlip() + PILToTensor() (uint8, what
+tsock's train preset produces).
+
+Each batch is touched (a strided sum of a few dozen bytes per image, so every sample's memory
+is really read) and then held for --delay-ms by sleeping: a training step that costs no CPU.
+
+Prints one JSON object: samples, batches and epochs received; the CLOCK_MONOTONIC times of the
+first and the last batch (comparable between processes); seconds spent waiting for batches;
+and CPU seconds: `startup_cpu_s` (interpreter start and imports, up to the moment the loader
+is built), `build_cpu_s` (building the loader), `loop_cpu_s` (the epochs) and `cpu_s`
+(everything so far: this process and, for torchvision, its joined workers). What the process
+spends after printing (interpreter shut-down, which with torch loaded is a few tenths of a
+second) is seen only by its parent.
+"""
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+
+def cpu_now():
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--loader", choices=("tsock", "torchvision"), required=True)
+    ap.add_argument("--endpoint", help="tsock producer endpoint (--loader tsock)")
+    ap.add_argument("--root", help="ImageFolder tree (--loader torchvision)")
+    ap.add_argument("--workers", type=int, default=1, help="DataLoader num_workers (torchvision)")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--delay-ms", type=float, default=10.0, help="simulated step per batch")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", default="job")
+    ap.add_argument("--ready-file", help="create this file once the imports are done")
+    ap.add_argument("--go-file", help="then wait for this file before building the loader")
+    args = ap.parse_args()
+
+    import torch  # both loaders hand out torch tensors
+
+    if args.loader == "tsock":
+        import tsock
+    else:
+        from torchvision import datasets, transforms
+
+    # Everything up to here is interpreter start and imports: a one-off cost of any Python job,
+    # reported apart so the steady state can be compared as well as the whole. The benchmark
+    # starts the producers, and lets every job of a configuration go, only once all are here,
+    # so that no loader gets a head start while the others import torch.
+    if args.ready_file:
+        open(args.ready_file, "w").close()
+    if args.go_file:
+        while not os.path.exists(args.go_file):
+            time.sleep(0.002)
+    startup_self, startup_children = cpu_now()
+    startup_cpu = startup_self + startup_children
+
+    if args.loader == "tsock":
+        loader = tsock.DataLoader(args.endpoint, timeout=60.0, name=args.name)
+    else:
+        torch.manual_seed(args.seed)
+        tf = transforms.Compose([transforms.RandomResizedCrop(224),
+                                 transforms.RandomHorizontalFlip(), transforms.PILToTensor()])
+        ds = datasets.ImageFolder(args.root, transform=tf)
+        loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True,
+                                             num_workers=args.workers)
+    built_self, built_children = cpu_now()
+    delay = args.delay_ms / 1000.0
+    samples = batches = 0
+    checksum = 0
+    wait_s = wait_after_first_s = 0.0
+    first_t = last_t = None
+    for _ in range(args.epochs):
+        it = iter(loader)
+        while True:
+            t0 = time.monotonic()
+            try:
+                images, labels = next(it)
+            except StopIteration:
+                break
+            t1 = time.monotonic()
+            wait_s += t1 - t0
+            if first_t is None:
+                first_t = t1
+            else:
+                wait_after_first_s += t1 - t0
+            last_t = t1
+            n = images.shape[0]
+            if images.dtype != torch.uint8 or images.numel() != n * 224 * 224 * 3:
+                raise SystemExit(f"unexpected batch {images.dtype} {tuple(images.shape)}")
+            # Touch each image: ~37 bytes spread over its 150 KB.
+            checksum += int(images.reshape(n, -1)[:, ::4096].sum()) + int(labels.sum())
+            samples += n
+            batches += 1
+            if delay > 0:
+                time.sleep(delay)
+    loop_self, loop_children = cpu_now()
+    extra = {}
+    if args.loader == "tsock":
+        extra["tsock_stats"] = loader.stats()
+        loader.close()
+    else:
+        del it, loader  # the workers were joined at the end of each epoch
+    end_self, end_children = cpu_now()
+    print(json.dumps({
+        "name": args.name, "loader": args.loader, "samples": samples, "batches": batches,
+        "epochs": args.epochs, "first_batch_t": first_t, "last_batch_t": last_t,
+        "wait_s": wait_s, "wait_after_first_s": wait_after_first_s,
+        "startup_cpu_s": startup_cpu,
+        "build_cpu_s": built_self + built_children - startup_cpu,
+        "loop_cpu_s": loop_self + loop_children - built_self - built_children,
+        "cpu_s": end_self + end_children, "cpu_children_s": end_children,
+        "checksum": checksum, **extra}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
