@@ -21,6 +21,7 @@ spends after printing (interpreter shut-down, which with torch loaded is a few t
 second) is seen only by its parent.
 """
 import argparse
+import gc
 import json
 import os
 import resource
@@ -43,6 +44,8 @@ def main():
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--delay-ms", type=float, default=10.0, help="simulated step per batch")
+    ap.add_argument("--persistent-workers", action="store_true",
+                    help="torchvision: keep the DataLoader workers between epochs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="job")
     ap.add_argument("--ready-file", help="create this file once the imports are done")
@@ -76,7 +79,8 @@ def main():
                                  transforms.RandomHorizontalFlip(), transforms.PILToTensor()])
         ds = datasets.ImageFolder(args.root, transform=tf)
         loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True,
-                                             num_workers=args.workers)
+                                             num_workers=args.workers,
+                                             persistent_workers=args.persistent_workers)
     built_self, built_children = cpu_now()
     delay = args.delay_ms / 1000.0
     samples = batches = 0
@@ -113,7 +117,11 @@ def main():
         extra["tsock_stats"] = loader.stats()
         loader.close()
     else:
-        del it, loader  # the workers were joined at the end of each epoch
+        # Without persistent workers they were joined at the end of each epoch; with them,
+        # dropping the last reference to the iterator shuts them down and joins them, so that
+        # their CPU is counted here.
+        del it, loader
+        gc.collect()
     end_self, end_children = cpu_now()
     print(json.dumps({
         "name": args.name, "loader": args.loader, "samples": samples, "batches": batches,

@@ -88,8 +88,11 @@ def parse_args():
                     help="cores the loaders may use: the shared producer's --workers; the "
                          "independent loaders get max(1, cpus // K) each (default: all)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
-                    help="cpu: host shared memory, no model (default). cuda: GPU training "
-                         "with real models; not available, see the error it prints")
+                    help="cpu: host shared memory, simulated step (default). cuda: GPU "
+                         "training with real models; not implemented, stops with an error")
+    ap.add_argument("--persistent-workers", action="store_true",
+                    help="torchvision DataLoaders keep their workers between epochs "
+                         "(default: torch's default, restarted every epoch)")
     ap.add_argument("--bin-dir", default=os.path.join(BUILD, "producer"))
     ap.add_argument("--library", default=os.environ.get(
         "TSOCK_LIBRARY", os.path.join(BUILD, "libtsock", "libtsock.so")))
@@ -117,8 +120,10 @@ def parse_args():
 
 
 def check_cuda():
-    """The GPU part of issue 7 (ResNet-18/50 in mixed precision, shared vs independent
-    loading) needs a CUDA device and tsock's CUDA backend; say which is missing and stop."""
+    """The GPU part of issue 7 (torchvision ResNet-18/50 in mixed precision, each job's
+    training throughput with shared vs independent loading) is not written yet: it could not
+    be run or checked where this script was written (no GPU). Say so, and what else is
+    missing here, and stop."""
     reasons = []
     try:
         import torch
@@ -127,11 +132,22 @@ def check_cuda():
             reasons.append("torch sees no CUDA device on this machine")
     except ImportError:
         reasons.append("torch is not importable")
-    reasons.append("libtsock has no CUDA backend yet (tsock.DataLoader(device='cuda') raises "
-                   "NotImplementedError), so batches cannot be served in GPU memory")
-    reasons.append("this script does not implement the model-training (ResNet-18/50, mixed "
-                   "precision) variant yet")
+    reasons.append("this script does not implement the GPU variant (model training with "
+                   "ResNet-18/50 in mixed precision, tsock-producer --device cuda against "
+                   "DataLoaders feeding the GPU) yet")
     sys.exit("run.py: --device cuda is not available:\n  - " + "\n  - ".join(reasons))
+
+
+def git_commit():
+    """HEAD, with "+dirty" when the tracked files differ from it (None outside git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                              text=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=REPO, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+dirty" if dirty.strip() else "")) or None
 
 
 def child_env(args):
@@ -260,6 +276,8 @@ def job_argv(args, loader, name, gate, endpoint=None, root=None, workers=None):
         argv += ["--endpoint", endpoint]
     if root:
         argv += ["--root", root, "--workers", str(workers)]
+        if args.persistent_workers:
+            argv.append("--persistent-workers")
     return argv
 
 
@@ -528,12 +546,14 @@ def main():
     env = child_env(args)
     out = {"benchmark": "collocation",
            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+           "commit": git_commit(),
            "command": " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]),
            "machine": machine(),
            "config": {"ks": args.ks, "configs": args.configs, "repeat": args.repeat,
                       "epochs_per_job": args.epochs, "batch_size": args.batch_size,
                       "slots": args.slots, "delay_ms": args.delay_ms, "cpus": args.cpus,
                       "device": args.device,
+                      "torchvision_persistent_workers": args.persistent_workers,
                       "shared_producer_workers": args.cpus,
                       "independent_loader_workers": {str(k): max(1, args.cpus // k)
                                                      for k in args.ks}}}
