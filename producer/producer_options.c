@@ -78,6 +78,9 @@ usage(FILE *f)
             "  --help                     show this help\n"
             "\n"
             "Batches hold: image uint8 [B,N,N,3], label int64 [B], index int64 [B] (sample id).\n"
+            "While no consumer is connected nothing is published: the producer waits for one\n"
+            "(a consumer may join or rejoin at any time) until its epochs are served or it is\n"
+            "stopped.\n"
             "Exit status: 0 done or stopped by SIGINT/SIGTERM, 1 error, 2 bad usage.\n");
 }
 

@@ -103,6 +103,8 @@ usage(FILE *f)
             "  --content synthetic|images what the batches hold: the synthetic dataset (every\n"
             "                             byte checked; default) or real images (ids, coverage\n"
             "                             and labels checked; every epoch's bytes digested)\n"
+            "  --no-digest                with --content images: do not read the image bytes\n"
+            "                             (no epoch digests; for benchmarks of the handoff)\n"
             "  --quiet                    print only errors and warnings\n"
             "  --verbose                  print every library log line\n"
             "  --help                     show this help\n"
@@ -146,6 +148,7 @@ struct config {
     int heartbeat_ms, heartbeat_timeout_ms;
     int drop_last, json, trace_times, quiet, verbose;
     int images; /* --content images: real images, not the synthetic dataset's bytes */
+    int no_digest; /* --no-digest: leave the bytes of real images untouched */
 };
 
 /* ---- results ----------------------------------------------------------------------------- */
@@ -272,7 +275,8 @@ epoch_close_complete(struct epoch_track *e, struct results *r, const struct conf
         if (r->batches_per_epoch && e->batches != r->batches_per_epoch)
             r->epoch_size_errors++;
         r->epochs++;
-        push(r, &r->digests, e->digest);
+        if (!cfg->no_digest)
+            push(r, &r->digests, e->digest);
     } else if (e->partial) {
         r->partial_epochs++;
     } else {
@@ -472,9 +476,11 @@ check_batch(const tsock_batch *b, const struct tensors *t, const struct config *
             e->distinct++;
         }
     }
-    e->digest = digest_bytes(e->digest, images, (size_t)n * t->image_bytes);
-    e->digest = digest_bytes(e->digest, (const uint8_t *)labels, (size_t)n * sizeof(int64_t));
-    e->digest = digest_bytes(e->digest, (const uint8_t *)indices, (size_t)n * sizeof(int64_t));
+    if (!cfg->no_digest) {
+        e->digest = digest_bytes(e->digest, images, (size_t)n * t->image_bytes);
+        e->digest = digest_bytes(e->digest, (const uint8_t *)labels, (size_t)n * sizeof(int64_t));
+        e->digest = digest_bytes(e->digest, (const uint8_t *)indices, (size_t)n * sizeof(int64_t));
+    }
     e->received += n;
     e->batches++;
     r->samples += n;
@@ -511,6 +517,7 @@ enum {
     OPT_JSON,
     OPT_TRACE_TIMES,
     OPT_CONTENT,
+    OPT_NO_DIGEST,
     OPT_QUIET,
     OPT_VERBOSE,
     OPT_HELP
@@ -538,6 +545,7 @@ parse_args(int argc, char **argv, struct config *cfg)
         {"json", no_argument, NULL, OPT_JSON},
         {"trace-times", no_argument, NULL, OPT_TRACE_TIMES},
         {"content", required_argument, NULL, OPT_CONTENT},
+        {"no-digest", no_argument, NULL, OPT_NO_DIGEST},
         {"quiet", no_argument, NULL, OPT_QUIET},
         {"verbose", no_argument, NULL, OPT_VERBOSE},
         {"help", no_argument, NULL, OPT_HELP},
@@ -603,6 +611,9 @@ parse_args(int argc, char **argv, struct config *cfg)
             break;
         case OPT_TRACE_TIMES:
             cfg->trace_times = 1;
+            break;
+        case OPT_NO_DIGEST:
+            cfg->no_digest = 1;
             break;
         case OPT_CONTENT:
             if (strcmp(optarg, "synthetic") == 0)

@@ -9,7 +9,7 @@
 own data with a torch DataLoader, as without tsock. --mode both runs the two one after the
 other and prints them side by side.
 
-Programs are found in --bin-dir (default $TSOCK_BIN_DIR, else build/producer); the binding in
+Programs are found in --bin-dir (default $TSOCK_BIN_DIR, else build/normal/producer); the binding in
 bindings/python unless tsock is installed (set TSOCK_LIBRARY when libtsock is not installed).
 """
 import argparse
@@ -28,7 +28,7 @@ def child_env():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (os.path.join(REPO, "bindings", "python"), env.get("PYTHONPATH")) if p)
-    lib = os.path.join(REPO, "build", "libtsock", "libtsock.so")
+    lib = os.path.join(REPO, "build", "normal", "libtsock", "libtsock.so")
     if "TSOCK_LIBRARY" not in env and os.path.exists(lib):
         env["TSOCK_LIBRARY"] = lib
     return env
@@ -118,7 +118,7 @@ def main():
     ap.add_argument("--device", default=None)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--bin-dir", default=os.environ.get(
-        "TSOCK_BIN_DIR", os.path.join(REPO, "build", "producer")))
+        "TSOCK_BIN_DIR", os.path.join(REPO, "build", "normal", "producer")))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     env = child_env()

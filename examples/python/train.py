@@ -10,7 +10,7 @@ With --loader torch this process computes every image itself (the stand-in for r
 decoding JPEGs). With --loader tsock one tsock-producer computes each batch once and every
 training job on the machine reads it zero-copy from shared memory:
 
-    build/producer/tsock-producer --dataset synthetic --endpoint ipc:///tmp/tsock-train.sock \\
+    build/normal/producer/tsock-producer --dataset synthetic --endpoint ipc:///tmp/tsock-train.sock \\
         --batch-size 64 --samples 4096 --image-size 32 --epochs 2 --wait-consumers 1 &
     python3 examples/python/train.py --loader tsock --endpoint ipc:///tmp/tsock-train.sock
 
