@@ -14,6 +14,9 @@
 #define ARENA_ALIGN 64
 /* A file that keeps growing while it is read is given up after this many tries. */
 #define MAX_REREADS 3
+/* A file that grew past this since it was indexed is not read into memory (the index itself
+ * leaves out files of 4 GiB and more; no image tsock decodes comes near this). */
+#define MAX_FILE_BYTES ((size_t)1 << 30)
 /* No position: a known-bad sample is not read. */
 #define NO_REQ UINT32_MAX
 
@@ -101,6 +104,8 @@ read_on_worker(struct worker *w, uint64_t id, size_t hint)
     size_t want = hint ? hint : (size_t)pl->index->entries[id].size + 1;
 
     for (int tries = 0; tries < MAX_REREADS; tries++) {
+        if (want > MAX_FILE_BYTES)
+            return -EFBIG;
         if (want > w->buf_cap) {
             uint8_t *b = realloc(w->buf, want);
             if (!b)
@@ -118,7 +123,7 @@ read_on_worker(struct worker *w, uint64_t id, size_t hint)
             atomic_fetch_add_explicit(&pl->st_bytes, (uint64_t)q.result, memory_order_relaxed);
             return q.result;
         }
-        if (q.result != -EFBIG || q.file_size >= UINT32_MAX)
+        if (q.result != -EFBIG)
             return q.result;
         want = (size_t)q.file_size + 1;
     }
@@ -158,6 +163,8 @@ replace(struct worker *w, uint32_t pos)
             atomic_fetch_add_explicit(&pl->st_replaced, 1, memory_order_relaxed);
             return 0;
         }
+        if (r == -ENOMEM) /* not the file's fault */
+            return r;
         mark_bad(pl, c, r);
     }
     tsock__log(TSOCK_LOG_ERROR,
