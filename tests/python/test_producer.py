@@ -312,3 +312,62 @@ def test_free_mode_joiner_sees_partial_epoch(tsock, endpoint):
                 assert [i.tolist() for _, i in late] == [[12, 13, 14, 15]]
                 assert late.partial_epoch and late.epoch == 1
             del first
+
+
+class _Squares:
+    """A map-style dataset: sample i is an image filled with i % 251 and the label i."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return {"image": np.full((3, 2), i % 251, np.uint8), "label": i}
+
+
+def test_serve_dataset_gives_a_late_joiner_exact_epochs(tsock, endpoint):
+    """Producer.serve(dataset) uses the library's sampler: a consumer that joins mid-epoch gets
+    every sample exactly once per epoch of its own, at its own batch size, as with
+    tsock-producer (unlike run(), whose free-mode stream only the producer's marks divide)."""
+    import threading
+
+    samples, results = 100, {}
+    producer = tsock.Producer(endpoint, batch_size=8, slots=4)
+    served = []
+    server = threading.Thread(target=lambda: served.append(
+        producer.serve(_Squares(samples), epochs=3, seed=5, wait_consumers=1)))
+    server.start()
+    try:
+        def consume(name, batch_size, epochs, started=None):
+            got = []
+            with tsock.DataLoader(endpoint, batch_size=batch_size, timeout=20,
+                                  output="numpy") as loader:
+                for _ in range(epochs):
+                    epoch = []
+                    for images, labels in loader:
+                        assert (images[:, 0, 0] == labels % 251).all(), "bytes and label"
+                        epoch += [int(v) for v in labels]
+                        if started is not None and len(epoch) >= 24:
+                            started.set()
+                    got.append(epoch)
+            results[name] = got
+
+        first_batches = threading.Event()
+        a = threading.Thread(target=consume, args=("a", 8, 3, first_batches))
+        a.start()
+        assert first_batches.wait(20), "the first consumer got no batches"
+        consume("b", 11, 2)  # joins in the middle of the first consumer's first epoch
+        a.join(30)
+        server.join(30)
+    finally:
+        if server.is_alive():
+            server.join(5)
+        producer.close()
+    assert served and served[0] == 3 * 13  # 12 full batches and one of 4 per epoch
+    for name, epochs in (("a", 3), ("b", 2)):
+        assert len(results[name]) == epochs
+        for epoch in results[name]:
+            assert sorted(epoch) == list(range(samples)), f"consumer {name}: not exact"
+    assert results["b"][0][:1] != results["a"][0][:1], "b joined late, not at the start"

@@ -66,6 +66,11 @@ def _host_array(x):
     return a, _views.tsock_dtype_of(a.dtype)
 
 
+def _host_array_any(x):
+    """The host numpy array of one sample's part (see _host_array)."""
+    return _host_array(x)[0]
+
+
 class _Tensor:
     __slots__ = ("name", "dtype", "np_dtype", "sample_shape")
 
@@ -196,6 +201,11 @@ class Producer:
         """Creates the ring for batches shaped like `example`, binds the endpoint and starts
         serving. Called by the first :meth:`publish` when not called before; call it yourself
         to :meth:`wait_consumers` before the first batch is ready."""
+        self._start(example, None)
+
+    def _start(self, example, sampler):
+        """start(); with `sampler` = (samples, seed, epochs) the library's sampler plans every
+        slot (see :meth:`serve`)."""
         if self._h is not None:
             raise errors.TsockError(errors.E_STATE, "the producer is already started", "start")
         parts = self._split(example)
@@ -228,6 +238,9 @@ class Producer:
             if self.device is not None:
                 _lib.check(lib.tsock_producer_set_device(self._h, self.device),
                            "tsock_producer_set_device")
+            if sampler is not None:
+                _lib.check(lib.tsock_producer_set_sampler(self._h, *sampler),
+                           "tsock_producer_set_sampler")
             _lib.check(lib.tsock_producer_start(self._h), "tsock_producer_start")
         except BaseException:
             self.close()
@@ -371,6 +384,77 @@ class Producer:
             published += 1
             epoch += 1
         return published
+
+    def serve(self, dataset, epochs=1, seed=0, wait_consumers=0, wait_timeout=None):
+        """Serves a map-style dataset (``len(dataset)`` and ``dataset[i]``, as a
+        torch.utils.data.Dataset) with the library's sampler, as tsock-producer serves its
+        datasets: every consumer gets exact epochs (each sample once) whenever it joins, at
+        its own batch size, and a seeded shuffle that is the same for every run with `seed`.
+        ``dataset[i]`` returns one sample: a tuple of arrays/tensors/numbers, a dict, or one
+        array, each without the batch dimension (sample 0 fixes the layout and the names).
+        The samples of a batch are written straight into the slot. `epochs` None: forever.
+        While no consumer is connected nothing is published (the producer waits; `wait_consumers`
+        waits for that many before the first batch). Returns the number of batches published;
+        finishes the stream after the last epoch.
+
+        Use :meth:`run` instead for an iterable of ready batches (an existing DataLoader):
+        without sample ids the library cannot give a consumer that joins mid-epoch an exact
+        epoch there."""
+        n = len(dataset)
+        if n < 1:
+            raise ValueError("the dataset is empty")
+        if self._h is not None:
+            raise errors.TsockError(errors.E_STATE, "serve() starts the producer itself: call "
+                                    "it on a producer that was not started", "serve")
+        example = self._sample_batch(dataset[0])
+        self._start(example, (n, int(seed), 0 if epochs is None else int(epochs)))
+        if wait_consumers:
+            self.wait_consumers(wait_consumers, wait_timeout)
+        published = 0
+        while True:
+            if lib.tsock_producer_consumer_count(self._h) <= 0 and \
+                    not lib.tsock_producer_stream_ended(self._h):
+                self.wait_consumers(1, None)
+            try:
+                slot = self._acquire()
+            except errors.TsockError as e:
+                if e.code == errors.E_END:
+                    break
+                raise
+            self._fill_from(dataset, slot)
+            _lib.check(lib.tsock_producer_publish(self._h, slot, lib.tsock_slot_planned(slot)),
+                       "tsock_producer_publish")
+            self._slot = None
+            published += 1
+        self.finish()
+        return published
+
+    def _sample_batch(self, sample):
+        """One sample as a batch of one, for the layout."""
+        if isinstance(sample, dict):
+            return {k: np.asarray(_host_array_any(v))[None] for k, v in sample.items()}
+        if isinstance(sample, (tuple, list)):
+            return tuple(np.asarray(_host_array_any(v))[None] for v in sample)
+        return np.asarray(_host_array_any(sample))[None]
+
+    def _fill_from(self, dataset, slot):
+        """Writes every planned sample of `slot` (the sampler's ids) into it."""
+        count = lib.tsock_slot_planned(slot)
+        ids = lib.tsock_slot_sample_ids(slot)
+        dsts = []
+        for i, t in enumerate(self._layout):
+            address = lib.tsock_slot_data(slot, i)
+            dsts.append(_views.host_array(address, (count,) + t.sample_shape, t.np_dtype, None,
+                                          readonly=False))
+        for j in range(count):
+            sample = dataset[int(ids[j])]
+            parts = (list(sample.values()) if isinstance(sample, dict) else
+                     list(sample) if isinstance(sample, (tuple, list)) else [sample])
+            if len(parts) != len(dsts):
+                raise ValueError(f"sample {int(ids[j])} has {len(parts)} parts, sample 0 had "
+                                 f"{len(dsts)}")
+            for dst, part in zip(dsts, parts):
+                np.copyto(dst[j, ...], _host_array_any(part), casting="same_kind")
 
     # ---- statistics and lifetime ----
 
