@@ -54,7 +54,7 @@ tsock__device_poll_releases(tsock_consumer *c)
     while (*link) {
         tsock_batch *b = *link;
         /* A failed query (the context is broken) counts as passed: waiting cannot help. */
-        if (tsock__cuda_fence_done(b->fence) == 0) {
+        if (tsock__cuda_fence_done(b->fence_device, b->fence) == 0) {
             link = &b->next_deferred;
             continue;
         }

@@ -100,7 +100,7 @@ void tsock__cuda_import_close(struct tsock_cuda_import *imp);
  * when the query failed. */
 int tsock__cuda_fence_create(int device, void **fence);
 int tsock__cuda_fence_record(int device, void *fence, void *stream);
-int tsock__cuda_fence_done(void *fence);
+int tsock__cuda_fence_done(int device, void *fence);
 void tsock__cuda_fence_destroy(void *fence);
 
 /* Device memory for gathered batches. */

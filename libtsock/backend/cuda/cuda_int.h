@@ -20,9 +20,13 @@ _Static_assert(sizeof(cudaUUID_t) == TSOCK_CUDA_UUID_SIZE, "device UUIDs are 16 
  * driver, runtime or peer access -> TSOCK_E_NO_DEVICE; out of memory -> -ENOMEM; else -EIO. */
 int tsock__cuda_fail(cudaError_t e, const char *what);
 
-/* Makes `device` current for the calling thread and remembers the one that was. */
+/* Makes `device` current for the calling thread and, on leave, restores exactly the context
+ * that was current before (none, on a thread that never used CUDA). Restoring by device
+ * ordinal would not do: cudaGetDevice says 0 on such a thread, and cudaSetDevice(0) would
+ * create a context on GPU 0 in every process using another GPU. */
 struct tsock_cuda_guard {
-    int previous;
+    void *previous_ctx; /* CUcontext, through the driver entry points */
+    int previous;       /* device ordinal, where the driver entry points are not there */
     int switched;
 };
 int tsock__cuda_enter(int device, struct tsock_cuda_guard *g);

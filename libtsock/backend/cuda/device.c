@@ -1,8 +1,34 @@
 /* Devices, errors, fences and plain device memory for the CUDA backend. */
+#include <cuda.h> /* CUcontext and CUresult only: nothing links against libcuda */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_int.h"
+
+/* cuCtxGetCurrent and cuCtxSetCurrent from the driver the runtime loaded, for the guard. */
+typedef CUresult (*ctx_get_fn)(CUcontext *);
+typedef CUresult (*ctx_set_fn)(CUcontext);
+static ctx_get_fn ctx_get;
+static ctx_set_fn ctx_set;
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+
+static void
+load_ctx_fns(void)
+{
+    enum cudaDriverEntryPointQueryResult status;
+    void *get = NULL, *set = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault,
+                                         &status) != cudaSuccess ||
+        status != cudaDriverEntryPointSuccess)
+        return;
+    if (cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault,
+                                         &status) != cudaSuccess ||
+        status != cudaDriverEntryPointSuccess)
+        return;
+    ctx_get = (ctx_get_fn)get;
+    ctx_set = (ctx_set_fn)set;
+}
 
 /* Failures that mean "there is no usable GPU here" rather than a bug or a transient error. The
  * static runtime reports a missing libcuda or driver through these on the first call. */
@@ -42,9 +68,17 @@ int
 tsock__cuda_enter(int device, struct tsock_cuda_guard *g)
 {
     g->switched = 0;
+    g->previous_ctx = NULL;
+    pthread_once(&ctx_once, load_ctx_fns);
     cudaError_t e = cudaGetDevice(&g->previous);
     if (e != cudaSuccess)
         return tsock__cuda_fail(e, "cudaGetDevice");
+    CUcontext current = NULL;
+    if (ctx_get && ctx_get(&current) != CUDA_SUCCESS)
+        current = NULL;
+    g->previous_ctx = current;
+    /* Already on the device (or on a thread without a context, where the next call makes
+     * this device's primary context current, as wanted). */
     if (g->previous == device)
         return 0;
     e = cudaSetDevice(device);
@@ -57,7 +91,11 @@ tsock__cuda_enter(int device, struct tsock_cuda_guard *g)
 void
 tsock__cuda_leave(const struct tsock_cuda_guard *g)
 {
-    if (g->switched)
+    if (!g->switched)
+        return;
+    if (ctx_set)
+        (void)ctx_set((CUcontext)g->previous_ctx); /* NULL: back to no context at all */
+    else
         (void)cudaSetDevice(g->previous);
 }
 
@@ -126,9 +164,16 @@ tsock__cuda_fence_record(int device, void *fence, void *stream)
 }
 
 int
-tsock__cuda_fence_done(void *fence)
+tsock__cuda_fence_done(int device, void *fence)
 {
+    /* The caller is a service thread that may never have chosen a device: query from the
+     * fence's own, so no other device's context gets created. */
+    struct tsock_cuda_guard g;
+    int err = tsock__cuda_enter(device, &g);
+    if (err < 0)
+        return err;
     cudaError_t e = cudaEventQuery((cudaEvent_t)fence);
+    tsock__cuda_leave(&g);
     if (e == cudaSuccess)
         return 1;
     if (e == cudaErrorNotReady)

@@ -131,7 +131,7 @@ tsock__cuda_import_wait(struct tsock_cuda_import *imp, uint32_t slot, void *stre
     /* A stream may wait on an event of another device, so an explicit stream needs no device
      * switch; NULL names the legacy default stream of the current device, so make that the
      * ring's device. */
-    struct tsock_cuda_guard g = {0, 0};
+    struct tsock_cuda_guard g = {.switched = 0};
     if (!stream) {
         int err = tsock__cuda_enter(imp->device, &g);
         if (err < 0)

@@ -122,6 +122,9 @@ tsock__cuda_ring_create(struct tsock_cuda_ring **out, int device, size_t in_stri
     *out = NULL;
     if (slots == 0 || slots > TSOCK_PROTO_MAX_CUDA_SLOTS)
         return -EINVAL;
+    /* Without a conversion a staging slot is copied as it is into a ring slot. */
+    if (cv->tensor < 0 && out_stride != in_stride)
+        return -EINVAL;
     int err = check_device(device);
     if (err < 0)
         return err;
@@ -155,7 +158,12 @@ int
 tsock__cuda_ring_staging(struct tsock_cuda_ring *r, uint8_t **host)
 {
     /* An event never recorded counts as complete, so the first use does not wait. */
+    struct tsock_cuda_guard g;
+    int err = tsock__cuda_enter(r->device, &g);
+    if (err < 0)
+        return err;
     cudaError_t e = cudaEventSynchronize(r->staged[r->current]);
+    tsock__cuda_leave(&g);
     if (e != cudaSuccess)
         return tsock__cuda_fail(e, "cudaEventSynchronize (staging)");
     *host = r->staging[r->current];

@@ -108,7 +108,7 @@ tsock__cuda_fence_record(int device, void *fence, void *stream)
 }
 
 int
-tsock__cuda_fence_done(void *fence)
+tsock__cuda_fence_done(int device, void *fence)
 {
     return 1;
 }
