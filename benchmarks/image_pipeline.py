@@ -36,7 +36,6 @@ Writes docs/benchmarks/image_pipeline.json (--out) and prints a table.
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import signal
@@ -45,6 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from benchlib import git_commit, machine  # beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build", "normal")
@@ -92,17 +93,6 @@ print(json.dumps({"samples": samples, "wall_s": wall, "main_cpu_s": s1 - s0,
 """
 
 
-def git_commit():
-    """The checkout's commit, with "-dirty" when libtsock/, producer/ or include/ differ."""
-    try:
-        head = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "libtsock",
-                                "producer", "include"], capture_output=True, text=True,
-                               timeout=10).stdout.strip()
-        return head + ("-dirty" if dirty else "") if head else None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def parse_args():
@@ -142,19 +132,6 @@ def last_json(text):
     return json.loads(lines[-1])
 
 
-def machine():
-    model = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"cpus": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
-            "python": platform.python_version(),
-            "load_avg_at_start": os.getloadavg()}
 
 
 def make_tree(args, workdir):
@@ -345,7 +322,7 @@ def main():
     print(f"{'    tsock_pipeline_load, 1 worker, in process':<52} "
           f"{floor['pipeline_cpu_ms_per_image']:>12.3f}")
     print(f"{f'(b) tsock-producer, {args.workers} workers':<52} {b_ms:>12.3f}")
-    print(f"{'    its workers decoding (wall time, summed)':<52} "
+    print(f"{'    its workers decoding (worker CPU, summed)':<52} "
           f"{b['decode_ms_per_image']:>12.3f}   ({100 * b['decode_share_of_cpu']:.0f} % of its CPU)")
     print(f"{'    tsock-consume beside it':<52} {b['consumer_cpu_ms_per_image']:>12.3f}")
     if tv:

@@ -39,23 +39,14 @@ import sys
 import tempfile
 import time
 
+from benchlib import git_commit  # beside this script
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build", "normal")
 IMAGE_BYTES = 224 * 224 * 3
 LINKS_PER_COPY = 50000
 
 
-def git_commit():
-    """The checkout's commit, with "-dirty" when libtsock/, producer/ or include/ differ."""
-    try:
-        head = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "libtsock",
-                                "producer", "include"], capture_output=True, text=True,
-                               timeout=10).stdout.strip()
-        return head + ("-dirty" if dirty else "") if head else None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def parse_args():

@@ -45,7 +45,6 @@ collocation_throughput.png (--out-dir), and prints a table.
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import signal
@@ -54,6 +53,10 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import benchlib  # noqa: E402  (benchmarks/benchlib.py)
+from benchlib import git_commit  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -138,16 +141,6 @@ def check_cuda():
     sys.exit("run.py: --device cuda is not available:\n  - " + "\n  - ".join(reasons))
 
 
-def git_commit():
-    """HEAD, with "+dirty" when the tracked files differ from it (None outside git)."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
-                              text=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=REPO, capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (head + ("+dirty" if dirty.strip() else "")) or None
 
 
 def child_env(args):
@@ -170,17 +163,7 @@ def cpu_of(ru):
 
 
 def machine():
-    model = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    info = {"cpus": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
-            "python": platform.python_version(), "load_avg_at_start": os.getloadavg()}
+    info = benchlib.machine()
     try:
         import PIL
         import torch
