@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -523,7 +524,13 @@ main(int argc, char **argv)
         fprintf(stderr, "usage: test_pipeline DATASET_DIR (a tsock-mkdataset --edge-cases tree)\n");
         return 2;
     }
-    data_dir = argv[1];
+    /* Absolute: the list test writes the tree's paths into a list file elsewhere. */
+    static char abs_dir[PATH_MAX];
+    if (!realpath(argv[1], abs_dir)) {
+        perror(argv[1]);
+        return 1;
+    }
+    data_dir = abs_dir;
     snprintf(tmp_dir, sizeof tmp_dir, "%s", "/tmp/tsock-test-pipeline.XXXXXX");
     if (!mkdtemp(tmp_dir)) {
         perror("mkdtemp");
