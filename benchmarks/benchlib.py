@@ -1,4 +1,5 @@
 """What the benchmark scripts share: the machine's description and the commit measured."""
+import json
 import os
 import platform
 import subprocess
@@ -32,3 +33,26 @@ def git_commit():
         return head + ("-dirty" if dirty else "") if head else None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def last_json(text):
+    """The last line of `text` that is a JSON object (the programs print their summary last)."""
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"no JSON in {text[-2000:]!r}")
+    return json.loads(lines[-1])
+
+
+def make_tree(args, workdir):
+    """Writes the benchmark's ImageFolder tree with tsock-mkdataset (args.mkdataset,
+    args.images, args.classes, and args.photos when that folder exists). Returns (the tree's
+    path, tsock-mkdataset's JSON summary, the command)."""
+    out = os.path.join(workdir, "tree")
+    cmd = [args.mkdataset, out, "--images", str(args.images), "--classes", str(args.classes),
+           "--json"]
+    if args.photos and os.path.isdir(args.photos):
+        cmd += ["--photos", args.photos]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"tsock-mkdataset failed ({r.returncode}): {r.stderr}")
+    return out, last_json(r.stdout), cmd

@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import git_commit, machine  # beside this script
+from benchlib import git_commit, last_json, machine, make_tree  # beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build", "normal")
@@ -93,8 +93,6 @@ print(json.dumps({"samples": samples, "wall_s": wall, "main_cpu_s": s1 - s0,
 """
 
 
-
-
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", help="an existing ImageFolder tree (default: make one)")
@@ -123,27 +121,6 @@ def parse_args():
     if args.repeat < 1 or args.workers < 1 or args.epochs < 1:
         ap.error("--repeat, --workers and --epochs must be at least 1")
     return args
-
-
-def last_json(text):
-    lines = [l for l in text.splitlines() if l.startswith("{")]
-    if not lines:
-        raise RuntimeError(f"no JSON in {text[-2000:]!r}")
-    return json.loads(lines[-1])
-
-
-
-
-def make_tree(args, workdir):
-    out = os.path.join(workdir, "tree")
-    cmd = [args.mkdataset, out, "--images", str(args.images), "--classes", str(args.classes),
-           "--json"]
-    if args.photos and os.path.isdir(args.photos):
-        cmd += ["--photos", args.photos]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if r.returncode != 0:
-        raise RuntimeError(f"tsock-mkdataset failed ({r.returncode}): {r.stderr}")
-    return out, last_json(r.stdout), cmd
 
 
 def run_floor(args, root):

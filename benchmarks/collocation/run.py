@@ -56,7 +56,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import benchlib  # noqa: E402  (benchmarks/benchlib.py)
-from benchlib import git_commit  # noqa: E402
+from benchlib import git_commit, last_json  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -151,11 +151,6 @@ def child_env(args):
     return env
 
 
-def last_json(text):
-    lines = [l for l in text.splitlines() if l.startswith("{")]
-    if not lines:
-        raise RuntimeError(f"no JSON in {text[-2000:]!r}")
-    return json.loads(lines[-1])
 
 
 def cpu_of(ru):
@@ -414,15 +409,7 @@ def run_config(args, config, k, root, workdir, env, tag):
 
 
 def make_tree(args, workdir):
-    out = os.path.join(workdir, "tree")
-    cmd = [args.mkdataset, out, "--images", str(args.images), "--classes", str(args.classes),
-           "--json"]
-    if args.photos and os.path.isdir(args.photos):
-        cmd += ["--photos", args.photos]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if r.returncode != 0:
-        raise RuntimeError(f"tsock-mkdataset failed ({r.returncode}): {r.stderr}")
-    summary = last_json(r.stdout)
+    out, summary, cmd = benchlib.make_tree(args, workdir)
     info = {k: summary.get(k) for k in ("images", "classes", "files", "total_bytes",
                                         "mean_width", "mean_height", "mean_bytes", "source",
                                         "quality")}
