@@ -303,13 +303,16 @@ reserve(struct tsock_pipeline *pl, uint32_t n)
     struct tsock_read_req *reqs = realloc(pl->reqs, (size_t)n * sizeof *reqs);
     if (reqs)
         pl->reqs = reqs;
+    struct tsock_read_req *gather = realloc(pl->gather, (size_t)n * sizeof *gather);
+    if (gather)
+        pl->gather = gather;
     uint8_t *bad = realloc(pl->known_bad, n);
     if (bad)
         pl->known_bad = bad;
     uint32_t *queue = realloc(pl->queue, 2 * (size_t)n * sizeof *queue);
     if (queue)
         pl->queue = queue;
-    if (!reqs || !bad || !queue)
+    if (!reqs || !gather || !bad || !queue)
         return -ENOMEM;
     pl->reqs_cap = n;
     return 0;
@@ -371,16 +374,13 @@ on_gathered(void *arg, size_t k)
 static int
 read_batch(struct tsock_pipeline *pl, uint32_t m, const uint32_t *pos_of)
 {
-    struct tsock_read_req *batch = malloc(((size_t)m + 1) * sizeof *batch);
-    if (!batch)
-        return -ENOMEM;
+    struct tsock_read_req *batch = pl->gather;
     for (uint32_t k = 0; k < m; k++)
         batch[k] = pl->reqs[pos_of[k]];
     struct gather_ctx g = {pl, batch, pos_of};
     uint64_t t0 = tsock__now_ns();
     int r = tsock__reader_read_each(pl->reader, batch, m, on_gathered, &g);
     atomic_fetch_add_explicit(&pl->st_read_ns, tsock__now_ns() - t0, memory_order_relaxed);
-    free(batch);
     return r < 0 ? r : 0;
 }
 

@@ -339,6 +339,7 @@ tsock_pipeline_destroy(tsock_pipeline *pl)
     free(pl->bad_bits);
     free(pl->arena);
     free(pl->reqs);
+    free(pl->gather);
     free(pl->known_bad);
     free(pl->queue);
     free(pl->path);

@@ -64,7 +64,8 @@ struct tsock_pipeline {
     /* The batch arena: the files of one load, back to back. */
     uint8_t *arena;
     size_t arena_cap;
-    struct tsock_read_req *reqs;
+    struct tsock_read_req *reqs;   /* by position */
+    struct tsock_read_req *gather; /* the same requests side by side, for the reader */
     uint8_t *known_bad;
     uint32_t reqs_cap;
 
