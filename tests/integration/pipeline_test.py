@@ -51,9 +51,13 @@ class Env:
         return p
 
     def consume(self, epochs, *extra):
+        # The producers here stop after as many epochs as the consumer reads, so a consumer
+        # the library paused between epochs (a slow step on a loaded machine outlasting the
+        # 100 ms grace) would miss the batches published meanwhile: these tests are about the
+        # pipeline, not pausing, so the grace is long.
         argv = [self.args.consume, "--endpoint", self.ipc, "--content", "images", "--epochs",
                 str(epochs), "--json", "--quiet", "--timeout-ms", "60000",
-                "--connect-timeout-ms", "60000", *extra]
+                "--connect-timeout-ms", "60000", "--epoch-grace-ms", "30000", *extra]
         r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                            timeout=120)
         self.log.append((argv, r.returncode, r.stdout, r.stderr))
@@ -280,11 +284,24 @@ def test_bad_options(env):
     check(p.returncode == 1 and "cannot write" in err, f"full disk: {p.returncode} {err}")
 
 
+def read_all(fd, sink):
+    """Appends everything read from `fd` to `sink` (a list of bytes) until EOF or EIO (the
+    writer closed its terminal). Run on a thread, so the writer never blocks on a full pty."""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        sink.append(chunk)
+
+
 def test_status_line(env):
     """On a terminal the producer shows a live status line, rewritten in place; on a pipe it
     prints none. Either way --stats-json gets interval records before the final one."""
     import pty
-    import select
+    import threading
     tree = env.mkdataset("tree")
     for on_tty in (True, False):
         stats = f"st{int(on_tty)}.json"
@@ -296,36 +313,28 @@ def test_status_line(env):
             master, slave = pty.openpty()
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
             os.close(slave)
+            chunks = []
+            reader = threading.Thread(target=read_all, args=(master, chunks), daemon=True)
+            reader.start()
         else:
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         env.procs.append((argv, p))
         rc, _ = env.consume(3, "--delay-ms", "20")
+        if on_tty:
+            p.wait(timeout=60)
+            reader.join(timeout=30)
+            os.close(master)
+            text = b"".join(chunks).decode(errors="replace")
+        else:
+            _, text = p.communicate(timeout=60)
+        env.log.append((f"producer ({'terminal' if on_tty else 'pipe'})", p.returncode, "", text))
         check(rc == 0, f"consumer exit {rc}")
         if on_tty:
-            out = b""
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                ready, _, _ = select.select([master], [], [], 0.5)
-                if not ready:
-                    if p.poll() is not None:
-                        break
-                    continue
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: the producer closed the terminal
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            os.close(master)
-            p.wait(timeout=30)
-            text = out.decode(errors="replace")
             check("img/s" in text and "\r" in text and "slots" in text,
                   f"no live status line on a terminal: {text[-1500:]!r}")
         else:
-            _, err = p.communicate(timeout=30)
-            check("img/s" not in err, f"a status line on a pipe: {err[-1500:]!r}")
+            check("img/s" not in text, f"a status line on a pipe: {text[-1500:]!r}")
         check(p.returncode == 0, f"producer exit {p.returncode}")
         with open(env.path(stats)) as f:
             kinds = [json.loads(l)["type"] for l in f if l.strip()]

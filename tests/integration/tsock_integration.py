@@ -137,11 +137,17 @@ class Env:
         self.procs.append(p)
         return p
 
-    def consumer(self, *extra, endpoint=None, name="consumer", hb=True, samples=SAMPLES):
+    def consumer(self, *extra, endpoint=None, name="consumer", hb=True, samples=SAMPLES,
+                 grace=True):
         argv = [self.args.consume, "--endpoint", endpoint or self.ipc, "--samples", str(samples),
                 "--json", "--quiet", "--name", name]
         if hb:
             argv += ["--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1000"]
+        if grace:
+            # Against producers that stop after as many epochs as the consumer reads, a
+            # consumer paused between epochs (a stall on a loaded machine outlasting the
+            # default 100 ms grace) would miss batches: only the pausing tests want that.
+            argv += ["--epoch-grace-ms", "30000"]
         p = Proc(name, argv + list(extra))
         self.procs.append(p)
         return p
@@ -830,7 +836,7 @@ def test_pause_between_epochs(env):
     # A: 10 epochs of 64 batches at >= 5 ms each, so it outlasts B's first epoch plus 2 s.
     a = env.consumer("--epochs", "10", "--delay-ms", "5", "--trace-times", name="A")
     b = env.consumer("--epochs", "2", "--pause-between-epochs-ms", "2000", "--trace-times",
-                     name="B")
+                     name="B", grace=False)
     ra = wait_json(a, 25)
     rb = wait_json(b, 25)
     check_exact(ra, "A", 10)
