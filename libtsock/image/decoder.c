@@ -75,11 +75,13 @@ tsock__plan_make(struct tsock_decoder *d, struct tsock__plan *pl, int src_w, int
 
     /* Tables are relative to the clamp rectangle, as PIL's are relative to the cropped image:
      * computing them with an offset would change the rounding of the tap positions. */
+    /* The flip is the horizontal table in reverse order: each output pixel is computed
+     * exactly as before, only written elsewhere. */
     r = tsock__coeffs_compute(&d->ch, bx0 - cx0, bx1 - cx0, cx1 - cx0, spec->resize_w, spec->win_x,
-                              spec->out_w);
+                              spec->out_w, spec->flip);
     if (r == 0)
         r = tsock__coeffs_compute(&d->cv, by0 - cy0, by1 - cy0, cy1 - cy0, spec->resize_h,
-                                  spec->win_y, spec->out_h);
+                                  spec->win_y, spec->out_h, 0);
     if (r != 0)
         return r;
     pl->src_w = src_w;
@@ -94,7 +96,6 @@ tsock__plan_make(struct tsock_decoder *d, struct tsock__plan *pl, int src_w, int
     pl->need_y1 = cy0 + end;
     pl->nch = nch;
     pl->hfirst = tsock__horizontal_first(cx1 - cx0, cy1 - cy0, spec->resize_w, spec->resize_h);
-    pl->flip = spec->flip;
     pl->out_w = spec->out_w;
     pl->out_h = spec->out_h;
     return 0;
@@ -114,8 +115,13 @@ tsock__finish(struct tsock_decoder *d, const struct tsock__plan *pl, const uint8
         if (!line || !acc)
             return -ENOMEM;
         for (int y = 0; y < pl->out_h; y++) {
-            tsock__resample_col(&d->cv, y, rows, rows_first, out_row, out_row, acc, line);
-            tsock__emit_row(line, pl->out_w, pl->nch, pl->flip, out + (size_t)y * pl->out_w * 3);
+            uint8_t *dst = out + (size_t)y * pl->out_w * 3;
+            /* RGB rows go straight to the output (the vertical pass writes exactly len
+             * bytes); gray ones through `line`, to be widened. */
+            tsock__resample_col(&d->cv, y, rows, rows_first, out_row, out_row, acc,
+                                pl->nch == 3 ? dst : line);
+            if (pl->nch != 3)
+                tsock__emit_row(line, pl->out_w, pl->nch, dst);
         }
         return 0;
     }
@@ -130,7 +136,7 @@ tsock__finish(struct tsock_decoder *d, const struct tsock__plan *pl, const uint8
     for (int y = 0; y < pl->out_h; y++) {
         tsock__resample_col(&d->cv, y, base, rows_first, pitch, len, acc, mid);
         tsock__resample_row(&d->ch, mid, len, pl->need_x0 - pl->clamp_x, px, pl->nch, line);
-        tsock__emit_row(line, pl->out_w, pl->nch, pl->flip, out + (size_t)y * pl->out_w * 3);
+        tsock__emit_row(line, pl->out_w, pl->nch, out + (size_t)y * pl->out_w * 3);
     }
     return 0;
 }

@@ -20,37 +20,47 @@ void tsock__buf_free(struct tsock__buf *b);
 
 /* PIL's resampling coefficients for one dimension: an `in_size`-sample source of which the
  * interval [in0, in1) (source coordinates, fractional after DCT scaling) is resized to
- * out_size samples; only outputs win0 .. win0+win_n-1 are kept. Entry i has its first source
- * sample bounds[2i], its tap count bounds[2i+1], and taps k[i*ksize ..] in 22-bit fixed point. */
+ * out_size samples; only outputs win0 .. win0+win_n-1 are kept, in reverse order when
+ * `reverse` (so a horizontal flip costs nothing). Entry i has its first source sample
+ * bounds[2i], its tap count bounds[2i+1], and taps k[i*ksize ..] in 22-bit fixed point. */
 struct tsock__coeffs {
     /* the key the table was computed for (the decoder keeps the last one per dimension) */
     double in0, in1;
-    int in_size, out_size, win0, win_n;
+    int in_size, out_size, win0, win_n, reverse;
     int valid;
     int no_avx2; /* use the SSE2 / plain passes even where AVX2 is there (tests) */
     int ksize;
     int *bounds;
     int32_t *k;
     /* The taps again for the SIMD passes: per output, (ksize + 1) / 2 pairs of taps, each as
-     * two int32 holding two int16: the taps' high 11 bits, then their low 11 bits. Products of
-     * 8-bit samples with these fit pmaddwd, and high * 2048 + low gives PIL's exact sums. */
+     * two int32 holding two int16: the taps' high 11 bits, then their low 11 bits, repeated
+     * 4 times so that one 128-bit load broadcasts them. Products of 8-bit samples with these
+     * fit pmaddwd, and high * 2048 + low gives PIL's exact sums. */
     int32_t *kp;
     struct tsock__buf bounds_buf, k_buf, kp_buf, work_buf;
 };
 
 /* Computes (or keeps, when the key is unchanged) the table. Returns 0 or -ENOMEM / -EINVAL. */
 int tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_size,
-                          int out_size, int win0, int win_n);
+                          int out_size, int win0, int win_n, int reverse);
 void tsock__coeffs_free(struct tsock__coeffs *c);
 
 /* The first source sample any kept output reads, and one past the last. */
 void tsock__coeffs_span(const struct tsock__coeffs *c, int *first, int *end);
 
-/* Horizontal pass of one row: `in` holds `in_bytes` bytes of source samples from the table's
- * sample `first` on (at least up to the span's end), `stride` bytes per pixel of which the
- * first `nch` are resampled; writes win_n * nch bytes. */
+/* Horizontal pass of one row: `in` holds `in_bytes` bytes of source
+ * samples from the table's sample `first` on (at least up to the span's end), `stride` bytes
+ * per pixel of which the first `nch` are resampled; writes win_n * nch bytes, and may write
+ * up to TSOCK__BUF_SLACK bytes of junk after them (`out` comes from tsock__buf_get). */
 void tsock__resample_row(const struct tsock__coeffs *c, const uint8_t *in, size_t in_bytes,
                          int first, int stride, int nch, uint8_t *out);
+
+/* The horizontal pass of `rows` rows, in_pitch bytes apart in `in` and out_pitch apart in
+ * `out`, as tsock__resample_row of each (the same bytes), faster: every row must have
+ * in_bytes bytes readable from its start. */
+void tsock__resample_rows(const struct tsock__coeffs *c, const uint8_t *in, size_t in_pitch,
+                          size_t in_bytes, int first, int stride, int nch, uint8_t *out,
+                          size_t out_pitch, int rows);
 
 /* Whether PIL resizes in_w x in_h to out_w x out_h horizontal pass first (else vertical). */
 int tsock__horizontal_first(int in_w, int in_h, int out_w, int out_h);
@@ -61,8 +71,8 @@ int tsock__horizontal_first(int in_w, int in_h, int out_w, int out_h);
 void tsock__resample_col(const struct tsock__coeffs *c, int y, const uint8_t *rows, int rows_first,
                          size_t pitch, size_t len, int32_t *acc, uint8_t *out);
 
-/* Writes a row of w pixels of nch (1 or 3) channels as RGB, mirrored when flip. */
-void tsock__emit_row(const uint8_t *row, int w, int nch, int flip, uint8_t *dst);
+/* Writes a row of w pixels of nch (1 or 3) channels as RGB. */
+void tsock__emit_row(const uint8_t *row, int w, int nch, uint8_t *dst);
 
 /* PIL's CMYK-to-RGB conversion of pixels as libjpeg delivers them (Adobe polarity). In place
  * (out == in) is allowed. */
@@ -77,7 +87,6 @@ struct tsock__plan {
     int need_y0, need_y1; /* decoded rows the vertical pass reads */
     int nch;              /* channels resampled: 1 (gray) or 3 */
     int hfirst;           /* horizontal pass first (PIL's order for these sizes) */
-    int flip;
     int out_w, out_h;
 };
 

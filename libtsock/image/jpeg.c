@@ -229,7 +229,7 @@ decode(struct tsock_decoder *d, struct tsock__jpeg *j, const struct tsock_image_
     JDIMENSION x0 = 0, xw;
     double bx0, by0, bx1, by1;
     size_t line_bytes, keep_bytes;
-    uint8_t *lines, *rows, *conv = NULL;
+    uint8_t *lines, *rows;
     JSAMPROW ptrs[LINES_PER_CALL];
 
     partial = !(d->flags & TSOCK_DECODE_NO_PARTIAL);
@@ -308,9 +308,7 @@ decode(struct tsock_decoder *d, struct tsock__jpeg *j, const struct tsock_image_
     keep_bytes = pl.hfirst ? (size_t)pl.out_w * (size_t)nch : line_bytes;
     lines = tsock__buf_get(&d->line, line_bytes * LINES_PER_CALL);
     rows = tsock__buf_get(&d->rows, keep_bytes * (size_t)(pl.need_y1 - pl.need_y0));
-    if (in_comps == 4 && pl.hfirst)
-        conv = tsock__buf_get(&d->conv, (size_t)xw * 3);
-    if (!lines || !rows || (in_comps == 4 && pl.hfirst && !conv))
+    if (!lines || !rows)
         return -ENOMEM;
 
     if (partial && pl.need_y0 > 0) {
@@ -342,25 +340,26 @@ decode(struct tsock_decoder *d, struct tsock__jpeg *j, const struct tsock_image_
                               ? rows + (size_t)(row - pl.need_y0) * keep_bytes
                               : lines + (size_t)i * line_bytes;
             }
-            got = (int)jpeg_read_scanlines(cinfo, ptrs, (JDIMENSION)want);
-            if (got <= 0)
-                return -EPROTO;
-            for (int i = 0; i < got; i++, y++) {
-                uint8_t *line = ptrs[i];
-                if (y < pl.need_y0 || y >= pl.need_y1)
-                    continue;
-                if (!pl.hfirst) {
-                    if (in_comps == 4) /* PIL converts before it resizes */
-                        tsock__cmyk_to_rgb(line, line, (int)xw);
-                    continue;
-                }
-                if (in_comps == 4) {
-                    tsock__cmyk_to_rgb(line, conv, (int)xw);
-                    line = conv;
-                }
-                tsock__resample_row(&d->ch, line, (size_t)xw * (size_t)px, (int)x0 - pl.clamp_x, px,
-                                    nch, rows + (size_t)(y - pl.need_y0) * keep_bytes);
+            /* libjpeg hands out a row group (often 1 or 2 lines) per call: gather `want`
+             * lines, so that the horizontal pass gets them four at a time. */
+            for (got = 0; got < want;) {
+                int lines_read =
+                    (int)jpeg_read_scanlines(cinfo, ptrs + got, (JDIMENSION)(want - got));
+                if (lines_read <= 0)
+                    return -EPROTO;
+                got += lines_read;
             }
+            /* The lines of this call that the passes read: [a, b). */
+            int a = pl.need_y0 > y ? pl.need_y0 - y : 0;
+            int b = pl.need_y1 < y + got ? pl.need_y1 - y : got;
+            if (in_comps == 4) /* PIL converts before it resizes; in place, pitch unchanged */
+                for (int i = a; i < b; i++)
+                    tsock__cmyk_to_rgb(ptrs[i], ptrs[i], (int)xw);
+            if (pl.hfirst && a < b)
+                tsock__resample_rows(&d->ch, ptrs[a], line_bytes, (size_t)xw * (size_t)px,
+                                     (int)x0 - pl.clamp_x, px, nch,
+                                     rows + (size_t)(y + a - pl.need_y0) * keep_bytes, keep_bytes,
+                                     b - a);
         }
     }
     d->report.decoded_h = pl.need_y1 - (partial ? pl.need_y0 : 0);

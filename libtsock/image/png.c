@@ -83,10 +83,10 @@ tsock__png_decode(struct tsock_decoder *d, const uint8_t *data, size_t size,
 
     if (!pl.hfirst)
         return tsock__finish(d, &pl, pixels + (size_t)pl.need_y0 * stride, stride, 0, comps, out);
-    for (int y = pl.need_y0; y < pl.need_y1; y++) {
-        size_t at = (size_t)y * stride + (size_t)pl.clamp_x * comps;
-        tsock__resample_row(&d->ch, pixels + at, bytes - at, 0, comps, nch,
-                            rows + (size_t)(y - pl.need_y0) * row_bytes);
-    }
+    /* Every row has what remains of the image after the last one readable. */
+    size_t at = (size_t)pl.need_y0 * stride + (size_t)pl.clamp_x * comps;
+    size_t last = (size_t)(pl.need_y1 - 1) * stride + (size_t)pl.clamp_x * comps;
+    tsock__resample_rows(&d->ch, pixels + at, stride, bytes - last, 0, comps, nch, rows, row_bytes,
+                         pl.need_y1 - pl.need_y0);
     return tsock__finish(d, &pl, rows, row_bytes, 0, nch, out);
 }

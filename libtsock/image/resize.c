@@ -71,7 +71,7 @@ bilinear_filter(double x)
 
 int
 tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_size, int out_size,
-                      int win0, int win_n)
+                      int win0, int win_n, int reverse)
 {
     double support, scale, filterscale, ss;
     double *kk;
@@ -79,7 +79,7 @@ tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_si
     int ksize;
 
     if (c->valid && c->in0 == in0 && c->in1 == in1 && c->in_size == in_size &&
-        c->out_size == out_size && c->win0 == win0 && c->win_n == win_n)
+        c->out_size == out_size && c->win0 == win0 && c->win_n == win_n && c->reverse == reverse)
         return 0;
     c->valid = 0;
     if (in_size < 1 || out_size < 1 || win_n < 1 || win0 < 0 || win0 > out_size - win_n ||
@@ -104,7 +104,7 @@ tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_si
 
     ss = 1.0 / filterscale;
     for (int i = 0; i < win_n; i++) {
-        int xx = win0 + i;
+        int xx = win0 + (reverse ? win_n - 1 - i : i);
         double center = in0 + (xx + 0.5) * scale;
         double ww = 0.0;
         double *k = &kk[(size_t)i * ksize];
@@ -156,6 +156,7 @@ tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_si
     c->out_size = out_size;
     c->win0 = win0;
     c->win_n = win_n;
+    c->reverse = reverse;
     c->ksize = ksize;
     c->valid = 1;
     return 0;
@@ -225,52 +226,151 @@ row_scalar(const int32_t *k, int n, const uint8_t *p, int stride, int nch, uint8
     }
 }
 
+/* Output pixel i, written to o, the plain way (PIL's loop), or 0 where it has no taps. */
+static void
+pixel_scalar(const struct tsock__coeffs *c, int i, const uint8_t *in, int first, int stride,
+             int nch, uint8_t *o)
+{
+    const int n = c->bounds[2 * i + 1];
+
+    if (n <= 0) {
+        memset(o, 0, (size_t)nch); /* no taps: PIL's sum is the rounding term alone */
+        return;
+    }
+    row_scalar(c->k + (size_t)i * c->ksize, n,
+               in + (size_t)(c->bounds[2 * i] - first) * (size_t)stride, stride, nch, o);
+}
+
+#ifdef TSOCK_SSE2
+/* RGB output pixel i, written to o: each pair of taps is two 8-byte loads (a pixel and the next),
+ * interleaved so that pmaddwd sums R0*k0 + R1*k1 and so on; the fourth lane is ignored.
+ * Returns 0 (nothing written) for a pixel without taps or whose loads would pass the end of
+ * the row. */
+static int
+pixel_rgb_sse2(const struct tsock__coeffs *c, int i, const uint8_t *in, size_t in_bytes,
+               int first, int stride, uint8_t *o)
+{
+    const int n = c->bounds[2 * i + 1];
+    size_t off = (size_t)(c->bounds[2 * i] - first) * (size_t)stride;
+
+    if (n <= 0 || off + (size_t)(n - 1) * stride + 8 > in_bytes)
+        return 0;
+    const uint8_t *p = in + off;
+    const __m128i *kp = (const __m128i *)(const void *)(c->kp + (size_t)i * (c->ksize + 1) * 4);
+    const __m128i z = _mm_setzero_si128();
+    __m128i h = z, l = z;
+    int t = 0;
+    for (; t + 1 < n; t += 2, p += 2 * stride, kp += 2) {
+        __m128i a = _mm_loadl_epi64((const __m128i *)(const void *)p);
+        __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(p + stride));
+        __m128i x = _mm_unpacklo_epi16(_mm_unpacklo_epi8(a, z), _mm_unpacklo_epi8(b, z));
+        h = _mm_add_epi32(h, _mm_madd_epi16(x, _mm_loadu_si128(kp)));
+        l = _mm_add_epi32(l, _mm_madd_epi16(x, _mm_loadu_si128(kp + 1)));
+    }
+    if (t < n) { /* odd tail: the pair's second tap is 0 */
+        __m128i a = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(const void *)p), z);
+        __m128i x = _mm_unpacklo_epi16(a, a);
+        h = _mm_add_epi32(h, _mm_madd_epi16(x, _mm_loadu_si128(kp)));
+        l = _mm_add_epi32(l, _mm_madd_epi16(x, _mm_loadu_si128(kp + 1)));
+    }
+    __m128i v = combine(h, l);
+    v = _mm_packus_epi16(_mm_packs_epi32(v, v), v);
+    /* Four bytes written, the fourth landing on the next pixel (written after this one) or on
+     * the buffer's slack (tsock__buf_get). */
+    uint32_t px = (uint32_t)_mm_cvtsi128_si32(v);
+    memcpy(o, &px, 4);
+    return 1;
+}
+#endif
+
+/* Output pixel i of a row, written to o, by the fastest path that can take it; like every
+ * RGB path, it may write one byte more. */
+static void
+pixel_to(const struct tsock__coeffs *c, int i, const uint8_t *in, size_t in_bytes, int first,
+         int stride, int nch, uint8_t *o)
+{
+#ifdef TSOCK_SSE2
+    if (nch == 3 && pixel_rgb_sse2(c, i, in, in_bytes, first, stride, o))
+        return;
+#else
+    (void)in_bytes;
+#endif
+    pixel_scalar(c, i, in, first, stride, nch, o);
+}
+
+static inline void
+one_pixel(const struct tsock__coeffs *c, int i, const uint8_t *in, size_t in_bytes, int first,
+          int stride, int nch, uint8_t *out)
+{
+    pixel_to(c, i, in, in_bytes, first, stride, nch, out + (size_t)i * nch);
+}
+
 #ifdef TSOCK_AVX2
-/* Two output pixels per step, one in each 128-bit lane, each lane doing what the SSE2 loop
- * does for one pixel: a pair of taps is a pixel and its right neighbour, widened, interleaved
- * and fed to vpmaddwd with the taps' high and low halves. The two pixels' tap counts may
- * differ: the shorter one's extra taps are 0 in the table, and the caller guarantees that the
- * loads for max(n) taps stay inside the row. Returns the number of pixels done (even). */
+/* vpshufb controls that turn 16 bytes of RGB (stride 3) or RGBX (stride 4) pixels into the
+ * 16-bit operands of one pair of taps: R_a R_b G_a G_b B_a B_b 0 0, for the pair (0, 1) and
+ * the pair (2, 3) of the first four pixels (0x80 makes a zero byte). */
+static const uint8_t pair_shuffle[2][2][16] = {
+    {{0, 0x80, 3, 0x80, 1, 0x80, 4, 0x80, 2, 0x80, 5, 0x80, 0x80, 0x80, 0x80, 0x80},
+     {6, 0x80, 9, 0x80, 7, 0x80, 10, 0x80, 8, 0x80, 11, 0x80, 0x80, 0x80, 0x80, 0x80}},
+    {{0, 0x80, 4, 0x80, 1, 0x80, 5, 0x80, 2, 0x80, 6, 0x80, 0x80, 0x80, 0x80, 0x80},
+     {8, 0x80, 12, 0x80, 9, 0x80, 13, 0x80, 10, 0x80, 14, 0x80, 0x80, 0x80, 0x80, 0x80}},
+};
+
+/* The 128-bit values at a and b as the low and high lane of one vector. */
+__attribute__((target("avx2"))) static inline __m256i
+lanes(const __m128i *a, const __m128i *b)
+{
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(a)), _mm_loadu_si128(b),
+                                   1);
+}
+
+/* Two output pixels per step, one in each 128-bit lane. Each lane loads 16 source bytes once
+ * per four taps, and vpshufb spreads them into the operands of a pair of taps (a pixel and
+ * its right neighbour, channel by channel) for vpmaddwd with the taps' high and low halves.
+ * The two pixels' tap counts may differ: the shorter one's extra taps are 0 in the table.
+ * Pixels whose loads would pass the end of the row, or without taps, go to one_pixel.
+ * Returns the number of pixels done (even). */
 __attribute__((target("avx2"))) static int
 row_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *in, size_t in_bytes, int first,
              int stride, uint8_t *out)
 {
     const int ksize = c->ksize;
-    const __m256i z = _mm256_setzero_si256();
+    const size_t quad = 4 * (size_t)stride; /* bytes of four source pixels */
     const __m256i round = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+    const __m256i shuf01 = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)pair_shuffle[stride == 4][0]));
+    const __m256i shuf23 = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)pair_shuffle[stride == 4][1]));
     int i = 0;
 
     for (; i + 1 < c->win_n; i += 2) {
         const int *b = c->bounds + 2 * i;
-        int n = b[1] > b[3] ? b[1] : b[3];
-        size_t o0, o1;
-        if (b[1] <= 0 || b[3] <= 0)
-            break;
-        o0 = (size_t)(b[0] - first) * (size_t)stride;
-        o1 = (size_t)(b[2] - first) * (size_t)stride;
-        if (o0 + (size_t)n * stride + 8 > in_bytes || o1 + (size_t)n * stride + 8 > in_bytes)
-            break; /* near the end of the row: the caller finishes one at a time */
+        const int n = b[1] > b[3] ? b[1] : b[3], quads = (n + 3) / 4;
+        size_t o0 = (size_t)(b[0] - first) * (size_t)stride;
+        size_t o1 = (size_t)(b[2] - first) * (size_t)stride;
+        size_t reach = (size_t)(quads - 1) * quad + 16;
+        if (b[1] <= 0 || b[3] <= 0 || o0 + reach > in_bytes || o1 + reach > in_bytes) {
+            one_pixel(c, i, in, in_bytes, first, stride, 3, out);
+            one_pixel(c, i + 1, in, in_bytes, first, stride, 3, out);
+            continue;
+        }
         const uint8_t *p0 = in + o0, *p1 = in + o1;
         const __m128i *k0 = (const __m128i *)(const void *)(c->kp + (size_t)i * (ksize + 1) * 4);
         const __m128i *k1 =
             (const __m128i *)(const void *)(c->kp + (size_t)(i + 1) * (ksize + 1) * 4);
-        __m256i h = z, l = z;
-        for (int t = 0; t < n; t += 2, p0 += 2 * stride, p1 += 2 * stride, k0 += 2, k1 += 2) {
-            __m256i a = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)p0)),
-                _mm_loadl_epi64((const __m128i *)(const void *)p1), 1);
-            __m256i bb = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(
-                    _mm_loadl_epi64((const __m128i *)(const void *)(p0 + stride))),
-                _mm_loadl_epi64((const __m128i *)(const void *)(p1 + stride)), 1);
-            __m256i x =
-                _mm256_unpacklo_epi16(_mm256_unpacklo_epi8(a, z), _mm256_unpacklo_epi8(bb, z));
-            __m256i kh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(k0)),
-                                                 _mm_loadu_si128(k1), 1);
-            __m256i kl = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(k0 + 1)),
-                                                 _mm_loadu_si128(k1 + 1), 1);
-            h = _mm256_add_epi32(h, _mm256_madd_epi16(x, kh));
-            l = _mm256_add_epi32(l, _mm256_madd_epi16(x, kl));
+        __m256i h = _mm256_setzero_si256(), l = h;
+        for (int q = 0; q < quads; q++, p0 += quad, p1 += quad, k0 += 4, k1 += 4) {
+            __m256i x = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p0)),
+                _mm_loadu_si128((const __m128i *)(const void *)p1), 1);
+            __m256i a = _mm256_shuffle_epi8(x, shuf01);
+            h = _mm256_add_epi32(h, _mm256_madd_epi16(a, lanes(k0, k1)));
+            l = _mm256_add_epi32(l, _mm256_madd_epi16(a, lanes(k0 + 1, k1 + 1)));
+            if (4 * q + 2 < n) { /* taps 2 and 3 of the quad */
+                __m256i e = _mm256_shuffle_epi8(x, shuf23);
+                h = _mm256_add_epi32(h, _mm256_madd_epi16(e, lanes(k0 + 2, k1 + 2)));
+                l = _mm256_add_epi32(l, _mm256_madd_epi16(e, lanes(k0 + 3, k1 + 3)));
+            }
         }
         __m256i v = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), round);
         v = _mm256_srai_epi32(v, PRECISION_BITS);
@@ -287,63 +387,141 @@ row_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *in, size_t in_bytes, 
 }
 #endif
 
+#ifdef TSOCK_AVX2
+/* Output pixel i of four rows at once, two rows per vector, one in each 128-bit lane. The
+ * same output pixel of every row has the same taps, so each half of a pair of taps is one
+ * broadcast load used four times, and the bookkeeping per pixel is shared: well under half
+ * the instructions per pixel of row_rgb_avx2, which pairs two pixels of one row. Loads,
+ * shuffles and sums are row_rgb_avx2's. Returns 0 (nothing written) where a load would pass
+ * the end of a row. */
+__attribute__((target("avx2"), always_inline)) static inline int
+pixel4_rgb_avx2(const struct tsock__coeffs *c, int i, const uint8_t *const in[4], size_t in_bytes,
+                int first, int stride, __m256i shuf01, __m256i shuf23, uint32_t px[4])
+{
+    const size_t quad = 4 * (size_t)stride; /* bytes of four source pixels */
+    const int n = c->bounds[2 * i + 1], quads = (n + 3) / 4;
+    size_t off = (size_t)(c->bounds[2 * i] - first) * (size_t)stride;
+
+    if (n <= 0 || off + (size_t)(quads - 1) * quad + 16 > in_bytes)
+        return 0;
+    const __m128i *kp =
+        (const __m128i *)(const void *)(c->kp + (size_t)i * (size_t)(c->ksize + 1) * 4);
+    __m256i h01 = _mm256_setzero_si256(), l01 = h01, h23 = h01, l23 = h01;
+    for (int q = 0; q < quads; q++, off += quad, kp += 4) {
+        __m256i x01 = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(in[0] + off))),
+            _mm_loadu_si128((const __m128i *)(const void *)(in[1] + off)), 1);
+        __m256i x23 = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(in[2] + off))),
+            _mm_loadu_si128((const __m128i *)(const void *)(in[3] + off)), 1);
+        __m256i kh = _mm256_broadcastsi128_si256(kp[0]), kl = _mm256_broadcastsi128_si256(kp[1]);
+        __m256i a01 = _mm256_shuffle_epi8(x01, shuf01), a23 = _mm256_shuffle_epi8(x23, shuf01);
+        h01 = _mm256_add_epi32(h01, _mm256_madd_epi16(a01, kh));
+        l01 = _mm256_add_epi32(l01, _mm256_madd_epi16(a01, kl));
+        h23 = _mm256_add_epi32(h23, _mm256_madd_epi16(a23, kh));
+        l23 = _mm256_add_epi32(l23, _mm256_madd_epi16(a23, kl));
+        if (4 * q + 2 < n) { /* taps 2 and 3 of the quad */
+            kh = _mm256_broadcastsi128_si256(kp[2]);
+            kl = _mm256_broadcastsi128_si256(kp[3]);
+            a01 = _mm256_shuffle_epi8(x01, shuf23);
+            a23 = _mm256_shuffle_epi8(x23, shuf23);
+            h01 = _mm256_add_epi32(h01, _mm256_madd_epi16(a01, kh));
+            l01 = _mm256_add_epi32(l01, _mm256_madd_epi16(a01, kl));
+            h23 = _mm256_add_epi32(h23, _mm256_madd_epi16(a23, kh));
+            l23 = _mm256_add_epi32(l23, _mm256_madd_epi16(a23, kl));
+        }
+    }
+    const __m256i round = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+    __m256i v01 = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h01, 11), l01), round);
+    __m256i v23 = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h23, 11), l23), round);
+    /* int32 lanes [r0 | r1] and [r2 | r3] -> bytes, lane 0: r0 r2, lane 1: r1 r3 */
+    __m256i v = _mm256_packs_epi32(_mm256_srai_epi32(v01, PRECISION_BITS),
+                                   _mm256_srai_epi32(v23, PRECISION_BITS));
+    v = _mm256_packus_epi16(v, v);
+    __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+    px[0] = (uint32_t)_mm_cvtsi128_si32(lo);
+    px[2] = (uint32_t)_mm_extract_epi32(lo, 1);
+    px[1] = (uint32_t)_mm_cvtsi128_si32(hi);
+    px[3] = (uint32_t)_mm_extract_epi32(hi, 1);
+    return 1;
+}
+
+/* The horizontal pass of four rows. Pixels are written with 4-byte stores whose stray byte
+ * lands on the next pixel, written later, except at the end of a row: there the next row's
+ * first pixel is already written, so the last pixel of each row is stored exactly. */
+__attribute__((target("avx2"))) static void
+rows4_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *const in[4], size_t in_bytes,
+               int first, int stride, uint8_t *const out[4])
+{
+    const __m256i shuf01 = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)pair_shuffle[stride == 4][0]));
+    const __m256i shuf23 = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)pair_shuffle[stride == 4][1]));
+    const int last = c->win_n - 1;
+    uint32_t px[4];
+
+    for (int i = 0; i < last; i++) {
+        if (pixel4_rgb_avx2(c, i, in, in_bytes, first, stride, shuf01, shuf23, px)) {
+            for (int r = 0; r < 4; r++)
+                memcpy(out[r] + (size_t)i * 3, &px[r], 4);
+        } else {
+            for (int r = 0; r < 4; r++)
+                one_pixel(c, i, in[r], in_bytes, first, stride, 3, out[r]);
+        }
+    }
+    if (last < 0)
+        return;
+    uint8_t exact[4][4];
+    if (pixel4_rgb_avx2(c, last, in, in_bytes, first, stride, shuf01, shuf23, px))
+        memcpy(exact, px, sizeof exact);
+    else
+        for (int r = 0; r < 4; r++)
+            pixel_to(c, last, in[r], in_bytes, first, stride, 3, exact[r]);
+    for (int r = 0; r < 4; r++)
+        memcpy(out[r] + (size_t)last * 3, exact[r], 3);
+}
+#endif
+
+void
+tsock__resample_rows(const struct tsock__coeffs *c, const uint8_t *in, size_t in_pitch,
+                     size_t in_bytes, int first, int stride, int nch, uint8_t *out,
+                     size_t out_pitch, int rows)
+{
+    int y = 0;
+
+#ifdef TSOCK_AVX2
+    if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx2 &&
+        __builtin_cpu_supports("avx2")) {
+        for (; y + 3 < rows; y += 4) {
+            const uint8_t *const src[4] = {in + (size_t)y * in_pitch,
+                                           in + (size_t)(y + 1) * in_pitch,
+                                           in + (size_t)(y + 2) * in_pitch,
+                                           in + (size_t)(y + 3) * in_pitch};
+            uint8_t *const dst[4] = {out + (size_t)y * out_pitch, out + (size_t)(y + 1) * out_pitch,
+                                     out + (size_t)(y + 2) * out_pitch,
+                                     out + (size_t)(y + 3) * out_pitch};
+            rows4_rgb_avx2(c, src, in_bytes, first, stride, dst);
+        }
+    }
+#endif
+    for (; y < rows; y++)
+        tsock__resample_row(c, in + (size_t)y * in_pitch, in_bytes, first, stride, nch,
+                            out + (size_t)y * out_pitch);
+}
+
 void
 tsock__resample_row(const struct tsock__coeffs *c, const uint8_t *in, size_t in_bytes, int first,
                     int stride, int nch, uint8_t *out)
 {
-    const int ksize = c->ksize;
     int i = 0;
 
 #ifdef TSOCK_AVX2
-    if (nch == 3 && !c->no_avx2 && __builtin_cpu_supports("avx2"))
+    if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx2 &&
+        __builtin_cpu_supports("avx2"))
         i = row_rgb_avx2(c, in, in_bytes, first, stride, out);
 #endif
-    for (; i < c->win_n; i++) {
-        const int32_t *k = c->k + (size_t)i * ksize;
-        const int n = c->bounds[2 * i + 1];
-        uint8_t *o = out + (size_t)i * nch;
-        size_t off;
-
-        if (n <= 0) {
-            memset(o, 0, (size_t)nch); /* no taps: PIL's sum is the rounding term alone */
-            continue;
-        }
-        off = (size_t)(c->bounds[2 * i] - first) * (size_t)stride;
-#ifdef TSOCK_SSE2
-        /* RGB: each pair of taps is two 8-byte loads (a pixel and the next), interleaved so
-         * that pmaddwd sums R0*k0 + R1*k1 and so on; the fourth lane is ignored. Pixels whose
-         * loads would pass the end of the row take the plain path. */
-        if (nch == 3 && off + (size_t)(n - 1) * stride + 8 <= in_bytes) {
-            const uint8_t *p = in + off;
-            const __m128i *kp =
-                (const __m128i *)(const void *)(c->kp + (size_t)i * (ksize + 1) * 4);
-            const __m128i z = _mm_setzero_si128();
-            __m128i h = z, l = z;
-            int t = 0;
-            for (; t + 1 < n; t += 2, p += 2 * stride, kp += 2) {
-                __m128i a = _mm_loadl_epi64((const __m128i *)(const void *)p);
-                __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(p + stride));
-                __m128i x = _mm_unpacklo_epi16(_mm_unpacklo_epi8(a, z), _mm_unpacklo_epi8(b, z));
-                h = _mm_add_epi32(h, _mm_madd_epi16(x, _mm_loadu_si128(kp)));
-                l = _mm_add_epi32(l, _mm_madd_epi16(x, _mm_loadu_si128(kp + 1)));
-            }
-            if (t < n) { /* odd tail: the pair's second tap is 0 */
-                __m128i a = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(const void *)p), z);
-                __m128i x = _mm_unpacklo_epi16(a, a);
-                h = _mm_add_epi32(h, _mm_madd_epi16(x, _mm_loadu_si128(kp)));
-                l = _mm_add_epi32(l, _mm_madd_epi16(x, _mm_loadu_si128(kp + 1)));
-            }
-            __m128i v = combine(h, l);
-            v = _mm_packus_epi16(_mm_packs_epi32(v, v), v);
-            /* Four bytes written, the fourth landing on the next pixel (written after this
-             * one) or on the buffer's slack (tsock__buf_get). */
-            uint32_t px = (uint32_t)_mm_cvtsi128_si32(v);
-            memcpy(o, &px, 4);
-            continue;
-        }
-#endif
-        row_scalar(k, n, in + off, stride, nch, o);
-    }
+    for (; i < c->win_n; i++)
+        one_pixel(c, i, in, in_bytes, first, stride, nch, out);
 }
 
 int
@@ -356,6 +534,49 @@ tsock__horizontal_first(int in_w, int in_h, int out_w, int out_h)
     return !(dh > 0 && dh > dw * 2);
 }
 
+#ifdef TSOCK_AVX2
+/* The SSE2 vertical loop of tsock__resample_col at twice the width, 32 samples at a time.
+ * Unpacking and packing both work within 128-bit lanes and each undoes the other, so the
+ * samples come out in order. Returns the number of samples done. */
+__attribute__((target("avx2"))) static size_t
+col_avx2(const int32_t *kp, int n, const uint8_t *src, size_t pitch, size_t len, uint8_t *out)
+{
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i round = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+    size_t i = 0;
+
+    for (; i + 32 <= len; i += 32) {
+        __m256i h[4] = {z, z, z, z}, l[4] = {z, z, z, z};
+        const uint8_t *r = src + i;
+        for (int t = 0; t < n; t += 2, r += 2 * pitch) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)r);
+            __m256i b = t + 1 < n ? _mm256_loadu_si256((const __m256i *)(const void *)(r + pitch))
+                                  : a; /* odd tail: its tap is 0 */
+            __m256i alo = _mm256_unpacklo_epi8(a, z), ahi = _mm256_unpackhi_epi8(a, z);
+            __m256i blo = _mm256_unpacklo_epi8(b, z), bhi = _mm256_unpackhi_epi8(b, z);
+            __m256i x[4] = {_mm256_unpacklo_epi16(alo, blo), _mm256_unpackhi_epi16(alo, blo),
+                            _mm256_unpacklo_epi16(ahi, bhi), _mm256_unpackhi_epi16(ahi, bhi)};
+            __m256i kh = _mm256_broadcastsi128_si256(
+                _mm_loadu_si128((const __m128i *)(const void *)(kp + 4 * t)));
+            __m256i kl = _mm256_broadcastsi128_si256(
+                _mm_loadu_si128((const __m128i *)(const void *)(kp + 4 * t + 4)));
+            for (int j = 0; j < 4; j++) {
+                h[j] = _mm256_add_epi32(h[j], _mm256_madd_epi16(x[j], kh));
+                l[j] = _mm256_add_epi32(l[j], _mm256_madd_epi16(x[j], kl));
+            }
+        }
+        __m256i v[4];
+        for (int j = 0; j < 4; j++)
+            v[j] = _mm256_srai_epi32(
+                _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h[j], 11), l[j]), round),
+                PRECISION_BITS);
+        __m256i lo = _mm256_packs_epi32(v[0], v[1]), hi = _mm256_packs_epi32(v[2], v[3]);
+        _mm256_storeu_si256((__m256i *)(void *)(out + i), _mm256_packus_epi16(lo, hi));
+    }
+    return i;
+}
+#endif
+
 void
 tsock__resample_col(const struct tsock__coeffs *c, int y, const uint8_t *rows, int rows_first,
                     size_t pitch, size_t len, int32_t *acc, uint8_t *out)
@@ -363,12 +584,16 @@ tsock__resample_col(const struct tsock__coeffs *c, int y, const uint8_t *rows, i
     const int32_t *k = c->k + (size_t)y * c->ksize;
     const int n = c->bounds[2 * y + 1];
     const uint8_t *src = n > 0 ? rows + (size_t)(c->bounds[2 * y] - rows_first) * pitch : rows;
+    const int32_t *kp = c->kp + (size_t)y * (c->ksize + 1) * 4;
     size_t i = 0;
 
+#ifdef TSOCK_AVX2
+    if (!c->no_avx2 && __builtin_cpu_supports("avx2"))
+        i = col_avx2(kp, n, src, pitch, len, out);
+#endif
 #ifdef TSOCK_SSE2
     /* 16 samples at a time: two rows (a pair of taps) interleaved into pmaddwd, with the
      * high and low halves of the taps summed apart and combined at the end (exact). */
-    const int32_t *kp = c->kp + (size_t)y * (c->ksize + 1) * 4;
     const __m128i z = _mm_setzero_si128();
     for (; i + 16 <= len; i += 16) {
         __m128i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
@@ -415,19 +640,14 @@ tsock__resample_col(const struct tsock__coeffs *c, int y, const uint8_t *rows, i
 }
 
 void
-tsock__emit_row(const uint8_t *row, int w, int nch, int flip, uint8_t *dst)
+tsock__emit_row(const uint8_t *row, int w, int nch, uint8_t *dst)
 {
-    if (nch == 1) {
-        for (int x = 0; x < w; x++) {
-            uint8_t *o = dst + 3 * (size_t)(flip ? w - 1 - x : x);
-            o[0] = o[1] = o[2] = row[x];
-        }
-    } else if (!flip) {
+    if (nch == 3) {
         memcpy(dst, row, (size_t)w * 3);
-    } else {
-        for (int x = 0; x < w; x++)
-            memcpy(dst + 3 * (size_t)(w - 1 - x), row + 3 * (size_t)x, 3);
+        return;
     }
+    for (int x = 0; x < w; x++)
+        dst[3 * x] = dst[3 * x + 1] = dst[3 * x + 2] = row[x];
 }
 
 void
