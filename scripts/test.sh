@@ -8,7 +8,7 @@
 #   1. dependencies (apt-get, only what is missing)
 #   2. build/normal  RelWithDebInfo, all tests (unit, integration, fuzz corpus replay)
 #   3. build/asan    AddressSanitizer + UndefinedBehaviorSanitizer, all tests
-#   4. build/fuzz    the libFuzzer target (clang), a short session with a fixed seed
+#   4. build/fuzz    the libFuzzer targets (clang), a short session each with a fixed seed
 #   5. build/tsan    ThreadSanitizer, the unit and integration tests (ring, proto, transport,
 #                    producer/consumer processes); skipped when TSOCK_TEST_QUICK=1
 #   6. packaging     install build/normal into a scratch prefix, build examples/c_train_loop
@@ -156,24 +156,32 @@ section "ASan + UBSan build: all tests"
 configure_build asan -DTSOCK_SANITIZE=address,undefined
 run_ctest asan --
 
-section "fuzz smoke: libFuzzer target (clang), fixed seed, from the committed corpus"
-# The corpus replay already runs in ctest; this checks the libFuzzer target still builds and
-# survives a short deterministic session. New inputs go to scratch, never into the corpus.
+section "fuzz smoke: the libFuzzer targets (clang), fixed seed, from the committed corpora"
+# The corpus replays already run in ctest; this checks that every libFuzzer target still
+# builds and survives a short deterministic session. New inputs go to scratch, never into the
+# corpus.
+# fuzz_smoke TARGET CORPUS RUNS SECONDS
+fuzz_smoke() {
+    local target=$1 corpus=$2 runs=$3 secs=$4 log="$BUILD/fuzz/$1.log"
+    mkdir -p "$SCRATCH/$target"
+    if cmake --build "$BUILD/fuzz" -j"$JOBS" --target "$target" >"$log" 2>&1 &&
+        "$BUILD/fuzz/tests/fuzz/$target" -seed=1 -runs="$runs" -max_total_time="$secs" \
+            -rss_limit_mb=4096 "$SCRATCH/$target" "$ROOT/tests/fuzz/corpus/$corpus" >>"$log" 2>&1; then
+        SUMMARY+=("$(printf '%-8s %s: %s' fuzz "$target" "$(grep -E '^Done [0-9]+ runs' "$log" |
+            tail -n 1)")")
+    else
+        tail -n 40 "$log"
+        SUMMARY+=("$(printf '%-8s %s FAILED (build/fuzz/%s.log)' fuzz "$target" "$target")")
+        FAILED_STEPS+=("fuzz smoke $target")
+    fi
+    grep -E '^Done [0-9]+ runs' "$log" || true
+}
 if command -v clang >/dev/null 2>&1; then
     cmake -S "$ROOT" -B "$BUILD/fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
         -DTSOCK_SANITIZE= -DTSOCK_BUILD_FUZZERS=ON
-    cmake --build "$BUILD/fuzz" -j"$JOBS" --target fuzz_proto
-    mkdir -p "$SCRATCH/fuzz_proto"
-    if "$BUILD/fuzz/tests/fuzz/fuzz_proto" -seed=1 -runs=500000 -max_total_time=60 \
-        "$SCRATCH/fuzz_proto" "$ROOT/tests/fuzz/corpus/proto" >"$BUILD/fuzz/fuzz_proto.log" 2>&1; then
-        SUMMARY+=("$(printf '%-8s fuzz_proto: %s' fuzz "$(grep -E '^Done [0-9]+ runs' \
-            "$BUILD/fuzz/fuzz_proto.log" | tail -n 1)")")
-    else
-        tail -n 40 "$BUILD/fuzz/fuzz_proto.log"
-        SUMMARY+=("$(printf '%-8s fuzz_proto FAILED (build/fuzz/fuzz_proto.log)' fuzz)")
-        FAILED_STEPS+=("fuzz smoke")
-    fi
-    grep -E '^Done [0-9]+ runs' "$BUILD/fuzz/fuzz_proto.log" || true
+    fuzz_smoke fuzz_proto proto 500000 60
+    fuzz_smoke fuzz_index index 200000 30
+    fuzz_smoke fuzz_image image 60000 45
 else
     echo "no clang: fuzz smoke skipped"
 fi
