@@ -74,9 +74,9 @@ tsock__plan_make(struct tsock_decoder *d, struct tsock__plan *pl, int src_w, int
     int first, end, r;
 
     /* Tables are relative to the clamp rectangle, as PIL's are relative to the cropped image:
-     * computing them with an offset would change the rounding of the tap positions. */
-    /* The flip is the horizontal table in reverse order: each output pixel is computed
-     * exactly as before, only written elsewhere. */
+     * computing them with an offset would change the rounding of the tap positions. The flip
+     * is the horizontal table in reverse order: each output pixel is computed exactly as
+     * without it, only written elsewhere. */
     r = tsock__coeffs_compute(&d->ch, bx0 - cx0, bx1 - cx0, cx1 - cx0, spec->resize_w, spec->win_x,
                               spec->out_w, spec->flip);
     if (r == 0)

@@ -48,10 +48,10 @@ void tsock__coeffs_free(struct tsock__coeffs *c);
 /* The first source sample any kept output reads, and one past the last. */
 void tsock__coeffs_span(const struct tsock__coeffs *c, int *first, int *end);
 
-/* Horizontal pass of one row: `in` holds `in_bytes` bytes of source
- * samples from the table's sample `first` on (at least up to the span's end), `stride` bytes
- * per pixel of which the first `nch` are resampled; writes win_n * nch bytes, and may write
- * up to TSOCK__BUF_SLACK bytes of junk after them (`out` comes from tsock__buf_get). */
+/* Horizontal pass of one row: `in` holds `in_bytes` bytes of source samples from the table's
+ * sample `first` on (at least up to the span's end), `stride` bytes per pixel of which the
+ * first `nch` are resampled; writes win_n * nch bytes, and may write one byte of junk after
+ * them (on the next row, written later, or on tsock__buf_get's slack). */
 void tsock__resample_row(const struct tsock__coeffs *c, const uint8_t *in, size_t in_bytes,
                          int first, int stride, int nch, uint8_t *out);
 
