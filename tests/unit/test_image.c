@@ -628,6 +628,55 @@ test_flip(struct tsock_decoder *d)
     }
 }
 
+/* Every RGB path of the horizontal pass reads pixels 3 or 4 bytes apart (RGB, or RGBA with
+ * the alpha skipped): an RGBA PNG resizes to the bytes of the same picture as RGB, for
+ * reductions and enlargements (2 to 9 taps), flipped or not, with the SIMD passes and
+ * without them. */
+static void
+test_rgba_resize(struct tsock_decoder *d)
+{
+    const int w = 203, h = 61;
+    uint8_t *rgba = malloc((size_t)w * h * 4), *rgb = malloc((size_t)w * h * 3);
+    static const int sizes[][2] = {{57, 40}, {23, 61}, {203, 17}, {350, 90}, {101, 30}, {1, 1}};
+    size_t n3, n4;
+
+    for (int i = 0; i < w * h; i++) {
+        int x = i % w, y = i / w;
+        for (int c = 0; c < 3; c++)
+            rgb[3 * i + c] = rgba[4 * i + c] = (uint8_t)((x * x * 3 + y * 7 + c * 85 + (x ^ y)) & 255);
+        rgba[4 * i + 3] = (uint8_t)(x * 5); /* alpha is dropped, whatever it is */
+    }
+    uint8_t *png3 = png_encode(rgb, w, h, PNG_FORMAT_RGB, NULL, 0, &n3);
+    uint8_t *png4 = png_encode(rgba, w, h, PNG_FORMAT_RGBA, NULL, 0, &n4);
+    int mismatches = 0;
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const int ow = sizes[s][0], oh = sizes[s][1];
+        const size_t bytes = (size_t)ow * oh * 3;
+        uint8_t *ref = malloc(bytes), *out = malloc(bytes);
+        struct tsock_box box = {3, 2, w - 5, h - 4};
+        for (int flip = 0; flip < 2; flip++) {
+            /* The reference: plain passes (or SSE2) on RGB. */
+            tsock__decoder_set_flags(d, TSOCK_DECODE_NO_AVX2);
+            CHECK_EQ(tsock__decode_crop_resize(d, png3, n3, &box, ow, oh, flip, ref), 0);
+            CHECK_EQ(tsock__decode_crop_resize(d, png4, n4, &box, ow, oh, flip, out), 0);
+            mismatches += memcmp(ref, out, bytes) != 0;
+            tsock__decoder_set_flags(d, 0);
+            CHECK_EQ(tsock__decode_crop_resize(d, png3, n3, &box, ow, oh, flip, out), 0);
+            mismatches += memcmp(ref, out, bytes) != 0;
+            CHECK_EQ(tsock__decode_crop_resize(d, png4, n4, &box, ow, oh, flip, out), 0);
+            mismatches += memcmp(ref, out, bytes) != 0;
+        }
+        free(ref);
+        free(out);
+    }
+    CHECK_EQ(mismatches, 0);
+    tsock__decoder_set_flags(d, 0);
+    free(png3);
+    free(png4);
+    free(rgba);
+    free(rgb);
+}
+
 /* Golden outputs of Pillow 13 (Image.resize(..., BILINEAR), crop first as torchvision's
  * resized_crop does) on the 500x375 RGB pattern
  *   v(x, y, c) = (x*x*3 + y*7 + c*85 + ((x ^ y) & 31)) & 255,
@@ -1140,6 +1189,7 @@ main(void)
     test_partial_and_resample(d);
     test_partial_saves(d);
     test_flip(d);
+    test_rgba_resize(d);
     test_pil_golden(d);
     test_dct_scaling(d);
     test_truncated(d);
