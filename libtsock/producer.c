@@ -53,6 +53,10 @@ struct consumer_rec {
     uint64_t rate_milli;                       /* released per second x 1000, last window */
     int reported;                              /* `own` holds a CONSUMER_STATS */
     struct tsock_msg_consumer_stats own;
+    /* Dropped because a send failed, not yet counted as lost: a consumer that says BYE and
+     * closes its socket can make a send fail before its BYE, already queued, is read. The
+     * verdict waits for the next pass over the socket (settle_unreachable). */
+    int unreachable;
 };
 
 #define NO_WINDOW UINT64_MAX
@@ -787,7 +791,41 @@ send_to(tsock_producer *p, int index, const struct tsock_msg *msg)
         tsock__log(TSOCK_LOG_WARN, "sending %s to consumer %llu failed: %s",
                    tsock__msg_type_name(msg->type), (unsigned long long)c->consumer_id,
                    tsock_strerror(err));
-        drop_consumer(p, index, "is unreachable", 1);
+        drop_consumer(p, index, "is unreachable", 0);
+        c->unreachable = 1;
+    }
+}
+
+/* A BYE from a consumer dropped as unreachable: it left after all. Returns 1 if it was one. */
+static int
+bye_after_unreachable(tsock_producer *p, const struct tsock_frame *f)
+{
+    for (int i = 0; i < MAX_CONSUMERS; i++) {
+        struct consumer_rec *c = &p->consumers[i];
+        if (!c->active && c->unreachable && c->id_len == f->id_len &&
+            memcmp(c->id, f->id, f->id_len) == 0) {
+            c->unreachable = 0;
+            tsock__log(TSOCK_LOG_INFO, "consumer %llu had said BYE: it left",
+                       (unsigned long long)c->consumer_id);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* After a whole pass over the socket: the consumers dropped as unreachable whose BYE did not
+ * come are lost. */
+static void
+settle_unreachable(tsock_producer *p)
+{
+    for (int i = 0; i < MAX_CONSUMERS; i++) {
+        struct consumer_rec *c = &p->consumers[i];
+        if (!c->active && c->unreachable) {
+            c->unreachable = 0;
+            p->stat_lost++;
+            tsock__log(TSOCK_LOG_INFO, "consumer %llu was lost (no BYE)",
+                       (unsigned long long)c->consumer_id);
+        }
     }
 }
 
@@ -862,6 +900,7 @@ on_hello(tsock_producer *p, const struct tsock_frame *f, const struct tsock_msg_
             return;
         }
         struct consumer_rec *c = &p->consumers[index];
+        p->stat_lost += c->unreachable != 0; /* its record is reused before the verdict */
         memset(c, 0, sizeof *c);
         c->active = 1;
         memcpy(c->id, f->id, f->id_len);
@@ -1002,7 +1041,8 @@ handle_frame(tsock_producer *p, const struct tsock_frame *f)
     case TSOCK_MSG_CONSUMER_STATS:
         if (index < 0) {
             /* A consumer we dropped (it was silent too long) or never knew: tell it. */
-            reject(p, f, TSOCK_E_REJECTED);
+            if (!(m.type == TSOCK_MSG_BYE && bye_after_unreachable(p, f)))
+                reject(p, f, TSOCK_E_REJECTED);
         } else if (m.type == TSOCK_MSG_RELEASE) {
             on_release(p, index, &m.u.release);
         } else if (m.type == TSOCK_MSG_BYE) {
@@ -1092,6 +1132,7 @@ service_main(void *arg)
             tsock__wake_drain(p->wake_fd);
         pthread_mutex_lock(&p->mu);
         receive_all(p);
+        settle_unreachable(p);
         flush_outgoing(p);
         if (p->state == P_FINISHED && !p->shutdown_sent)
             send_shutdown(p, TSOCK_SHUTDOWN_END);
@@ -1105,6 +1146,8 @@ service_main(void *arg)
     flush_outgoing(p);
     if (!p->shutdown_sent)
         send_shutdown(p, p->state == P_FINISHED ? TSOCK_SHUTDOWN_END : TSOCK_SHUTDOWN_STOPPED);
+    receive_all(p);
+    settle_unreachable(p);
     pthread_mutex_unlock(&p->mu);
     return NULL;
 }

@@ -2,6 +2,7 @@
  * ipc, a real shared-memory ring, consumers on their own threads. Runs under TSan too. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -223,6 +224,63 @@ test_destroy_while_holding(void)
     tsock_producer_destroy(p);
 }
 
+struct pump {
+    tsock_producer *p;
+    atomic_int stop;
+};
+
+/* Publishes as fast as the consumers release, until told to stop. */
+static void *
+pump_main(void *arg)
+{
+    struct pump *pm = arg;
+    while (!atomic_load(&pm->stop)) {
+        int err = produce_one(pm->p);
+        if (err < 0 && err != -ETIMEDOUT)
+            return NULL;
+    }
+    return NULL;
+}
+
+/* Consumers that say BYE and go while batches are being sent to them are counted as leaving,
+ * never as lost: a send can fail (the connection is gone) before the BYE queued ahead of the
+ * disconnection is read, and that must not count as a vanished consumer. A steady reader keeps
+ * the stream flowing while 30 others join, read a little and leave. */
+static void
+test_goodbye_while_busy(void)
+{
+    make_endpoint("goodbye");
+    tsock_producer *p = start_producer(0);
+    struct reader steady = {.epochs_wanted = 1000000};
+    steady.c = connect_consumer();
+    pthread_t reader_thread, pump_thread;
+    pthread_create(&reader_thread, NULL, read_epochs, &steady);
+    CHECK_EQ(tsock_producer_wait_consumers(p, 1, 5000), 1);
+    struct pump pm = {.p = p};
+    pthread_create(&pump_thread, NULL, pump_main, &pm);
+    for (int round = 0; round < 30; round++) {
+        tsock_consumer *c = connect_consumer();
+        for (int i = 0; i < 3 + round % 5; i++) {
+            tsock_batch *b;
+            CHECK_EQ(tsock_consumer_next(c, 5000, &b), 0);
+            CHECK_EQ(tsock_consumer_release(c, b), 0);
+        }
+        tsock_consumer_destroy(c); /* BYE, then the socket closes */
+    }
+    uint64_t lost = 1, joined = 0;
+    CHECK_EQ(tsock_producer_stat(p, -1, TSOCK_STAT_LOST, &lost), 0);
+    CHECK_EQ(tsock_producer_stat(p, -1, TSOCK_STAT_JOINED, &joined), 0);
+    CHECK_EQ(joined, 31);
+    CHECK_EQ(lost, 0);
+    atomic_store(&pm.stop, 1);
+    pthread_join(pump_thread, NULL);
+    CHECK_EQ(tsock_producer_finish(p), 0);
+    pthread_join(reader_thread, NULL);
+    CHECK_EQ(steady.content_errors, 0);
+    tsock_consumer_destroy(steady.c);
+    tsock_producer_destroy(p);
+}
+
 /* The producer going away ends every next() with an error, never a hang. */
 static void
 test_producer_stop_reaches_consumer(void)
@@ -333,6 +391,7 @@ main(void)
     test_two_consumers_exact_epochs();
     test_silent_consumer_is_reclaimed();
     test_destroy_while_holding();
+    test_goodbye_while_busy();
     test_producer_stop_reaches_consumer();
     test_garbage_is_rejected();
     test_no_producer();
