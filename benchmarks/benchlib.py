@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: the machine's description and the commit measured."""
+"""What the benchmark scripts share: the machine's description and the commit measured, the
+programs they run, and the image tree they make."""
 import json
 import os
 import platform
@@ -56,3 +57,23 @@ def make_tree(args, workdir):
     if r.returncode != 0:
         raise RuntimeError(f"tsock-mkdataset failed ({r.returncode}): {r.stderr}")
     return out, last_json(r.stdout), cmd
+
+
+def add_tree_args(ap, classes=10):
+    """The options of the image tree a benchmark reads (see make_tree)."""
+    ap.add_argument("--root", help="an existing ImageFolder tree (default: make one)")
+    ap.add_argument("--images", type=int, default=800, help="images in the tree made (800)")
+    ap.add_argument("--classes", type=int, default=classes)
+    ap.add_argument("--photos", default="/usr/share/backgrounds",
+                    help="tsock-mkdataset --photos DIR when it exists ('' for synthetic)")
+
+
+def find_programs(ap, args, *more):
+    """Sets args.producer, args.consume and args.mkdataset from args.bin_dir, and stops with
+    a usage error unless they and the paths in `more` are executables."""
+    args.producer = os.path.join(args.bin_dir, "tsock-producer")
+    args.consume = os.path.join(args.bin_dir, "tsock-consume")
+    args.mkdataset = os.path.join(args.bin_dir, "tsock-mkdataset")
+    for prog in (args.producer, args.consume, args.mkdataset, *more):
+        if not os.access(prog, os.X_OK):
+            ap.error(f"{prog} is not an executable (build first, or give --bin-dir)")

@@ -45,7 +45,8 @@ import sys
 import tempfile
 import time
 
-from benchlib import git_commit, last_json, machine, make_tree  # beside this script
+from benchlib import (add_tree_args, find_programs, git_commit, last_json,  # beside this script
+                      machine, make_tree)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build", "normal")
@@ -95,11 +96,7 @@ print(json.dumps({"samples": samples, "wall_s": wall, "main_cpu_s": s1 - s0,
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--root", help="an existing ImageFolder tree (default: make one)")
-    ap.add_argument("--images", type=int, default=800, help="images in the tree made (800)")
-    ap.add_argument("--classes", type=int, default=10)
-    ap.add_argument("--photos", default="/usr/share/backgrounds",
-                    help="tsock-mkdataset --photos DIR when it exists ('' for synthetic)")
+    add_tree_args(ap)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workers", type=int, default=os.cpu_count(),
                     help="N for (b), (c) and the top of (d) (default: os.cpu_count())")
@@ -111,13 +108,8 @@ def parse_args():
                                                    "image_pipeline.json"))
     ap.add_argument("--skip-torchvision", action="store_true")
     args = ap.parse_args()
-    args.producer = os.path.join(args.bin_dir, "tsock-producer")
-    args.consume = os.path.join(args.bin_dir, "tsock-consume")
-    args.mkdataset = os.path.join(args.bin_dir, "tsock-mkdataset")
     args.decode = os.path.join(args.bench_dir, "tsock-bench-decode")
-    for prog in (args.producer, args.consume, args.mkdataset, args.decode):
-        if not os.access(prog, os.X_OK):
-            ap.error(f"{prog} is not an executable (build first, or give --bin-dir/--bench-dir)")
+    find_programs(ap, args, args.decode)
     if args.repeat < 1 or args.workers < 1 or args.epochs < 1:
         ap.error("--repeat, --workers and --epochs must be at least 1")
     return args

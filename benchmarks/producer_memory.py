@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import git_commit  # beside this script
+from benchlib import find_programs, git_commit  # beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build", "normal")
@@ -67,12 +67,7 @@ def parse_args():
     ap.add_argument("--out", default=os.path.join(REPO, "docs", "benchmarks",
                                                    "producer_memory.json"))
     args = ap.parse_args()
-    args.producer = os.path.join(args.bin_dir, "tsock-producer")
-    args.consume = os.path.join(args.bin_dir, "tsock-consume")
-    args.mkdataset = os.path.join(args.bin_dir, "tsock-mkdataset")
-    for prog in (args.producer, args.consume, args.mkdataset):
-        if not os.access(prog, os.X_OK):
-            ap.error(f"{prog} is not an executable (build first, or give --bin-dir)")
+    find_programs(ap, args)
     return args
 
 

@@ -25,4 +25,8 @@ void cli_json_string(FILE *f, const char *s);
  * timeout must exceed the interval, else cli_bad_usage. */
 void cli_check_heartbeat(int interval_ms, int timeout_ms);
 
+/* Seconds on the monotonic clock, and CPU seconds (user + system) of this process. */
+double now_s(void);
+double cpu_seconds(void);
+
 #endif

@@ -62,8 +62,4 @@ void reporter_tick(struct reporter *r, const struct run_stats *st, struct consum
  * could not be written (a full disk). */
 int reporter_close(struct reporter *r, const struct run_stats *st, const struct consumer_table *t);
 
-/* Seconds on the monotonic clock, and CPU seconds of this process. */
-double now_s(void);
-double cpu_seconds(void);
-
 #endif

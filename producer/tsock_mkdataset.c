@@ -456,14 +456,6 @@ make_class_names(const struct options *o)
     return names;
 }
 
-static double
-now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int
 main(int argc, char **argv)
 {

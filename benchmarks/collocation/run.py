@@ -73,11 +73,7 @@ TIMEOUT_S = 600
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--root", help="an existing ImageFolder tree (default: make one)")
-    ap.add_argument("--images", type=int, default=800, help="images in the tree made (800)")
-    ap.add_argument("--classes", type=int, default=10)
-    ap.add_argument("--photos", default="/usr/share/backgrounds",
-                    help="tsock-mkdataset --photos DIR when it exists ('' for synthetic)")
+    benchlib.add_tree_args(ap)
     ap.add_argument("--ks", default="1,2,4", help="numbers of collocated jobs (1,2,4)")
     ap.add_argument("--configs", default=",".join(CONFIGS),
                     help="comma-separated subset of " + ", ".join(CONFIGS))
@@ -109,12 +105,7 @@ def parse_args():
             ap.error(f"unknown configuration {c!r}")
     if args.repeat < 1 or args.epochs < 1 or args.cpus < 1 or any(k < 1 for k in args.ks):
         ap.error("--repeat, --epochs, --cpus and every K must be at least 1")
-    args.producer = os.path.join(args.bin_dir, "tsock-producer")
-    args.consume = os.path.join(args.bin_dir, "tsock-consume")
-    args.mkdataset = os.path.join(args.bin_dir, "tsock-mkdataset")
-    for prog in (args.producer, args.consume, args.mkdataset):
-        if not os.access(prog, os.X_OK):
-            ap.error(f"{prog} is not an executable (build first, or give --bin-dir)")
+    benchlib.find_programs(ap, args)
     if not os.path.exists(args.library):
         ap.error(f"{args.library}: no libtsock (build first, or give --library)")
     if args.device == "cuda":

@@ -4,6 +4,19 @@
 
 #include "image/image_int.h"
 
+/* The header, which the box depends on. On failure the decoder's report says only what the
+ * probe found, as after a failed decode. */
+static int
+probe(struct tsock_decoder *d, const uint8_t *data, size_t size, struct tsock_image_info *info)
+{
+    int r = tsock__image_probe(data, size, info);
+    if (r != 0) {
+        memset(&d->report, 0, sizeof d->report);
+        d->report.format = info->format;
+    }
+    return r;
+}
+
 int
 tsock__preset_train(struct tsock_decoder *d, const uint8_t *data, size_t size,
                     struct tsock_rng *rng, const struct tsock_train_params *p, uint8_t *out,
@@ -15,12 +28,9 @@ tsock__preset_train(struct tsock_decoder *d, const uint8_t *data, size_t size,
 
     if (!d || !rng || !p || !out || p->size < 1)
         return -EINVAL;
-    r = tsock__image_probe(data, size, &info);
-    if (r != 0) {
-        memset(&d->report, 0, sizeof d->report);
-        d->report.format = info.format;
+    r = probe(d, data, size, &info);
+    if (r != 0)
         return r;
-    }
     r = tsock__rrc_box(rng, info.width, info.height, p->scale_min, p->scale_max, p->ratio_min,
                        p->ratio_max, &b);
     if (r < 0)
@@ -45,12 +55,9 @@ tsock__preset_val(struct tsock_decoder *d, const uint8_t *data, size_t size, int
 
     if (!d || !out || crop < 1 || resize < crop)
         return -EINVAL;
-    r = tsock__image_probe(data, size, &info);
-    if (r != 0) {
-        memset(&d->report, 0, sizeof d->report);
-        d->report.format = info.format;
+    r = probe(d, data, size, &info);
+    if (r != 0)
         return r;
-    }
     memset(&s, 0, sizeof s);
     r = tsock__val_resize_dims(info.width, info.height, resize, &s.resize_w, &s.resize_h);
     if (r != 0)
