@@ -159,8 +159,7 @@ run_once(int consumers, uint64_t batches, uint32_t slots, struct consumer_result
 static void
 print_config(int consumers, struct consumer_result runs[][MAX_CONSUMERS], int repeat)
 {
-    double rate[MAX_REPEAT], np50[MAX_REPEAT], np99[MAX_REPEAT], hp50[MAX_REPEAT],
-        hp99[MAX_REPEAT];
+    double rate[MAX_REPEAT], np50[MAX_REPEAT], np99[MAX_REPEAT], hp50[MAX_REPEAT], hp99[MAX_REPEAT];
     for (int r = 0; r < repeat; r++) {
         /* Per run: the slowest consumer's rate (the group's pace) and the worst percentiles. */
         rate[r] = runs[r][0].batches_per_s;

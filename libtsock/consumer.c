@@ -309,8 +309,8 @@ take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t want)
     b->samples += n;
     /* In free mode the producer's epoch marks end the consumer's epochs; with a sampler only
      * the consumer's own window does. */
-    b->free_end = c->plan.n == 0 && (h->msg.flags & TSOCK_BATCH_EPOCH_END) &&
-                  n == head_available(c, h);
+    b->free_end =
+        c->plan.n == 0 && (h->msg.flags & TSOCK_BATCH_EPOCH_END) && n == head_available(c, h);
     c->head_offset += n;
     if (c->head_offset == h->msg.samples)
         pop_head(c);
@@ -344,8 +344,8 @@ begin_batch(tsock_consumer *c, uint32_t want)
     b->samples = 0;
     b->free_end = 0;
     b->view_slot = UINT32_MAX;
-    b->view = head_available(c, h) >= want ||
-              (c->plan.n == 0 && (h->msg.flags & TSOCK_BATCH_EPOCH_END));
+    b->view =
+        head_available(c, h) >= want || (c->plan.n == 0 && (h->msg.flags & TSOCK_BATCH_EPOCH_END));
     if (!b->view) {
         int err = reserve_gather(c, b, want);
         if (err < 0) {

@@ -110,8 +110,8 @@ tsock__device_gather(tsock_consumer *c, tsock_batch *b, uint32_t slot, uint32_t 
     const struct tsock_msg_welcome *w = &c->welcome;
     for (uint32_t t = 0; t < w->tensor_count; t++) {
         size_t bytes = (size_t)w->tensors[t].sample_bytes;
-        const uint8_t *src = c->ring_base + (size_t)slot * w->slot_stride + w->tensors[t].offset +
-                             bytes * sample;
+        const uint8_t *src =
+            c->ring_base + (size_t)slot * w->slot_stride + w->tensors[t].offset + bytes * sample;
         int err = tsock__cuda_import_copy(c->cuda, slot, b->gather[t] + bytes * b->samples, src,
                                           bytes * count);
         if (err < 0)

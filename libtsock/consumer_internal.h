@@ -25,13 +25,13 @@ struct tsock_batch {
     const uint8_t *data[TSOCK_MAX_TENSORS];
     uint8_t *gather[TSOCK_MAX_TENSORS];
     size_t gather_cap[TSOCK_MAX_TENSORS];
-    int device;             /* CUDA device of the batch's data (-1: host memory) */
+    int device;                       /* CUDA device of the batch's data (-1: host memory) */
     struct tsock_cuda_import *import; /* a view of a GPU ring: that ring (open while held) */
-    int gather_device;      /* CUDA device of gather[] (-1: host memory) */
-    void *fence;            /* GPU batches: the event of a stream-ordered release */
+    int gather_device;                /* CUDA device of gather[] (-1: host memory) */
+    void *fence;                      /* GPU batches: the event of a stream-ordered release */
     int fence_device;
-    tsock_batch *next_free; /* free list */
-    tsock_batch *next_all;  /* every batch object, for validation and cleanup */
+    tsock_batch *next_free;     /* free list */
+    tsock_batch *next_all;      /* every batch object, for validation and cleanup */
     tsock_batch *next_deferred; /* released on a stream, waiting for its fence */
 };
 
@@ -49,9 +49,9 @@ struct pending_release {
 
 /* Where the consumer stands with the producer's stream. */
 enum consumer_phase {
-    PHASE_ACTIVE,   /* given every batch */
-    PHASE_PAUSED,   /* between epochs past the grace period: given nothing */
-    PHASE_RESUMING  /* asked to come back; batches before RESUMED are not ours */
+    PHASE_ACTIVE,  /* given every batch */
+    PHASE_PAUSED,  /* between epochs past the grace period: given nothing */
+    PHASE_RESUMING /* asked to come back; batches before RESUMED are not ours */
 };
 
 #define TSOCK_MAX_OLD_MAPPINGS 8
@@ -76,33 +76,33 @@ struct tsock_consumer {
     int stop_thread;
     int welcomed;
     int ready_to_read;
-    int start_error;    /* why the handshake failed */
-    int terminal_error; /* once set, next returns it after the queue drains */
+    int start_error;     /* why the handshake failed */
+    int terminal_error;  /* once set, next returns it after the queue drains */
     uint64_t generation; /* sessions opened so far: a reconnect starts a new one */
     struct tsock_msg_welcome welcome;
     struct tsock_region region;
     struct tsock_region old_regions[TSOCK_MAX_OLD_MAPPINGS]; /* kept while views may use them */
     int old_region_count;
-    int device;                    /* tsock_consumer_set_device */
-    const uint8_t *ring_base;      /* the session's ring: mapped host memory or device memory */
+    int device;                     /* tsock_consumer_set_device */
+    const uint8_t *ring_base;       /* the session's ring: mapped host memory or device memory */
     struct tsock_cuda_import *cuda; /* the session's GPU ring, when it is one */
     struct tsock_cuda_import *old_cuda[TSOCK_MAX_OLD_MAPPINGS];
     int old_cuda_count;
-    tsock_batch *deferred;         /* released on a stream, fence not yet passed */
+    tsock_batch *deferred; /* released on a stream, fence not yet passed */
     int deferred_count;
-    struct slot_hold *holds;        /* one per slot */
-    uint32_t *ready;                /* slots announced, oldest first: slot_count entries */
+    struct slot_hold *holds; /* one per slot */
+    uint32_t *ready;         /* slots announced, oldest first: slot_count entries */
     uint32_t ready_head, ready_len;
-    uint32_t head_offset;           /* samples of the oldest announced batch already taken */
-    uint64_t expect_position;       /* stream position the next BATCH must start at */
+    uint32_t head_offset;             /* samples of the oldest announced batch already taken */
+    uint64_t expect_position;         /* stream position the next BATCH must start at */
     struct pending_release *releases; /* slot_count entries */
     uint32_t release_len;
     enum consumer_phase phase;
     int resume_sent;
-    int between_epochs;             /* the caller has the last batch of an epoch */
+    int between_epochs; /* the caller has the last batch of an epoch */
     uint64_t epoch_ended_ns;
     struct tsock_epoch_plan plan;
-    tsock_batch *building;          /* the batch being gathered */
+    tsock_batch *building; /* the batch being gathered */
     tsock_batch *free_batches, *all_batches;
     uint64_t last_heard_ns;
     uint64_t stat_batches, stat_samples, stat_released, stat_bad, stat_wait_ns, stat_epochs;

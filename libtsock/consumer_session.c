@@ -167,8 +167,8 @@ on_message(tsock_consumer *c, const struct tsock_msg *m)
         }
         return;
     case TSOCK_MSG_SHUTDOWN:
-        fail(c, m->u.shutdown.reason == TSOCK_SHUTDOWN_END ? TSOCK_E_END
-                                                           : TSOCK_E_PRODUCER_STOPPED);
+        fail(c,
+             m->u.shutdown.reason == TSOCK_SHUTDOWN_END ? TSOCK_E_END : TSOCK_E_PRODUCER_STOPPED);
         return;
     default: protocol_error(c, tsock__msg_type_name(m->type)); return;
     }
@@ -306,7 +306,8 @@ service_main(void *arg)
         }
         int wait_ms = poll_timeout(c, now, next_beat);
         pthread_mutex_unlock(&c->mu);
-        zmq_pollitem_t items[2] = {{c->dealer, 0, ZMQ_POLLIN, 0}, {NULL, c->wake_fd, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[2] = {{c->dealer, 0, ZMQ_POLLIN, 0},
+                                   {NULL, c->wake_fd, ZMQ_POLLIN, 0}};
         zmq_poll(items, 2, wait_ms);
         if (items[1].revents)
             tsock__wake_drain(c->wake_fd);
@@ -428,8 +429,7 @@ tsock__session_reopen(tsock_consumer *c, int timeout_ms)
     c->between_epochs = 0;
     c->resume_sent = 0;
     pthread_mutex_unlock(&c->mu);
-    tsock__log(TSOCK_LOG_INFO, "waiting up to %d ms for a producer on %s", timeout_ms,
-               c->endpoint);
+    tsock__log(TSOCK_LOG_INFO, "waiting up to %d ms for a producer on %s", timeout_ms, c->endpoint);
     int err = tsock__session_open(c, timeout_ms);
     if (err < 0) {
         pthread_mutex_lock(&c->mu);

@@ -86,7 +86,7 @@ struct tsock_producer {
     char endpoint[TSOCK_ENDPOINT_MAX];
     char ipc_path[TSOCK_ENDPOINT_MAX];
     ino_t ipc_inode;
-    tsock_layout layout;          /* as the caller fills a slot */
+    tsock_layout layout; /* as the caller fills a slot */
     size_t offsets[TSOCK_MAX_TENSORS];
     size_t slot_stride;
     /* As consumers see a slot: the same as above, unless a conversion changes a tensor. */
@@ -135,7 +135,7 @@ struct tsock_producer {
     int stats_answered;                /* replies sent in it */
     uint64_t stats_dropped;
 
-    struct tsock_frame frame; /* service thread's receive buffer */
+    struct tsock_frame frame;                     /* service thread's receive buffer */
     struct tsock_stats_reply stats_reply;         /* service thread's, for STATS_REPLY */
     uint8_t stats_frame[TSOCK_PROTO_MAX_MESSAGE]; /* its encoding */
 };
@@ -258,8 +258,8 @@ static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
 static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
 
 int
-tsock_producer_set_normalize(tsock_producer *p, const char *tensor, int channels,
-                             const float *mean, const float *std)
+tsock_producer_set_normalize(tsock_producer *p, const char *tensor, int channels, const float *mean,
+                             const float *std)
 {
     if (!p || (!mean) != (!std) || (!mean && channels != 3 && channels != 0))
         return -EINVAL;
@@ -339,8 +339,8 @@ allocate_device_ring(tsock_producer *p)
     p->cuda_handles = calloc(1, sizeof *p->cuda_handles);
     if (!p->cuda_handles)
         return -ENOMEM;
-    err = tsock__cuda_ring_create(&p->cuda, p->device, p->slot_stride, p->out_stride,
-                                  p->slot_count, &cv);
+    err = tsock__cuda_ring_create(&p->cuda, p->device, p->slot_stride, p->out_stride, p->slot_count,
+                                  &cv);
     if (err < 0)
         return err;
     tsock__cuda_ring_export(p->cuda, p->cuda_handles);
@@ -965,9 +965,10 @@ on_stats_request(tsock_producer *p, const struct tsock_frame *f, uint64_t reques
     }
     if (p->stats_answered >= STATS_REPLIES_PER_S) {
         if (p->stats_dropped++ % 1000 == 0)
-            tsock__log(TSOCK_LOG_WARN, "more than %d statistics requests per second; the "
-                       "excess goes unanswered (%llu so far)", STATS_REPLIES_PER_S,
-                       (unsigned long long)p->stats_dropped);
+            tsock__log(TSOCK_LOG_WARN,
+                       "more than %d statistics requests per second; the "
+                       "excess goes unanswered (%llu so far)",
+                       STATS_REPLIES_PER_S, (unsigned long long)p->stats_dropped);
         return;
     }
     p->stats_answered++;
@@ -1126,7 +1127,8 @@ service_main(void *arg)
         uint64_t now = tsock__now_ns();
         int wait_ms = now >= next_beat ? 0 : (int)((next_beat - now) / 1000000u) + 1;
         pthread_mutex_unlock(&p->mu);
-        zmq_pollitem_t items[2] = {{p->router, 0, ZMQ_POLLIN, 0}, {NULL, p->wake_fd, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[2] = {{p->router, 0, ZMQ_POLLIN, 0},
+                                   {NULL, p->wake_fd, ZMQ_POLLIN, 0}};
         zmq_poll(items, 2, wait_ms);
         if (items[1].revents)
             tsock__wake_drain(p->wake_fd);

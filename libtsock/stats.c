@@ -83,8 +83,7 @@ tsock_stats_get(const tsock_stats *s, int consumer, int key, uint64_t *value)
     if (!s || !value || consumer < -1)
         return -EINVAL;
     if (consumer < 0)
-        return tsock__stats_producer_value(&s->reply.producer, s->reply.consumer_count, key,
-                                           value);
+        return tsock__stats_producer_value(&s->reply.producer, s->reply.consumer_count, key, value);
     if ((uint32_t)consumer >= s->reply.consumer_count)
         return -ENOENT;
     return tsock__stats_consumer_value(&s->reply.consumers[consumer], key, value);
@@ -150,8 +149,7 @@ jb_put(struct jbuf *b, const char *s, size_t n)
     b->data[b->len] = '\0';
 }
 
-static void TSOCK__PRINTF(2, 3)
-jb_printf(struct jbuf *b, const char *fmt, ...)
+static void TSOCK__PRINTF(2, 3) jb_printf(struct jbuf *b, const char *fmt, ...)
 {
     char tmp[256];
     va_list ap;
@@ -210,8 +208,8 @@ json_producer(struct jbuf *b, const struct tsock_stats_reply *r)
     jb_printf(b, "\"batches\":%llu,\"samples\":%llu,\"epochs\":%llu,\"released\":%llu,",
               (unsigned long long)p->batches, (unsigned long long)p->samples,
               (unsigned long long)p->epochs, (unsigned long long)p->released);
-    jb_printf(b, "\"slots\":%u,\"slots_in_use\":%u,\"slots_free\":%u,\"slots_held\":%u,",
-              p->slots, p->slots - p->free_slots, p->free_slots, p->held);
+    jb_printf(b, "\"slots\":%u,\"slots_in_use\":%u,\"slots_free\":%u,\"slots_held\":%u,", p->slots,
+              p->slots - p->free_slots, p->free_slots, p->held);
     jb_printf(b, "\"consumers\":%u,\"joined\":%llu,\"lost\":%llu,", r->consumer_count,
               (unsigned long long)p->joined, (unsigned long long)p->lost);
     jb_printf(b, "\"acquire_wait_s\":%.6f,\"bad_messages\":%llu}", seconds(p->wait_ns),
@@ -224,11 +222,10 @@ json_consumer(struct jbuf *b, const struct tsock_stats_consumer *c)
     jb_printf(b, "{\"id\":%llu,\"pid\":%u,\"name\":", (unsigned long long)c->id, c->pid);
     jb_string(b, c->name);
     jb_printf(b, ",\"paused\":%s,\"batches\":%llu,\"samples\":%llu,\"released\":%llu,",
-              (c->flags & TSOCK_STATS_PAUSED) ? "true" : "false",
-              (unsigned long long)c->batches, (unsigned long long)c->samples,
-              (unsigned long long)c->released);
-    jb_printf(b, "\"held\":%u,\"lag\":%llu,\"rate\":%.3f,", c->held,
-              (unsigned long long)c->lag, (double)c->rate_milli / 1000.0);
+              (c->flags & TSOCK_STATS_PAUSED) ? "true" : "false", (unsigned long long)c->batches,
+              (unsigned long long)c->samples, (unsigned long long)c->released);
+    jb_printf(b, "\"held\":%u,\"lag\":%llu,\"rate\":%.3f,", c->held, (unsigned long long)c->lag,
+              (double)c->rate_milli / 1000.0);
     jb_printf(b, "\"reported\":%s,\"consumed_batches\":%llu,\"consumed_samples\":%llu,",
               (c->flags & TSOCK_STATS_REPORTED) ? "true" : "false",
               (unsigned long long)c->own.batches, (unsigned long long)c->own.samples);

@@ -45,7 +45,7 @@ usage(FILE *f)
             "                             the dataset)\n"
             "  --samples N                samples in the synthetic dataset (default 4096)\n"
             "\n"
-"GPU (a CUDA build on a machine with an NVIDIA GPU):\n"
+            "GPU (a CUDA build on a machine with an NVIDIA GPU):\n"
             "  --device cpu|cuda[:N]      keep the ring in host shared memory (default) or in\n"
             "                             the memory of GPU N; consumers use it in place\n"
             "  --output uint8|float16|float32\n"
@@ -173,8 +173,7 @@ parse_choice(const char *opt, const char *value, const char *const *names)
             return i;
     char list[128] = "";
     for (int i = 0; names[i]; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
-                 names[i]);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
     cli_bad_usage("--%s: '%s' is not a valid value (expected one of: %s)", opt, value, list);
 }
 
@@ -214,8 +213,7 @@ parse_device(const char *value, struct config *cfg)
     else if (strncmp(value, "cuda:", 5) == 0)
         cfg->device = (int)cli_parse_u64("device", value + 5, 0, 1023);
     else
-        cli_bad_usage("--device: '%s' is not a valid value (expected cpu, cuda or cuda:N)",
-                      value);
+        cli_bad_usage("--device: '%s' is not a valid value (expected cpu, cuda or cuda:N)", value);
 }
 
 /* --normalize=M1,M2,M3,S1,S2,S3: three means and three positive standard deviations. */
@@ -239,8 +237,7 @@ parse_normalize(const char *value, struct config *cfg)
         }
         for (int i = 3; i < 6; i++)
             if (!(v[i] > 0))
-                cli_bad_usage("--normalize: standard deviations must be positive, got '%s'",
-                              value);
+                cli_bad_usage("--normalize: standard deviations must be positive, got '%s'", value);
     }
     memcpy(cfg->mean, v, sizeof cfg->mean);
     memcpy(cfg->std, v + 3, sizeof cfg->std);
@@ -262,20 +259,38 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
         cfg->dataset = parse_choice("dataset", arg, datasets);
         cfg->dataset_name = datasets[cfg->dataset];
         break;
-    case OPT_ROOT: cfg->root = non_empty("root", arg); seen->image_only = "--root"; break;
-    case OPT_LIST: cfg->list = non_empty("list", arg); seen->image_only = "--list"; break;
-    case OPT_SPLIT: cfg->val = parse_choice("split", arg, splits); seen->image_only = "--split"; break;
+    case OPT_ROOT:
+        cfg->root = non_empty("root", arg);
+        seen->image_only = "--root";
+        break;
+    case OPT_LIST:
+        cfg->list = non_empty("list", arg);
+        seen->image_only = "--list";
+        break;
+    case OPT_SPLIT:
+        cfg->val = parse_choice("split", arg, splits);
+        seen->image_only = "--split";
+        break;
     case OPT_IMAGE_SIZE:
         cfg->image_size = cli_parse_u64("image-size", arg, 1, 8192);
         seen->image_size = 1;
         break;
-    case OPT_CROP_SCALE: parse_crop_scale(arg, cfg); seen->image_only = "--crop-scale"; break;
-    case OPT_NO_FLIP: cfg->flip = 0; seen->image_only = "--no-flip"; break;
+    case OPT_CROP_SCALE:
+        parse_crop_scale(arg, cfg);
+        seen->image_only = "--crop-scale";
+        break;
+    case OPT_NO_FLIP:
+        cfg->flip = 0;
+        seen->image_only = "--no-flip";
+        break;
     case OPT_WORKERS:
         cfg->workers = (int)cli_parse_u64("workers", arg, 1, TSOCK_PIPELINE_MAX_WORKERS);
         seen->image_only = "--workers";
         break;
-    case OPT_IO: cfg->io_mode = parse_choice("io", arg, io_modes); seen->image_only = "--io"; break;
+    case OPT_IO:
+        cfg->io_mode = parse_choice("io", arg, io_modes);
+        seen->image_only = "--io";
+        break;
     case OPT_IO_DEPTH:
         cfg->io_depth = (int)cli_parse_u64("io-depth", arg, 1, TSOCK_PIPELINE_MAX_IO_DEPTH);
         seen->image_only = "--io-depth";
@@ -361,18 +376,18 @@ check_combination(struct config *cfg, const struct seen *seen)
     }
     if ((cfg->convert || cfg->normalize) && cfg->device < 0)
         cli_bad_usage("%s: converting images is done on the GPU; add --device cuda",
-                      cfg->normalize ? "--normalize" : cfg->output_dtype != TSOCK_UINT8
-                                                           ? "--output"
-                                                           : "--layout");
+                      cfg->normalize                     ? "--normalize"
+                      : cfg->output_dtype != TSOCK_UINT8 ? "--output"
+                                                         : "--layout");
     if (cfg->normalize && cfg->convert && cfg->output_dtype == TSOCK_UINT8)
         cli_bad_usage("--normalize: needs --output float16 or float32 (normalised values are "
                       "not bytes)");
     cli_check_heartbeat(cfg->heartbeat_ms, cfg->heartbeat_timeout_ms);
     /* The ring must be addressable: batch * (image + 16 bytes) * slots below 2^40 bytes. */
-    long double ring = (long double)cfg->batch_size *
-                       ((long double)cfg->image_size * (long double)cfg->image_size * 3.0L +
-                        16.0L) *
-                       (long double)cfg->slots;
+    long double ring =
+        (long double)cfg->batch_size *
+        ((long double)cfg->image_size * (long double)cfg->image_size * 3.0L + 16.0L) *
+        (long double)cfg->slots;
     if (ring > (long double)(UINT64_C(1) << 40))
         cli_bad_usage("--batch-size x --image-size x --slots: the ring would need %.0Lf bytes, "
                       "more than 1 TiB",

@@ -21,11 +21,11 @@ struct config {
     const char *endpoint;
     const char *stats_path;
     uint64_t batch_size, slots, samples, image_size, epochs, seed, wait_consumers;
-    int workers;   /* 0: one per CPU */
-    int io_mode;   /* tsock_read_mode */
+    int workers; /* 0: one per CPU */
+    int io_mode; /* tsock_read_mode */
     int io_depth;
     int flip;
-    int on_error;  /* tsock_on_error */
+    int on_error; /* tsock_on_error */
     double scale_min, scale_max;
     int heartbeat_ms, heartbeat_timeout_ms;
     double status_interval_s; /* live status line and --stats-json records */

@@ -227,8 +227,8 @@ end_record(struct reporter *r)
     fputc('\n', r->json);
     if ((fflush(r->json) != 0 || ferror(r->json)) && !r->json_failed) {
         r->json_failed = errno ? errno : EIO;
-        fprintf(stderr, "tsock-producer: --stats-json %s: cannot write: %s\n",
-                r->cfg->stats_path, strerror(r->json_failed));
+        fprintf(stderr, "tsock-producer: --stats-json %s: cannot write: %s\n", r->cfg->stats_path,
+                strerror(r->json_failed));
     }
 }
 
@@ -352,8 +352,7 @@ write_final(struct reporter *r, const struct run_stats *st, const struct consume
     jw_str(&w, "endpoint", r->endpoint);
     jw_u64(&w, "batch_size", cfg->batch_size);
     jw_u64(&w, "slots", cfg->slots);
-    jw_u64(&w, "dataset_samples",
-           r->pipeline ? tsock_pipeline_samples(r->pipeline) : cfg->samples);
+    jw_u64(&w, "dataset_samples", r->pipeline ? tsock_pipeline_samples(r->pipeline) : cfg->samples);
     jw_u64(&w, "image_size", cfg->image_size);
     jw_u64(&w, "epochs_requested", cfg->epochs);
     jw_u64(&w, "seed", cfg->seed);
@@ -366,7 +365,9 @@ write_final(struct reporter *r, const struct run_stats *st, const struct consume
     jw_num(&w, "acquire_wait_s", (double)st->wait_ns * 1e-9);
     jw_bool(&w, "finished", st->finished);
     jw_str(&w, "stopped_by_signal",
-           !st->stopped_by ? NULL : st->stopped_by == SIGINT ? "SIGINT" : "SIGTERM");
+           !st->stopped_by            ? NULL
+           : st->stopped_by == SIGINT ? "SIGINT"
+                                      : "SIGTERM");
     jw_str(&w, "error", st->error);
     if (r->pipeline)
         write_pipeline(&w, r->pipeline);

@@ -36,8 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "synthetic.h"
 #include "cli.h"
+#include "synthetic.h"
 #include "tsock/tsock.h"
 
 #define PROG "tsock-consume"
@@ -136,7 +136,7 @@ struct config {
     int64_t grace_ms; /* -1: the library's default */
     int heartbeat_ms, heartbeat_timeout_ms;
     int drop_last, json, trace_times, quiet, verbose;
-    int images; /* --content images: real images, not the synthetic dataset's bytes */
+    int images;    /* --content images: real images, not the synthetic dataset's bytes */
     int no_digest; /* --no-digest: leave the bytes of real images untouched */
 };
 
@@ -551,21 +551,15 @@ parse_args(int argc, char **argv, struct config *cfg)
                 cli_bad_usage("--endpoint: the endpoint must not be empty");
             cfg->endpoint = optarg;
             break;
-        case OPT_EPOCHS:
-            cfg->epochs = cli_parse_i64("epochs", optarg, 0, INT64_C(1) << 40);
-            break;
+        case OPT_EPOCHS: cfg->epochs = cli_parse_i64("epochs", optarg, 0, INT64_C(1) << 40); break;
         case OPT_SAMPLES:
             cfg->samples = cli_parse_i64("samples", optarg, 1, INT64_C(1) << 32);
             break;
         case OPT_BATCH_SIZE:
             cfg->batch_size = cli_parse_i64("batch-size", optarg, 0, UINT32_MAX);
             break;
-        case OPT_DROP_LAST:
-            cfg->drop_last = 1;
-            break;
-        case OPT_DELAY_MS:
-            cfg->delay_ms = cli_parse_i64("delay-ms", optarg, 0, 3600000);
-            break;
+        case OPT_DROP_LAST: cfg->drop_last = 1; break;
+        case OPT_DELAY_MS: cfg->delay_ms = cli_parse_i64("delay-ms", optarg, 0, 3600000); break;
         case OPT_JOIN_AFTER_MS:
             cfg->join_after_ms = cli_parse_i64("join-after-ms", optarg, 0, 3600000);
             break;
@@ -588,22 +582,17 @@ parse_args(int argc, char **argv, struct config *cfg)
             cfg->heartbeat_ms = (int)cli_parse_i64("heartbeat-ms", optarg, 1, 600000);
             break;
         case OPT_HEARTBEAT_TIMEOUT_MS:
-            cfg->heartbeat_timeout_ms = (int)cli_parse_i64("heartbeat-timeout-ms", optarg, 1, 3600000);
+            cfg->heartbeat_timeout_ms =
+                (int)cli_parse_i64("heartbeat-timeout-ms", optarg, 1, 3600000);
             break;
         case OPT_NAME:
             if (optarg[0] == '\0' || strlen(optarg) > TSOCK_MAX_NAME)
                 cli_bad_usage("--name: the name must have 1 to %d bytes", TSOCK_MAX_NAME);
             cfg->name = optarg;
             break;
-        case OPT_JSON:
-            cfg->json = 1;
-            break;
-        case OPT_TRACE_TIMES:
-            cfg->trace_times = 1;
-            break;
-        case OPT_NO_DIGEST:
-            cfg->no_digest = 1;
-            break;
+        case OPT_JSON: cfg->json = 1; break;
+        case OPT_TRACE_TIMES: cfg->trace_times = 1; break;
+        case OPT_NO_DIGEST: cfg->no_digest = 1; break;
         case OPT_CONTENT:
             if (strcmp(optarg, "synthetic") == 0)
                 cfg->images = 0;
@@ -615,20 +604,12 @@ parse_args(int argc, char **argv, struct config *cfg)
                               optarg);
             break;
         case 'q':
-        case OPT_QUIET:
-            cfg->quiet = 1;
-            break;
+        case OPT_QUIET: cfg->quiet = 1; break;
         case 'v':
-        case OPT_VERBOSE:
-            cfg->verbose = 1;
-            break;
+        case OPT_VERBOSE: cfg->verbose = 1; break;
         case 'h':
-        case OPT_HELP:
-            usage(stdout);
-            exit(0);
-        case ':':
-            cli_bad_usage("%s: missing value", argv[optind - 1]);
-            break;
+        case OPT_HELP: usage(stdout); exit(0);
+        case ':': cli_bad_usage("%s: missing value", argv[optind - 1]); break;
         default:
             if (optopt && optopt < 256)
                 cli_bad_usage("unknown option '-%c'", optopt);

@@ -145,21 +145,11 @@ parse_options(int argc, char **argv, struct options *o)
         if (c == -1)
             break;
         switch (c) {
-        case 'i':
-            o->images = cli_parse_u64("images", optarg, 0, MAX_IMAGES);
-            break;
-        case 'c':
-            o->classes = cli_parse_u64("classes", optarg, 1, MAX_CLASSES);
-            break;
-        case 'e':
-            o->edge_cases = 1;
-            break;
-        case 's':
-            o->seed = cli_parse_u64("seed", optarg, 0, UINT64_MAX);
-            break;
-        case 'q':
-            o->quality = cli_parse_u64("quality", optarg, 1, 100);
-            break;
+        case 'i': o->images = cli_parse_u64("images", optarg, 0, MAX_IMAGES); break;
+        case 'c': o->classes = cli_parse_u64("classes", optarg, 1, MAX_CLASSES); break;
+        case 'e': o->edge_cases = 1; break;
+        case 's': o->seed = cli_parse_u64("seed", optarg, 0, UINT64_MAX); break;
+        case 'q': o->quality = cli_parse_u64("quality", optarg, 1, 100); break;
         case 'p':
             if (strcmp(optarg, "train") == 0)
                 o->val = 0;
@@ -168,21 +158,11 @@ parse_options(int argc, char **argv, struct options *o)
             else
                 cli_bad_usage("--split: '%s' is not a valid value (expected train or val)", optarg);
             break;
-        case 'P':
-            o->photos = optarg;
-            break;
-        case 't':
-            o->threads = cli_parse_u64("threads", optarg, 1, MAX_THREADS);
-            break;
-        case 'j':
-            o->json = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            exit(0);
-        case ':':
-            cli_bad_usage("option '%s' needs a value", argv[optind - 1]);
-            break;
+        case 'P': o->photos = optarg; break;
+        case 't': o->threads = cli_parse_u64("threads", optarg, 1, MAX_THREADS); break;
+        case 'j': o->json = 1; break;
+        case 'h': usage(stdout); exit(0);
+        case ':': cli_bad_usage("option '%s' needs a value", argv[optind - 1]); break;
         default:
             /* getopt_long has moved past the option; OUT may have been permuted before it. */
             cli_bad_usage("unknown option '%s'", argv[optind - 1]);

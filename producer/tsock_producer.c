@@ -75,8 +75,9 @@ open_pipeline(const struct config *cfg, tsock_pipeline **out)
     int source = cfg->dataset == DATASET_LIST ? TSOCK_SOURCE_LIST : TSOCK_SOURCE_FOLDER;
     tsock_pipeline *pl = NULL;
     int rc = tsock_pipeline_create(&pl, source, path);
-    if (rc == 0 && (rc = tsock_pipeline_set_preset(pl, cfg->val ? TSOCK_PRESET_VAL
-                                                                : TSOCK_PRESET_TRAIN)) == 0 &&
+    if (rc == 0 &&
+        (rc = tsock_pipeline_set_preset(pl, cfg->val ? TSOCK_PRESET_VAL : TSOCK_PRESET_TRAIN)) ==
+            0 &&
         (rc = tsock_pipeline_set_image_size(pl, (int)cfg->image_size)) == 0 &&
         (rc = tsock_pipeline_set_crop_scale(pl, cfg->scale_min, cfg->scale_max)) == 0 &&
         (rc = tsock_pipeline_set_flip(pl, cfg->flip)) == 0 &&
@@ -139,8 +140,7 @@ set_device(const struct config *cfg, tsock_producer *p)
 
 /* Creates and starts the producer for `samples` samples. Returns 0 or the error (reported). */
 static int
-start_producer(const struct config *cfg, tsock_pipeline *pl, uint64_t samples,
-               tsock_producer **out)
+start_producer(const struct config *cfg, tsock_pipeline *pl, uint64_t samples, tsock_producer **out)
 {
     tsock_layout *layout = NULL;
     tsock_producer *p = NULL;

@@ -114,8 +114,7 @@ parse_args(int argc, char **argv, struct options *o)
         } else if (is_option(a, "watch")) {
             parse_watch(argc, argv, &i, o);
         } else if (is_option(a, "count")) {
-            o->count = cli_parse_u64("count", option_value(argc, argv, &i, "count"), 1,
-                                     UINT32_MAX);
+            o->count = cli_parse_u64("count", option_value(argc, argv, &i, "count"), 1, UINT32_MAX);
             o->watch = 1;
         } else if (strcmp(a, "--json") == 0) {
             o->json = 1;
@@ -181,9 +180,8 @@ print_consumers(const tsock_stats *s)
         printf("no consumer connected\n");
         return;
     }
-    printf("%4s %8s %-16s %6s %9s %9s %4s %4s %9s %9s %10s %6s %9s\n", "ID", "PID", "NAME",
-           "STATE", "SENT", "RELEASED", "HELD", "LAG", "RATE/S", "CONSUMED", "SAMPLES", "EPOCHS",
-           "WAIT_S");
+    printf("%4s %8s %-16s %6s %9s %9s %4s %4s %9s %9s %10s %6s %9s\n", "ID", "PID", "NAME", "STATE",
+           "SENT", "RELEASED", "HELD", "LAG", "RATE/S", "CONSUMED", "SAMPLES", "EPOCHS", "WAIT_S");
     for (int i = 0; i < n; i++) {
         const char *name = tsock_stats_consumer_name(s, i);
         printf("%4" PRIu64 " %8" PRIu64 " %-16.16s %6s %9" PRIu64 " %9" PRIu64 " %4" PRIu64

@@ -143,12 +143,12 @@ TSOCK_API int tsock_pipeline_add_tensors(tsock_pipeline *pl, tsock_layout *layou
 /* Loads the `n` samples `ids` of epoch `epoch`: images to `images` (n * size * size * 3
  * bytes), labels and sample ids to `labels` and `indices` (n int64 each; a replaced sample
  * gets its replacement's label and id). All three are required. Blocks until every sample is
- * written; the files are read on the calling thread and decoded on the workers. Returns n, or -EINVAL (a NULL pointer, an id out
- * of range), TSOCK_E_STATE (not open), TSOCK_E_BAD_SAMPLE (TSOCK_ON_ERROR_FAIL and a file
- * failed; the failing paths are logged and the outputs are then unspecified), -ENOMEM. */
+ * written; the files are read on the calling thread and decoded on the workers. Returns n, or
+ * -EINVAL (a NULL pointer, an id out of range), TSOCK_E_STATE (not open), TSOCK_E_BAD_SAMPLE
+ * (TSOCK_ON_ERROR_FAIL and a file failed; the failing paths are logged and the outputs are then
+ * unspecified), -ENOMEM. */
 TSOCK_API int tsock_pipeline_load(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids,
-                                  uint32_t n, uint8_t *images, int64_t *labels,
-                                  int64_t *indices);
+                                  uint32_t n, uint8_t *images, int64_t *labels, int64_t *indices);
 
 /* Loads every planned sample of an acquired slot (tsock_slot_sample_ids, of the slot's epoch)
  * into the slot's tensors added by tsock_pipeline_add_tensors. Returns the number of samples
@@ -158,21 +158,21 @@ TSOCK_API int tsock_pipeline_fill(tsock_pipeline *pl, tsock_slot *slot);
 
 /* Statistic keys; totals since open unless said otherwise. */
 typedef enum tsock_pipeline_stat_key {
-    TSOCK_PIPELINE_SAMPLES = 1,     /* samples loaded (replacements included) */
-    TSOCK_PIPELINE_FILES_READ = 2,  /* files read, by the reader and for replacements */
-    TSOCK_PIPELINE_BYTES_READ = 3,  /* bytes of those files */
-    TSOCK_PIPELINE_BAD_FILES = 4,   /* distinct files that failed at load time (left out since) */
-    TSOCK_PIPELINE_REPLACED = 5,    /* samples filled with a replacement */
-    TSOCK_PIPELINE_LEFT_OUT = 6,    /* files the index left out: empty, unreadable, too large,
-                                       not an image by their header */
-    TSOCK_PIPELINE_NOT_IMAGE = 7,   /* of those, left out by the header check */
-    TSOCK_PIPELINE_DECODE_NS = 8,   /* worker CPU time spent decoding and augmenting, summed */
+    TSOCK_PIPELINE_SAMPLES = 1,      /* samples loaded (replacements included) */
+    TSOCK_PIPELINE_FILES_READ = 2,   /* files read, by the reader and for replacements */
+    TSOCK_PIPELINE_BYTES_READ = 3,   /* bytes of those files */
+    TSOCK_PIPELINE_BAD_FILES = 4,    /* distinct files that failed at load time (left out since) */
+    TSOCK_PIPELINE_REPLACED = 5,     /* samples filled with a replacement */
+    TSOCK_PIPELINE_LEFT_OUT = 6,     /* files the index left out: empty, unreadable, too large,
+                                        not an image by their header */
+    TSOCK_PIPELINE_NOT_IMAGE = 7,    /* of those, left out by the header check */
+    TSOCK_PIPELINE_DECODE_NS = 8,    /* worker CPU time spent decoding and augmenting, summed */
     TSOCK_PIPELINE_READ_WAIT_NS = 9, /* time the driving thread spent reading files */
-    TSOCK_PIPELINE_INDEX_NS = 10,   /* time tsock_pipeline_open spent on the index */
+    TSOCK_PIPELINE_INDEX_NS = 10,    /* time tsock_pipeline_open spent on the index */
     TSOCK_PIPELINE_INDEX_BYTES = 11, /* memory the index holds */
-    TSOCK_PIPELINE_WORKERS = 12,    /* worker threads */
-    TSOCK_PIPELINE_READ_MODE = 13,  /* TSOCK_READ_URING or TSOCK_READ_PREAD, as it reads */
-    TSOCK_PIPELINE_FROM_CACHE = 14  /* 1 when the index came from the cache */
+    TSOCK_PIPELINE_WORKERS = 12,     /* worker threads */
+    TSOCK_PIPELINE_READ_MODE = 13,   /* TSOCK_READ_URING or TSOCK_READ_PREAD, as it reads */
+    TSOCK_PIPELINE_FROM_CACHE = 14   /* 1 when the index came from the cache */
 } tsock_pipeline_stat_key;
 
 /* Reads one statistic into *value. Returns 0, or -EINVAL for an unknown key. Any thread

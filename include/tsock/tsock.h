@@ -42,24 +42,24 @@ extern "C" {
  * return value is a negated errno (for example -ETIMEDOUT, -EINVAL, -ENOMEM). */
 enum tsock_error {
     TSOCK_E_BASE = -10000,
-    TSOCK_E_PROTOCOL = -10001,        /* a peer sent a malformed or unexpected message */
-    TSOCK_E_VERSION = -10002,         /* the peer speaks another protocol version */
-    TSOCK_E_PRODUCER_LOST = -10003,   /* the producer stopped answering (heartbeat timeout) */
+    TSOCK_E_PROTOCOL = -10001,         /* a peer sent a malformed or unexpected message */
+    TSOCK_E_VERSION = -10002,          /* the peer speaks another protocol version */
+    TSOCK_E_PRODUCER_LOST = -10003,    /* the producer stopped answering (heartbeat timeout) */
     TSOCK_E_PRODUCER_STOPPED = -10004, /* the producer shut down before the stream ended */
-    TSOCK_E_END = -10005,             /* the stream ended: the producer published its last batch */
-    TSOCK_E_STATE = -10006,           /* the call is not allowed in the handle's current state */
-    TSOCK_E_LAYOUT = -10007,          /* a batch layout is empty, too large or inconsistent */
-    TSOCK_E_FULL = -10008,            /* the producer has no room for another consumer */
-    TSOCK_E_REJECTED = -10009,        /* the producer refused this consumer (see the log) */
-    TSOCK_E_NOT_HELD = -10010,        /* releasing a batch that is not held */
-    TSOCK_E_BUSY_ENDPOINT = -10011,   /* another live producer already serves this endpoint */
+    TSOCK_E_END = -10005,              /* the stream ended: the producer published its last batch */
+    TSOCK_E_STATE = -10006,            /* the call is not allowed in the handle's current state */
+    TSOCK_E_LAYOUT = -10007,           /* a batch layout is empty, too large or inconsistent */
+    TSOCK_E_FULL = -10008,             /* the producer has no room for another consumer */
+    TSOCK_E_REJECTED = -10009,         /* the producer refused this consumer (see the log) */
+    TSOCK_E_NOT_HELD = -10010,         /* releasing a batch that is not held */
+    TSOCK_E_BUSY_ENDPOINT = -10011,    /* another live producer already serves this endpoint */
     TSOCK_E_EPOCH_INTERRUPTED = -10012, /* the producer went away mid-epoch; with reconnect on,
                                            the epoch ended early and the next call starts a new
                                            one on the new producer */
-    TSOCK_E_BAD_SAMPLE = -10013,      /* a sample's file could not be read or decoded, and the
-                                           pipeline was told to fail on such files */
-    TSOCK_E_NO_DEVICE = -10014,       /* no usable GPU: no CUDA device, driver or runtime, an
-                                           unsupported device index, or no peer access */
+    TSOCK_E_BAD_SAMPLE = -10013,        /* a sample's file could not be read or decoded, and the
+                                             pipeline was told to fail on such files */
+    TSOCK_E_NO_DEVICE = -10014,         /* no usable GPU: no CUDA device, driver or runtime, an
+                                             unsupported device index, or no peer access */
     TSOCK_E_LAST = -10015
 };
 
@@ -112,10 +112,7 @@ TSOCK_API size_t tsock_dtype_size(int dtype);
 TSOCK_API const char *tsock_dtype_name(int dtype);
 
 /* Where a tensor's data lives. */
-typedef enum tsock_device {
-    TSOCK_DEVICE_CPU = 0,
-    TSOCK_DEVICE_CUDA = 1
-} tsock_device;
+typedef enum tsock_device { TSOCK_DEVICE_CPU = 0, TSOCK_DEVICE_CUDA = 1 } tsock_device;
 
 /* The most tensors a layout may hold, and the most dimensions one sample may have. */
 #define TSOCK_MAX_TENSORS 16
@@ -394,8 +391,9 @@ TSOCK_API int tsock_consumer_start(tsock_consumer *c, int timeout_ms);
 /* Epochs. With a producer sampler (tsock_producer_set_sampler), each consumer has epochs of its
  * own: its epoch 0 starts with the first sample it receives, and every epoch holds each of the
  * producer's samples exactly once, whenever it joined. Without one (free mode), epochs end at
- * the producer's epoch marks, so a consumer that joined mid-epoch first gets the rest of it. The last batch of an epoch has tsock_batch_is_epoch_end set; the
- * call after it starts the next epoch. */
+ * the producer's epoch marks, so a consumer that joined mid-epoch first gets the rest of it. The
+ * last batch of an epoch has tsock_batch_is_epoch_end set; the call after it starts the next epoch.
+ */
 
 /* The next batch. Blocks up to `timeout_ms` (-1: forever, 0: poll). On success sets *batch
  * (owned by the consumer, valid until released) and returns 0. A consumer may hold several

@@ -64,8 +64,8 @@ tsock_layout_add(tsock_layout *layout, const char *name, int dtype, int ndim,
     if (!layout || !name || (ndim > 0 && !sample_shape))
         return -EINVAL;
     size_t len = strlen(name);
-    if (len == 0 || len > TSOCK_MAX_NAME || !tsock__name_is_printable(name) || ndim < 0 || ndim > TSOCK_MAX_DIMS ||
-        tsock_dtype_size(dtype) == 0)
+    if (len == 0 || len > TSOCK_MAX_NAME || !tsock__name_is_printable(name) || ndim < 0 ||
+        ndim > TSOCK_MAX_DIMS || tsock_dtype_size(dtype) == 0)
         return -EINVAL;
     if (layout->count == TSOCK_MAX_TENSORS || tsock__layout_find(layout, name) >= 0)
         return TSOCK_E_LAYOUT;

@@ -1384,9 +1384,8 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum, struc
     uint32_t source = get32(data + 12), classes = get32(data + 24), nwatch = get32(data + 28);
     uint64_t count = get64(data + 32), pool_size = get64(data + 40);
     uint32_t src_len = get32(data + 80);
-    if (source > TSOCK_INDEX_LIST || src_len == 0 ||
-        src_len > TSOCK_INDEX_MAX_PATH || count > CACHE_MAX_SAMPLES || nwatch == 0 ||
-        (source == TSOCK_INDEX_LIST && nwatch != 1) ||
+    if (source > TSOCK_INDEX_LIST || src_len == 0 || src_len > TSOCK_INDEX_MAX_PATH ||
+        count > CACHE_MAX_SAMPLES || nwatch == 0 || (source == TSOCK_INDEX_LIST && nwatch != 1) ||
         (source == TSOCK_INDEX_FOLDER && classes == 0) || pool_size == 0 || pool_size > size)
         return -EBADMSG;
     /* Every term is bounded (2^32 x 32 at most), so the sum cannot overflow 64 bits. */

@@ -14,13 +14,13 @@
 #define TSOCK_SAMPLER_MAX_PHASES 64
 
 struct tsock_sampler {
-    uint64_t samples;    /* dataset size n */
+    uint64_t samples; /* dataset size n */
     uint64_t seed;
-    uint64_t epochs;     /* 0: endless */
-    uint64_t epoch;      /* epoch of the next batch */
-    uint64_t position;   /* position of the next batch's first sample within its epoch */
+    uint64_t epochs;   /* 0: endless */
+    uint64_t epoch;    /* epoch of the next batch */
+    uint64_t position; /* position of the next batch's first sample within its epoch */
     uint64_t batch_in_epoch;
-    uint64_t *perm;      /* permutation of the current epoch, n entries */
+    uint64_t *perm;                          /* permutation of the current epoch, n entries */
     uint64_t keep[TSOCK_SAMPLER_MAX_PHASES]; /* sorted, unique phases in (0, n) */
     size_t keep_count;
 };

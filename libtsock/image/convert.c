@@ -31,8 +31,10 @@ check_request(const struct tsock_convert_request *req, const struct tsock_layout
 {
     int dtype = output_dtype(req);
     if (!convertible(t)) {
-        tsock__log(TSOCK_LOG_ERROR, "cannot convert tensor \"%s\": it must be uint8 with shape "
-                                    "[height, width, channels], 1..4 channels", t->name);
+        tsock__log(TSOCK_LOG_ERROR,
+                   "cannot convert tensor \"%s\": it must be uint8 with shape "
+                   "[height, width, channels], 1..4 channels",
+                   t->name);
         return -EINVAL;
     }
     if (dtype != TSOCK_UINT8 && dtype != TSOCK_FLOAT16 && dtype != TSOCK_FLOAT32) {
@@ -81,8 +83,8 @@ convert_tensor(struct tsock_layout_tensor *t, const struct tsock_convert *cv)
 
 int
 tsock__convert_plan(const struct tsock_convert_request *req, const tsock_layout *in,
-                    uint32_t batch_size, tsock_layout *out, size_t *out_offsets,
-                    size_t *out_stride, struct tsock_convert *cv)
+                    uint32_t batch_size, tsock_layout *out, size_t *out_offsets, size_t *out_stride,
+                    struct tsock_convert *cv)
 {
     memset(cv, 0, sizeof *cv);
     cv->tensor = -1;

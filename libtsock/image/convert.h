@@ -107,8 +107,7 @@ tsock__convert_source(const struct tsock_convert *cv, uint32_t i)
 
 /* Writes element `i` of one output sample from the input sample. */
 TSOCK__HD static inline void
-tsock__convert_element(const struct tsock_convert *cv, const uint8_t *in, uint8_t *out,
-                       uint32_t i)
+tsock__convert_element(const struct tsock_convert *cv, const uint8_t *in, uint8_t *out, uint32_t i)
 {
     uint32_t src = tsock__convert_source(cv, i);
     uint8_t x = in[src];

@@ -163,8 +163,9 @@ const struct tsock_decode_report *tsock__decoder_report(const struct tsock_decod
  * crop at least twice the resized size, so PIL's triangle filter still does most of the
  * reduction) and the resize works from the scaled pixels. This changes the result slightly
  * (the DCT scaling filters differently from PIL's triangle): the tests bound the mean absolute
- * difference (within 1 level of the full-size path, within 2 of torchvision on photographs). Only the scales libjpeg-turbo has SIMD code for are used; the
- * 3/8, 5/8, 6/8, 7/8 IDCTs are plain C and slower than a full-size decode.
+ * difference (within 1 level of the full-size path, within 2 of torchvision on photographs). Only
+ * the scales libjpeg-turbo has SIMD code for are used; the 3/8, 5/8, 6/8, 7/8 IDCTs are plain C and
+ * slower than a full-size decode.
  *
  * Partial decoding: a JPEG is decoded only in the MCU columns and rows the filter reads, plus
  * a margin that keeps libjpeg's fancy upsampling at the cut identical to a full decode.

@@ -201,19 +201,15 @@ map_error(const struct tsock__jpeg *j)
     if (j->fail_code)
         return j->fail_code;
     switch (j->err.msg_code) {
-    case JERR_OUT_OF_MEMORY:
-        return -ENOMEM;
+    case JERR_OUT_OF_MEMORY: return -ENOMEM;
     case JERR_IMAGE_TOO_BIG:
     case JERR_NO_BACKING_STORE:
-    case JERR_WIDTH_OVERFLOW:
-        return -EFBIG;
+    case JERR_WIDTH_OVERFLOW: return -EFBIG;
     case JERR_BAD_PRECISION:
     case JERR_SOF_UNSUPPORTED:
     case JERR_CONVERSION_NOTIMPL:
-    case JERR_NOT_COMPILED:
-        return -ENOTSUP;
-    default:
-        return -EPROTO;
+    case JERR_NOT_COMPILED: return -ENOTSUP;
+    default: return -EPROTO;
     }
 }
 
@@ -255,8 +251,7 @@ decode(struct tsock_decoder *d, struct tsock__jpeg *j, const struct tsock_image_
         cinfo->out_color_space = JCS_RGB;
         nch = in_comps = 3;
         break;
-    default:
-        return -ENOTSUP;
+    default: return -ENOTSUP;
     }
     /* PIL's settings, which are libjpeg's defaults; set anyway so a changed default shows. */
     cinfo->dct_method = JDCT_ISLOW;
@@ -356,10 +351,9 @@ decode(struct tsock_decoder *d, struct tsock__jpeg *j, const struct tsock_image_
                 for (int i = a; i < b; i++)
                     tsock__cmyk_to_rgb(ptrs[i], ptrs[i], (int)xw);
             if (pl.hfirst && a < b)
-                tsock__resample_rows(&d->ch, ptrs[a], line_bytes, (size_t)xw * (size_t)px,
-                                     (int)x0 - pl.clamp_x, px, nch,
-                                     rows + (size_t)(y + a - pl.need_y0) * keep_bytes, keep_bytes,
-                                     b - a);
+                tsock__resample_rows(
+                    &d->ch, ptrs[a], line_bytes, (size_t)xw * (size_t)px, (int)x0 - pl.clamp_x, px,
+                    nch, rows + (size_t)(y + a - pl.need_y0) * keep_bytes, keep_bytes, b - a);
         }
     }
     d->report.decoded_h = pl.need_y1 - (partial ? pl.need_y0 : 0);

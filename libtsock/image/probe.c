@@ -47,8 +47,7 @@ static int
 jpeg_color(int components, int saw_jfif, int adobe_transform, const int ids[3])
 {
     switch (components) {
-    case 1:
-        return TSOCK_COLOR_GRAY;
+    case 1: return TSOCK_COLOR_GRAY;
     case 3:
         if (saw_jfif)
             return TSOCK_COLOR_YCBCR;
@@ -61,8 +60,7 @@ jpeg_color(int components, int saw_jfif, int adobe_transform, const int ids[3])
         if (adobe_transform >= 0)
             return adobe_transform == 0 ? TSOCK_COLOR_CMYK : TSOCK_COLOR_YCCK;
         return TSOCK_COLOR_CMYK;
-    default:
-        return TSOCK_COLOR_UNKNOWN;
+    default: return TSOCK_COLOR_UNKNOWN;
     }
 }
 
@@ -181,8 +179,7 @@ probe_jpeg(const uint8_t *p, size_t n, struct tsock_image_info *info)
         case 0xDB: /* DQT */
         case 0xDC: /* DNL */
         case 0xDD: /* DRI */
-        case 0xFE: /* COM */
-            break;
+        case 0xFE: /* COM */ break;
         default:
             if (m >= 0xE0 && m <= 0xEF) /* other APPn */
                 break;
@@ -259,8 +256,7 @@ probe_png(const uint8_t *p, size_t n, struct tsock_image_info *info)
         if (depth != 8 && depth != 16)
             return -EPROTO;
         break;
-    default:
-        return -EPROTO;
+    default: return -EPROTO;
     }
     if (p[26] != 0 || p[27] != 0 || p[28] > 1) /* compression, filter, interlace methods */
         return -EPROTO;

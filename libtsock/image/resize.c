@@ -247,8 +247,8 @@ pixel_scalar(const struct tsock__coeffs *c, int i, const uint8_t *in, int first,
  * Returns 0 (nothing written) for a pixel without taps or whose loads would pass the end of
  * the row. */
 static int
-pixel_rgb_sse2(const struct tsock__coeffs *c, int i, const uint8_t *in, size_t in_bytes,
-               int first, int stride, uint8_t *o)
+pixel_rgb_sse2(const struct tsock__coeffs *c, int i, const uint8_t *in, size_t in_bytes, int first,
+               int stride, uint8_t *o)
 {
     const int n = c->bounds[2 * i + 1];
     size_t off = (size_t)(c->bounds[2 * i] - first) * (size_t)stride;
@@ -490,13 +490,11 @@ tsock__resample_rows(const struct tsock__coeffs *c, const uint8_t *in, size_t in
     int y = 0;
 
 #ifdef TSOCK_AVX2
-    if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx2 &&
-        __builtin_cpu_supports("avx2")) {
+    if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx2 && __builtin_cpu_supports("avx2")) {
         for (; y + 3 < rows; y += 4) {
-            const uint8_t *const src[4] = {in + (size_t)y * in_pitch,
-                                           in + (size_t)(y + 1) * in_pitch,
-                                           in + (size_t)(y + 2) * in_pitch,
-                                           in + (size_t)(y + 3) * in_pitch};
+            const uint8_t *const src[4] = {
+                in + (size_t)y * in_pitch, in + (size_t)(y + 1) * in_pitch,
+                in + (size_t)(y + 2) * in_pitch, in + (size_t)(y + 3) * in_pitch};
             uint8_t *const dst[4] = {out + (size_t)y * out_pitch, out + (size_t)(y + 1) * out_pitch,
                                      out + (size_t)(y + 2) * out_pitch,
                                      out + (size_t)(y + 3) * out_pitch};
@@ -516,8 +514,7 @@ tsock__resample_row(const struct tsock__coeffs *c, const uint8_t *in, size_t in_
     int i = 0;
 
 #ifdef TSOCK_AVX2
-    if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx2 &&
-        __builtin_cpu_supports("avx2"))
+    if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx2 && __builtin_cpu_supports("avx2"))
         i = row_rgb_avx2(c, in, in_bytes, first, stride, out);
 #endif
     for (; i < c->win_n; i++)

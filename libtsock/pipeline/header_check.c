@@ -30,8 +30,9 @@ reason(int code)
     switch (code) {
     case -ENODATA: return "empty";
     case -EILSEQ: return "not an image";
-    case -ENOTSUP: return "an image kind tsock does not decode (GIF, BMP, WebP, TIFF, 12-bit "
-                          "or lossless JPEG...)";
+    case -ENOTSUP:
+        return "an image kind tsock does not decode (GIF, BMP, WebP, TIFF, 12-bit "
+               "or lossless JPEG...)";
     case -EPROTO: return "corrupt or truncated image header";
     case -EFBIG: return "more pixels than the decoder's limit";
     default: return strerror(-code);
@@ -81,8 +82,8 @@ check_long_header(struct check_state *st, uint64_t i, size_t need)
                                    .capacity = need,
                                    .prefix = 1};
         tsock__reader_read(st->reader, &q, 1);
-        int64_t v = q.result < 0 ? q.result
-                                 : verdict(buf, (size_t)q.result, (size_t)q.result < need);
+        int64_t v =
+            q.result < 0 ? q.result : verdict(buf, (size_t)q.result, (size_t)q.result < need);
         free(buf);
         if (v <= 0) {
             if (v < 0)
@@ -121,10 +122,9 @@ tsock__pipeline_header_check(void *arg, const struct tsock_index *idx, uint8_t *
                                               .prefix = 1};
         tsock__reader_read(st.reader, reqs, n);
         for (size_t k = 0; k < n && r == 0; k++) {
-            int64_t v = reqs[k].result < 0
-                            ? reqs[k].result
-                            : verdict(reqs[k].buf, (size_t)reqs[k].result,
-                                      (size_t)reqs[k].result < PREFIX_BYTES);
+            int64_t v = reqs[k].result < 0 ? reqs[k].result
+                                           : verdict(reqs[k].buf, (size_t)reqs[k].result,
+                                                     (size_t)reqs[k].result < PREFIX_BYTES);
             if (v > 0)
                 r = check_long_header(&st, first + k, (size_t)v);
             else if (v < 0)
@@ -132,8 +132,7 @@ tsock__pipeline_header_check(void *arg, const struct tsock_index *idx, uint8_t *
         }
     }
     if (r == 0)
-        tsock__log(TSOCK_LOG_INFO,
-                   "pipeline: header check of %llu files in %.2f s: %llu left out",
+        tsock__log(TSOCK_LOG_INFO, "pipeline: header check of %llu files in %.2f s: %llu left out",
                    (unsigned long long)idx->count, (double)(tsock__now_ns() - t0) * 1e-9,
                    (unsigned long long)st.dropped);
 out:

@@ -39,10 +39,10 @@ mark_bad(struct tsock_pipeline *pl, uint64_t id, int code)
     tsock__log(pl->on_error == TSOCK_ON_ERROR_FAIL ? TSOCK_LOG_ERROR : TSOCK_LOG_WARN,
                "pipeline: %s/%s (sample %llu): %s%s", pl->index->root,
                tsock__index_path(pl->index, id), (unsigned long long)id,
-               code == -EPROTO   ? "corrupt or truncated beyond repair"
-               : code == -EFBIG  ? "over the decoder's limits"
+               code == -EPROTO    ? "corrupt or truncated beyond repair"
+               : code == -EFBIG   ? "over the decoder's limits"
                : code == -ENOTSUP ? "an image kind tsock does not decode"
-               : code == -EILSEQ ? "not an image"
+               : code == -EILSEQ  ? "not an image"
                : code == -ENODATA ? "empty"
                                   : strerror(-code),
                pl->on_error == TSOCK_ON_ERROR_FAIL ? "" : "; left out from now on");
@@ -457,8 +457,7 @@ tsock_pipeline_fill(tsock_pipeline *pl, tsock_slot *slot)
     const uint64_t *ids = tsock_slot_sample_ids(slot);
     if (pl->tensor_image < 0 || n == 0 || !ids)
         return TSOCK_E_STATE;
-    return tsock_pipeline_load(pl, tsock_slot_epoch(slot), ids, n,
-                               tsock_slot_data(slot, pl->tensor_image),
-                               tsock_slot_data(slot, pl->tensor_image + 1),
-                               tsock_slot_data(slot, pl->tensor_image + 2));
+    return tsock_pipeline_load(
+        pl, tsock_slot_epoch(slot), ids, n, tsock_slot_data(slot, pl->tensor_image),
+        tsock_slot_data(slot, pl->tensor_image + 1), tsock_slot_data(slot, pl->tensor_image + 2));
 }

@@ -124,9 +124,9 @@ int
 tsock_pipeline_set_io(tsock_pipeline *pl, int mode, int depth)
 {
     int r = settable(pl);
-    if (r == 0 && ((mode != TSOCK_READ_AUTO && mode != TSOCK_READ_URING &&
-                    mode != TSOCK_READ_PREAD) ||
-                   depth < 1 || depth > TSOCK_PIPELINE_MAX_IO_DEPTH))
+    if (r == 0 &&
+        ((mode != TSOCK_READ_AUTO && mode != TSOCK_READ_URING && mode != TSOCK_READ_PREAD) ||
+         depth < 1 || depth > TSOCK_PIPELINE_MAX_IO_DEPTH))
         r = -EINVAL;
     if (r == 0) {
         pl->io_mode = mode;
@@ -182,8 +182,7 @@ log_index(const struct tsock_pipeline *pl)
                "%llu files left out (%llu empty, %llu unreadable, %llu too large, %llu not "
                "decodable by their header)",
                pl->path, (unsigned long long)idx->count, idx->classes,
-               pl->from_cache ? "from the index cache" : "scanned",
-               (double)pl->index_ns * 1e-9,
+               pl->from_cache ? "from the index cache" : "scanned", (double)pl->index_ns * 1e-9,
                (double)tsock__index_memory(idx) / (double)(idx->count ? idx->count : 1),
                (unsigned long long)left, (unsigned long long)idx->empty,
                (unsigned long long)idx->unreadable, (unsigned long long)idx->too_large,
@@ -222,13 +221,13 @@ tsock_pipeline_open(tsock_pipeline *pl)
         return r;
     if (pl->workers == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
-        pl->workers = n < 1 ? 1 : n > TSOCK_PIPELINE_MAX_WORKERS ? TSOCK_PIPELINE_MAX_WORKERS
-                                                                  : (int)n;
+        pl->workers = n < 1                            ? 1
+                      : n > TSOCK_PIPELINE_MAX_WORKERS ? TSOCK_PIPELINE_MAX_WORKERS
+                                                       : (int)n;
     }
     r = open_index(pl);
     if (r == 0)
-        r = tsock__reader_create(&pl->reader, pl->io_mode, (unsigned)pl->io_depth,
-                                 pl->index->root);
+        r = tsock__reader_create(&pl->reader, pl->io_mode, (unsigned)pl->io_depth, pl->index->root);
     if (r == 0)
         r = tsock__pipeline_start_workers(pl);
     if (r != 0) {

@@ -184,31 +184,27 @@ check_msg(const struct tsock_msg *msg)
         if (msg->u.hello.flags != 0)
             return -1;
         return check_str(msg->u.hello.name, sizeof msg->u.hello.name, 0, &len);
-    case TSOCK_MSG_WELCOME:
-        return check_welcome(&msg->u.welcome);
+    case TSOCK_MSG_WELCOME: return check_welcome(&msg->u.welcome);
     case TSOCK_MSG_REJECT:
         return msg->u.reject.code > TSOCK_E_LAST && msg->u.reject.code < TSOCK_E_BASE ? 0 : -1;
     case TSOCK_MSG_BATCH:
         if (msg->u.batch.slot >= MAX_SLOTS || msg->u.batch.samples < 1)
             return -1;
         return (msg->u.batch.flags & ~TSOCK_BATCH_EPOCH_END) == 0 ? 0 : -1;
-    case TSOCK_MSG_RELEASE:
-        return msg->u.release.slot < MAX_SLOTS ? 0 : -1;
+    case TSOCK_MSG_RELEASE: return msg->u.release.slot < MAX_SLOTS ? 0 : -1;
     case TSOCK_MSG_HEARTBEAT:
     case TSOCK_MSG_BYE:
     case TSOCK_MSG_PAUSE:
     case TSOCK_MSG_RESUME:
     case TSOCK_MSG_RESUMED:
-    case TSOCK_MSG_STATS_REQUEST:  /* any request id */
-    case TSOCK_MSG_CONSUMER_STATS: /* any figures: they are only displayed */
-        return 0;
+    case TSOCK_MSG_STATS_REQUEST: /* any request id */
+    case TSOCK_MSG_CONSUMER_STATS: /* any figures: they are only displayed */ return 0;
     case TSOCK_MSG_SHUTDOWN:
         return msg->u.shutdown.reason == TSOCK_SHUTDOWN_END ||
                        msg->u.shutdown.reason == TSOCK_SHUTDOWN_STOPPED
                    ? 0
                    : -1;
-    default:
-        return -1;
+    default: return -1;
     }
 }
 
@@ -362,34 +358,21 @@ static void
 put_body(struct writer *w, const struct tsock_msg *msg)
 {
     switch (msg->type) {
-    case TSOCK_MSG_HELLO:
-        put_hello(w, &msg->u.hello);
-        break;
-    case TSOCK_MSG_WELCOME:
-        put_welcome(w, &msg->u.welcome);
-        break;
+    case TSOCK_MSG_HELLO: put_hello(w, &msg->u.hello); break;
+    case TSOCK_MSG_WELCOME: put_welcome(w, &msg->u.welcome); break;
     case TSOCK_MSG_REJECT:
         /* Two's complement, as the conversion to uint32_t defines it. */
         put_le(w, (uint32_t)msg->u.reject.code, 4);
         break;
-    case TSOCK_MSG_BATCH:
-        put_batch(w, &msg->u.batch);
-        break;
+    case TSOCK_MSG_BATCH: put_batch(w, &msg->u.batch); break;
     case TSOCK_MSG_RELEASE:
         put_le(w, msg->u.release.slot, 4);
         put_le(w, msg->u.release.seq, 8);
         break;
-    case TSOCK_MSG_SHUTDOWN:
-        put_le(w, msg->u.shutdown.reason, 4);
-        break;
-    case TSOCK_MSG_STATS_REQUEST:
-        put_le(w, msg->u.stats_request.request_id, 8);
-        break;
-    case TSOCK_MSG_CONSUMER_STATS:
-        put_own_stats(w, &msg->u.consumer_stats);
-        break;
-    default: /* HEARTBEAT, BYE, PAUSE, RESUME, RESUMED: empty body */
-        break;
+    case TSOCK_MSG_SHUTDOWN: put_le(w, msg->u.shutdown.reason, 4); break;
+    case TSOCK_MSG_STATS_REQUEST: put_le(w, msg->u.stats_request.request_id, 8); break;
+    case TSOCK_MSG_CONSUMER_STATS: put_own_stats(w, &msg->u.consumer_stats); break;
+    default: /* HEARTBEAT, BYE, PAUSE, RESUME, RESUMED: empty body */ break;
     }
 }
 
@@ -564,18 +547,10 @@ static void
 get_body(struct reader *r, struct tsock_msg *msg)
 {
     switch (msg->type) {
-    case TSOCK_MSG_HELLO:
-        get_hello(r, &msg->u.hello);
-        break;
-    case TSOCK_MSG_WELCOME:
-        get_welcome(r, &msg->u.welcome);
-        break;
-    case TSOCK_MSG_REJECT:
-        msg->u.reject.code = i32_from_u32((uint32_t)get_le(r, 4));
-        break;
-    case TSOCK_MSG_BATCH:
-        get_batch(r, &msg->u.batch);
-        break;
+    case TSOCK_MSG_HELLO: get_hello(r, &msg->u.hello); break;
+    case TSOCK_MSG_WELCOME: get_welcome(r, &msg->u.welcome); break;
+    case TSOCK_MSG_REJECT: msg->u.reject.code = i32_from_u32((uint32_t)get_le(r, 4)); break;
+    case TSOCK_MSG_BATCH: get_batch(r, &msg->u.batch); break;
     case TSOCK_MSG_RELEASE:
         msg->u.release.slot = (uint32_t)get_le(r, 4);
         msg->u.release.seq = get_le(r, 8);
@@ -584,20 +559,11 @@ get_body(struct reader *r, struct tsock_msg *msg)
     case TSOCK_MSG_BYE:
     case TSOCK_MSG_PAUSE:
     case TSOCK_MSG_RESUME:
-    case TSOCK_MSG_RESUMED:
-        break;
-    case TSOCK_MSG_SHUTDOWN:
-        msg->u.shutdown.reason = (uint32_t)get_le(r, 4);
-        break;
-    case TSOCK_MSG_STATS_REQUEST:
-        msg->u.stats_request.request_id = get_le(r, 8);
-        break;
-    case TSOCK_MSG_CONSUMER_STATS:
-        get_own_stats(r, &msg->u.consumer_stats);
-        break;
-    default: /* unknown, or STATS_REPLY, which has a decoder of its own */
-        r->bad = 1;
-        break;
+    case TSOCK_MSG_RESUMED: break;
+    case TSOCK_MSG_SHUTDOWN: msg->u.shutdown.reason = (uint32_t)get_le(r, 4); break;
+    case TSOCK_MSG_STATS_REQUEST: msg->u.stats_request.request_id = get_le(r, 8); break;
+    case TSOCK_MSG_CONSUMER_STATS: get_own_stats(r, &msg->u.consumer_stats); break;
+    default: /* unknown, or STATS_REPLY, which has a decoder of its own */ r->bad = 1; break;
     }
 }
 
@@ -914,21 +880,10 @@ tsock__stats_reply_decode(const uint8_t *buf, size_t size, struct tsock_stats_re
 const char *
 tsock__msg_type_name(int type)
 {
-    static const char *const names[] = {"?",
-                                        "HELLO",
-                                        "WELCOME",
-                                        "REJECT",
-                                        "BATCH",
-                                        "RELEASE",
-                                        "HEARTBEAT",
-                                        "BYE",
-                                        "SHUTDOWN",
-                                        "PAUSE",
-                                        "RESUME",
-                                        "RESUMED",
-                                        "STATS_REQUEST",
-                                        "STATS_REPLY",
-                                        "CONSUMER_STATS"};
+    static const char *const names[] = {
+        "?",       "HELLO",     "WELCOME",       "REJECT",      "BATCH",
+        "RELEASE", "HEARTBEAT", "BYE",           "SHUTDOWN",    "PAUSE",
+        "RESUME",  "RESUMED",   "STATS_REQUEST", "STATS_REPLY", "CONSUMER_STATS"};
     _Static_assert(sizeof names / sizeof names[0] == TSOCK_MSG_TYPE_LAST + 1,
                    "every message type has a name");
 

@@ -29,17 +29,17 @@
 #define TSOCK_CUDA_UUID_SIZE 16
 
 enum tsock_msg_type {
-    TSOCK_MSG_HELLO = 1,     /* consumer -> producer: join */
-    TSOCK_MSG_WELCOME = 2,   /* producer -> consumer: accepted, here is the ring */
-    TSOCK_MSG_REJECT = 3,    /* producer -> consumer: not accepted, with a code */
-    TSOCK_MSG_BATCH = 4,     /* producer -> consumer: a slot is ready for you */
-    TSOCK_MSG_RELEASE = 5,   /* consumer -> producer: done with a slot */
-    TSOCK_MSG_HEARTBEAT = 6, /* both ways: still alive */
-    TSOCK_MSG_BYE = 7,       /* consumer -> producer: leaving */
-    TSOCK_MSG_SHUTDOWN = 8,  /* producer -> consumer: no more batches, with the reason */
-    TSOCK_MSG_PAUSE = 9,     /* consumer -> producer: between epochs, send me nothing */
-    TSOCK_MSG_RESUME = 10,   /* consumer -> producer: include me again from the next batch */
-    TSOCK_MSG_RESUMED = 11,  /* producer -> consumer: every BATCH after this one is for you */
+    TSOCK_MSG_HELLO = 1,          /* consumer -> producer: join */
+    TSOCK_MSG_WELCOME = 2,        /* producer -> consumer: accepted, here is the ring */
+    TSOCK_MSG_REJECT = 3,         /* producer -> consumer: not accepted, with a code */
+    TSOCK_MSG_BATCH = 4,          /* producer -> consumer: a slot is ready for you */
+    TSOCK_MSG_RELEASE = 5,        /* consumer -> producer: done with a slot */
+    TSOCK_MSG_HEARTBEAT = 6,      /* both ways: still alive */
+    TSOCK_MSG_BYE = 7,            /* consumer -> producer: leaving */
+    TSOCK_MSG_SHUTDOWN = 8,       /* producer -> consumer: no more batches, with the reason */
+    TSOCK_MSG_PAUSE = 9,          /* consumer -> producer: between epochs, send me nothing */
+    TSOCK_MSG_RESUME = 10,        /* consumer -> producer: include me again from the next batch */
+    TSOCK_MSG_RESUMED = 11,       /* producer -> consumer: every BATCH after this one is for you */
     TSOCK_MSG_STATS_REQUEST = 12, /* any peer -> producer: send me your figures */
     TSOCK_MSG_STATS_REPLY = 13,   /* producer -> that peer: the figures (own codec, below) */
     TSOCK_MSG_CONSUMER_STATS = 14 /* consumer -> producer: my own figures, every heartbeat */
@@ -79,7 +79,7 @@ struct tsock_cuda_handles {
 
 struct tsock_msg_welcome {
     uint64_t consumer_id;
-    uint32_t batch_size;   /* samples per slot at most */
+    uint32_t batch_size; /* samples per slot at most */
     uint32_t slot_count;
     uint64_t slot_stride;  /* bytes from one slot to the next in the ring */
     uint64_t ring_bytes;   /* size of the ring object */
@@ -87,7 +87,7 @@ struct tsock_msg_welcome {
     uint32_t device;       /* tsock_device of the ring */
     uint64_t samples;      /* samples per epoch of the producer's sampler; 0 in free mode */
     char shm_name[TSOCK_PROTO_MAX_SHM_NAME + 1]; /* host ring only; empty for CUDA */
-    uint32_t tensor_count; /* 1..TSOCK_MAX_TENSORS */
+    uint32_t tensor_count;                       /* 1..TSOCK_MAX_TENSORS */
     struct tsock_tensor_desc tensors[TSOCK_MAX_TENSORS];
     struct tsock_cuda_handles cuda; /* device == TSOCK_DEVICE_CUDA only (first slot_count
                                        event handles); ignored by the encoder otherwise */

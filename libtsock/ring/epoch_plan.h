@@ -12,13 +12,13 @@
 #include <stdint.h>
 
 struct tsock_epoch_plan {
-    uint64_t n;      /* samples per epoch; 0 in free mode */
-    uint32_t batch;  /* the consumer's batch size, >= 1 */
-    int drop_last;   /* skip a short last batch (sampler mode only) */
-    uint64_t epoch;  /* current epoch, from 0 */
-    uint64_t index;  /* batches delivered in the current epoch */
-    uint64_t done;   /* samples of the current epoch delivered */
-    uint64_t skip;   /* samples to discard before the next epoch starts (drop_last's tail) */
+    uint64_t n;     /* samples per epoch; 0 in free mode */
+    uint32_t batch; /* the consumer's batch size, >= 1 */
+    int drop_last;  /* skip a short last batch (sampler mode only) */
+    uint64_t epoch; /* current epoch, from 0 */
+    uint64_t index; /* batches delivered in the current epoch */
+    uint64_t done;  /* samples of the current epoch delivered */
+    uint64_t skip;  /* samples to discard before the next epoch starts (drop_last's tail) */
 };
 
 void tsock__plan_init(struct tsock_epoch_plan *p, uint64_t n, uint32_t batch, int drop_last);

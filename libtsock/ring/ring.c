@@ -168,12 +168,9 @@ slot_consistent(const struct tsock_ring *r, const struct tsock_ring_slot *s)
 {
     switch (s->state) {
     case TSOCK_SLOT_FREE:
-    case TSOCK_SLOT_FILLING:
-        return s->holders == 0;
-    case TSOCK_SLOT_HELD:
-        return s->holders != 0 && s->seq < r->next_seq;
-    default:
-        return 0;
+    case TSOCK_SLOT_FILLING: return s->holders == 0;
+    case TSOCK_SLOT_HELD: return s->holders != 0 && s->seq < r->next_seq;
+    default: return 0;
     }
 }
 

@@ -19,11 +19,7 @@
 #define TSOCK_RING_MAX_SLOTS 1024
 #define TSOCK_RING_MAX_CONSUMERS 64
 
-enum tsock_slot_state {
-    TSOCK_SLOT_FREE = 0,
-    TSOCK_SLOT_FILLING = 1,
-    TSOCK_SLOT_HELD = 2
-};
+enum tsock_slot_state { TSOCK_SLOT_FREE = 0, TSOCK_SLOT_FILLING = 1, TSOCK_SLOT_HELD = 2 };
 
 struct tsock_ring_slot {
     uint8_t state;
@@ -67,7 +63,8 @@ int tsock__ring_drop_consumer(struct tsock_ring *r, uint32_t consumer);
 int tsock__ring_held_by(const struct tsock_ring *r, uint32_t consumer);
 
 /* Checks the invariants (free_count matches, FREE and FILLING slots have no holders, HELD slots
- * have holders and a sequence number already issued; several slots may be FILLING at once). Returns 0 or -EPROTO; for tests and debug builds. */
+ * have holders and a sequence number already issued; several slots may be FILLING at once). Returns
+ * 0 or -EPROTO; for tests and debug builds. */
 int tsock__ring_check(const struct tsock_ring *r);
 
 #endif

@@ -43,8 +43,7 @@ void tsock__socket_close(void *sock, int linger_ms);
 int tsock__send(void *sock, const uint8_t *id, size_t id_len, const struct tsock_msg *msg);
 
 /* Sends one frame already encoded (a STATS_REPLY), as tsock__send does. */
-int tsock__send_frame(void *sock, const uint8_t *id, size_t id_len, const uint8_t *frame,
-                      size_t n);
+int tsock__send_frame(void *sock, const uint8_t *id, size_t id_len, const uint8_t *frame, size_t n);
 
 /* Receives one whole message without blocking. Returns 1 when *f holds one, 0 when nothing
  * is waiting, or a negated errno. `routed`: the socket prefixes a routing id (ROUTER). */

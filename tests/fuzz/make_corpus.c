@@ -150,20 +150,26 @@ stats_reply(struct tsock_stats_reply *r)
 {
     memset(r, 0, sizeof *r);
     r->request_id = 0x5EED;
-    r->producer = (struct tsock_stats_producer){4242, 8, 3, 4, 1000, 32000, 1, 1990,
-                                                3, 1, 0, 1500000000u, 60000000000u};
+    r->producer = (struct tsock_stats_producer){4242, 8, 3, 4, 1000,        32000,       1,
+                                                1990, 3, 1, 0, 1500000000u, 60000000000u};
     snprintf(r->status, sizeof r->status, "{\"images_per_s\":2410.5,\"cpu_percent\":715}");
     r->consumer_count = 2;
-    r->consumers[0] = (struct tsock_stats_consumer){.id = 0, .pid = 4300,
+    r->consumers[0] = (struct tsock_stats_consumer){.id = 0,
+                                                    .pid = 4300,
                                                     .flags = TSOCK_STATS_REPORTED,
-                                                    .batches = 1000, .samples = 32000,
-                                                    .released = 998, .held = 2, .lag = 1,
+                                                    .batches = 1000,
+                                                    .samples = 32000,
+                                                    .released = 998,
+                                                    .held = 2,
+                                                    .lag = 1,
                                                     .rate_milli = 75250,
                                                     .own = {998, 31936, 1, 2000000}};
     snprintf(r->consumers[0].name, sizeof r->consumers[0].name, "resnet50");
-    r->consumers[1] = (struct tsock_stats_consumer){.id = 2, .pid = 4301,
+    r->consumers[1] = (struct tsock_stats_consumer){.id = 2,
+                                                    .pid = 4301,
                                                     .flags = TSOCK_STATS_PAUSED,
-                                                    .batches = 200, .samples = 6400,
+                                                    .batches = 200,
+                                                    .samples = 6400,
                                                     .released = 200};
 }
 

@@ -51,8 +51,7 @@ static int failures;
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
         if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                          \
-                    cudaGetErrorString(e_));                                                       \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
@@ -141,8 +140,8 @@ start_producer(const char *endpoint, int hwc, uint64_t epochs, int convert, uint
 
 /* Copies a batch back on `stream`, releases it stream-ordered at once, then checks it. */
 static int
-check_batch(tsock_consumer *c, tsock_batch *b, cudaStream_t stream, uint8_t *host,
-            int64_t *ids, uint8_t *seen)
+check_batch(tsock_consumer *c, tsock_batch *b, cudaStream_t stream, uint8_t *host, int64_t *ids,
+            uint8_t *seen)
 {
     uint32_t n = tsock_batch_samples(b);
     EXPECT(tsock_batch_tensor_device(b, 0) == TSOCK_DEVICE_CUDA);
@@ -245,8 +244,8 @@ case_content(const char *endpoint)
 {
     pid_t kids[CONSUMERS];
     for (int i = 0; i < CONSUMERS; i++) {
-        char *argv[] = {"gpu_ring", "--consumer", (char *)endpoint, i == 3 ? "24" : "0", "-1",
-                        NULL};
+        char *argv[] = {"gpu_ring",          "--consumer", (char *)endpoint,
+                        i == 3 ? "24" : "0", "-1",         NULL};
         kids[i] = spawn(argv);
     }
     tsock_producer *p = start_producer(endpoint, 0, EPOCHS, 0, SLOTS);
@@ -289,8 +288,11 @@ convert_consumer_main(const char *endpoint)
     CUDA_OK(cudaMemcpy(got, tsock_batch_tensor_data(b, 0), bytes, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(ids, tsock_batch_tensor_data(b, 1), n * 8, cudaMemcpyDeviceToHost));
     /* The same conversion on the CPU, from the bytes the producer wrote. */
-    struct tsock_convert_request req = {.tensor = "data", .channels_first = 1, .normalize = 1,
-                                        .dtype = TSOCK_FLOAT16, .channels = 3,
+    struct tsock_convert_request req = {.tensor = "data",
+                                        .channels_first = 1,
+                                        .normalize = 1,
+                                        .dtype = TSOCK_FLOAT16,
+                                        .channels = 3,
                                         .mean = {0.485f, 0.456f, 0.406f},
                                         .std = {0.229f, 0.224f, 0.225f}};
     tsock_layout *in = make_layout(1), out;
@@ -346,8 +348,8 @@ case_memory(const char *endpoint)
             at_start = used_bytes();
     }
     size_t at_end = used_bytes();
-    printf("device memory in use: %zu MiB after 50 batches, %zu MiB after 1050\n",
-           at_start >> 20, at_end >> 20);
+    printf("device memory in use: %zu MiB after 50 batches, %zu MiB after 1050\n", at_start >> 20,
+           at_end >> 20);
     /* Growth beyond allocator granularity would be a leak per batch. */
     EXPECT(at_end <= at_start + (8u << 20));
     int status = 0;
@@ -388,7 +390,8 @@ case_death(const char *endpoint)
         after = used_bytes();
     }
     printf("device memory in use: %zu MiB before, %zu MiB with the ring, %zu MiB after the "
-           "producer's death\n", before >> 20, during >> 20, after >> 20);
+           "producer's death\n",
+           before >> 20, during >> 20, after >> 20);
     EXPECT(during >= before + (256u << 20)); /* the 512 MiB ring was visible */
     EXPECT(after <= before + (64u << 20));
     tsock_consumer_destroy(c);

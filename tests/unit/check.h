@@ -34,7 +34,7 @@ static atomic_int check_count;
 
 /* Ends main(): prints a summary and returns the exit status. */
 #define CHECK_DONE()                                                                               \
-    (printf("%d checks, %d failed\n", atomic_load(&check_count), atomic_load(&check_failures)),   \
+    (printf("%d checks, %d failed\n", atomic_load(&check_count), atomic_load(&check_failures)),    \
      atomic_load(&check_failures) ? 1 : 0)
 
 #endif

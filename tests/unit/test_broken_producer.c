@@ -92,8 +92,8 @@ static struct tsock_msg
 batch(uint32_t slot, uint64_t seq, uint64_t position)
 {
     struct tsock_msg m = {.type = TSOCK_MSG_BATCH};
-    m.u.batch = (struct tsock_msg_batch){
-        .slot = slot, .samples = 4, .seq = seq, .position = position};
+    m.u.batch =
+        (struct tsock_msg_batch){.slot = slot, .samples = 4, .seq = seq, .position = position};
     return m;
 }
 
@@ -126,9 +126,18 @@ expect_protocol_error(enum breakage kind)
         zmq_send(f.router, junk, sizeof junk, 0);
         break;
     }
-    case SLOT_OUT_OF_RANGE: bad = batch(SLOTS, 1, 4); send_to(&f, &bad); break;
-    case POSITION_GAP: bad = batch(1, 1, 40); send_to(&f, &bad); break;
-    case SLOT_STILL_HELD: bad = batch(0, 1, 4); send_to(&f, &bad); break;
+    case SLOT_OUT_OF_RANGE:
+        bad = batch(SLOTS, 1, 4);
+        send_to(&f, &bad);
+        break;
+    case POSITION_GAP:
+        bad = batch(1, 1, 40);
+        send_to(&f, &bad);
+        break;
+    case SLOT_STILL_HELD:
+        bad = batch(0, 1, 4);
+        send_to(&f, &bad);
+        break;
     }
     tsock_batch *b;
     CHECK_EQ(tsock_consumer_next(c, 5000, &b), TSOCK_E_PROTOCOL);

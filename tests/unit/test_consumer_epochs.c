@@ -155,8 +155,8 @@ test_batch_sizes_and_late_join(void)
         pthread_create(&t[i], NULL, run_reader, &r[i]);
     for (int i = 0; i < 4; i++) {
         pthread_join(t[i], NULL);
-        printf("consumer with batch size %u: %d views, %d gathers\n", r[i].batch_size,
-               r[i].views, r[i].gathers);
+        printf("consumer with batch size %u: %d views, %d gathers\n", r[i].batch_size, r[i].views,
+               r[i].gathers);
         CHECK_EQ(r[i].error, 0);
         CHECK_EQ(r[i].bad_epochs, 0);
         CHECK_EQ(r[i].content_errors, 0);

@@ -44,16 +44,26 @@ test_half_known_values(void)
         float in;
         uint16_t out;
     } cases[] = {
-        {0.0f, 0x0000},       {-0.0f, 0x8000},       {1.0f, 0x3C00},     {-2.0f, 0xC000},
-        {0.5f, 0x3800},       {65504.0f, 0x7BFF},    {65520.0f, 0x7C00}, /* ties up to inf */
-        {65519.0f, 0x7BFF},   {1e9f, 0x7C00},        {-1e9f, 0xFC00},
-        {0x1p-24f, 0x0001},   /* smallest subnormal */
-        {0x1p-25f, 0x0000},   /* tie between 0 and it: to even, 0 */
-        {0x1.8p-25f, 0x0001}, {0x1p-14f, 0x0400}, /* smallest normal */
-        {0x1.ffcp-15f, 0x0400},                   /* rounds up into the normals */
-        {1.0f + 0x1p-11f, 0x3C00},                /* tie, even stays */
-        {1.0f + 0x3p-11f, 0x3C02},                /* tie, odd goes up */
-        {0.1f, 0x2E66},       {1.0f / 3.0f, 0x3555}, {-2.1179039f, 0xC03C},
+        {0.0f, 0x0000},
+        {-0.0f, 0x8000},
+        {1.0f, 0x3C00},
+        {-2.0f, 0xC000},
+        {0.5f, 0x3800},
+        {65504.0f, 0x7BFF},
+        {65520.0f, 0x7C00}, /* ties up to inf */
+        {65519.0f, 0x7BFF},
+        {1e9f, 0x7C00},
+        {-1e9f, 0xFC00},
+        {0x1p-24f, 0x0001}, /* smallest subnormal */
+        {0x1p-25f, 0x0000}, /* tie between 0 and it: to even, 0 */
+        {0x1.8p-25f, 0x0001},
+        {0x1p-14f, 0x0400},        /* smallest normal */
+        {0x1.ffcp-15f, 0x0400},    /* rounds up into the normals */
+        {1.0f + 0x1p-11f, 0x3C00}, /* tie, even stays */
+        {1.0f + 0x3p-11f, 0x3C02}, /* tie, odd goes up */
+        {0.1f, 0x2E66},
+        {1.0f / 3.0f, 0x3555},
+        {-2.1179039f, 0xC03C},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint16_t got = tsock__half_from_float(cases[i].in);
@@ -299,7 +309,7 @@ test_setters(void)
     CHECK_EQ(tsock_producer_set_normalize(p, NULL, 1, NULL, NULL), -EINVAL);
     CHECK_EQ(tsock_producer_set_output(p, "image", TSOCK_FLOAT16, TSOCK_NCHW), 0);
     CHECK_EQ(tsock_producer_set_normalize(p, "label", 3, mean, std), -EINVAL); /* another */
-    CHECK_EQ(tsock_producer_set_normalize(p, NULL, 0, NULL, NULL), 0);          /* ImageNet's */
+    CHECK_EQ(tsock_producer_set_normalize(p, NULL, 0, NULL, NULL), 0);         /* ImageNet's */
     CHECK_EQ(tsock_producer_set_device(p, -2), -EINVAL);
     /* Host ring: the conversion cannot run. */
     CHECK_EQ(tsock_producer_start(p), -ENOTSUP);

@@ -26,14 +26,14 @@ rnd(uint64_t bound)
 /* A simulated consumer: mirrors what consumer.c does with the stream. */
 struct sim_consumer {
     int joined, paused;
-    uint64_t join_at;      /* producer batch index at which it joins */
-    int pause_batches;     /* how long it lingers between epochs (0: continues at once) */
+    uint64_t join_at;  /* producer batch index at which it joins */
+    int pause_batches; /* how long it lingers between epochs (0: continues at once) */
     int resume_countdown;
     uint64_t window_start; /* stream position of its current window */
     int has_window;
     struct tsock_epoch_plan plan;
-    uint32_t pending;      /* samples of the batch being built */
-    unsigned char *seen;   /* per sample id: times seen in the current epoch */
+    uint32_t pending;    /* samples of the batch being built */
+    unsigned char *seen; /* per sample id: times seen in the current epoch */
     uint64_t epoch_samples;
     int epochs_done;
     int bad_epochs;
@@ -106,8 +106,7 @@ after_epoch(struct sim_consumer *c, uint64_t n)
 }
 
 static void
-deliver(struct sim_consumer *c, const uint64_t *ids, uint32_t count, uint64_t position,
-        uint64_t n)
+deliver(struct sim_consumer *c, const uint64_t *ids, uint32_t count, uint64_t position, uint64_t n)
 {
     if (!c->has_window) {
         c->window_start = position;

@@ -214,7 +214,8 @@ test_edge_cases(void)
 static void
 test_determinism(void)
 {
-    static const int configs[][2] = {{1, TSOCK_READ_PREAD}, {2, TSOCK_READ_AUTO}, {3, TSOCK_READ_PREAD}};
+    static const int configs[][2] = {
+        {1, TSOCK_READ_PREAD}, {2, TSOCK_READ_AUTO}, {3, TSOCK_READ_PREAD}};
     struct batch ref[2], got[2];
     uint32_t n = 40;
 
@@ -225,9 +226,9 @@ test_determinism(void)
             ref[e].ids[i] = got[e].ids[i] = (i * 37 + 11) % 75; /* a mixed order, repeats */
     }
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
-        tsock_pipeline *pl = open_pipeline(data_dir, TSOCK_SOURCE_FOLDER, TSOCK_PRESET_TRAIN,
-                                           configs[c][0], configs[c][1], 42, TSOCK_ON_ERROR_SKIP,
-                                           NULL);
+        tsock_pipeline *pl =
+            open_pipeline(data_dir, TSOCK_SOURCE_FOLDER, TSOCK_PRESET_TRAIN, configs[c][0],
+                          configs[c][1], 42, TSOCK_ON_ERROR_SKIP, NULL);
         if (!pl)
             continue;
         for (int e = 0; e < 2; e++) {

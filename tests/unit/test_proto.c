@@ -16,7 +16,7 @@
 #include "check.h"
 #include "proto/proto.h"
 
-#define BUF 20480 /* room for a WELCOME of a CUDA ring with its largest slot count */
+#define BUF 20480       /* room for a WELCOME of a CUDA ring with its largest slot count */
 #define RANDOM_MAX 4096 /* random frames: long enough for every body parser */
 #define MAX_SLOTS 1024u
 
@@ -141,12 +141,8 @@ spec_encode(const struct tsock_msg *m, struct wire *w)
         w_le(w, m->u.hello.flags, 4);
         w_str(w, m->u.hello.name, sizeof m->u.hello.name);
         break;
-    case TSOCK_MSG_WELCOME:
-        w_welcome(w, &m->u.welcome);
-        break;
-    case TSOCK_MSG_REJECT:
-        w_le(w, (uint32_t)m->u.reject.code, 4);
-        break;
+    case TSOCK_MSG_WELCOME: w_welcome(w, &m->u.welcome); break;
+    case TSOCK_MSG_REJECT: w_le(w, (uint32_t)m->u.reject.code, 4); break;
     case TSOCK_MSG_BATCH:
         w_le(w, b->slot, 4);
         w_le(w, b->samples, 4);
@@ -160,20 +156,15 @@ spec_encode(const struct tsock_msg *m, struct wire *w)
         w_le(w, m->u.release.slot, 4);
         w_le(w, m->u.release.seq, 8);
         break;
-    case TSOCK_MSG_SHUTDOWN:
-        w_le(w, m->u.shutdown.reason, 4);
-        break;
-    case TSOCK_MSG_STATS_REQUEST:
-        w_le(w, m->u.stats_request.request_id, 8);
-        break;
+    case TSOCK_MSG_SHUTDOWN: w_le(w, m->u.shutdown.reason, 4); break;
+    case TSOCK_MSG_STATS_REQUEST: w_le(w, m->u.stats_request.request_id, 8); break;
     case TSOCK_MSG_CONSUMER_STATS:
         w_le(w, m->u.consumer_stats.batches, 8);
         w_le(w, m->u.consumer_stats.samples, 8);
         w_le(w, m->u.consumer_stats.epochs, 8);
         w_le(w, m->u.consumer_stats.wait_ns, 8);
         break;
-    default: /* HEARTBEAT, BYE, PAUSE, RESUME, RESUMED: empty bodies */
-        break;
+    default: /* HEARTBEAT, BYE, PAUSE, RESUME, RESUMED: empty bodies */ break;
     }
     store_le(w->b + 8, w->n - 12, 4);
 }
@@ -687,8 +678,8 @@ test_header(void)
     CHECK_EQ(decode_exact(buf, 16, &d), 0);
 
     /* Unknown types, with empty and non-empty bodies; the encoder refuses them too. */
-    static const uint16_t types[] = {0, TSOCK_MSG_STATS_REPLY, TSOCK_MSG_TYPE_LAST + 1, 0x100,
-                                     0x109, 0xFFFF};
+    static const uint16_t types[] = {
+        0, TSOCK_MSG_STATS_REPLY, TSOCK_MSG_TYPE_LAST + 1, 0x100, 0x109, 0xFFFF};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         store_le(buf + 6, types[i], 2);
         CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);

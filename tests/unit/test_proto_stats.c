@@ -289,8 +289,8 @@ test_reply_roundtrip(void)
     make_reply_max(&r);
     test_reply_roundtrip_one(&r);
     /* The largest reply there is: 96 + 2 + 4096 + 1 + 64 x (93 + 63) bytes of body. */
-    CHECK_EQ(tsock__stats_reply_encode(&r, scratch, sizeof scratch), 12 + 96 + 2 + 4096 + 1 +
-                                                                         64 * (93 + 63));
+    CHECK_EQ(tsock__stats_reply_encode(&r, scratch, sizeof scratch),
+             12 + 96 + 2 + 4096 + 1 + 64 * (93 + 63));
 }
 
 /* ---- golden frames ----------------------------------------------------------------------- */
@@ -304,28 +304,72 @@ test_reply_roundtrip(void)
 static void
 test_golden(void)
 {
-    static const uint8_t request[] = {'T', 'S', 'C', 'K', V, 0, 12, 0, 8, 0, 0, 0, /* header */
+    static const uint8_t request[] = {'T',  'S',  'C',  'K',  V,    0,    12,   0,
+                                      8,    0,    0,    0, /* header */
                                       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
-    static const uint8_t own[] = {'T',         'S', 'C', 'K', V, 0, 14, 0, 32, 0, 0, 0,
-                                  LE64(40ull),      /* batches */
-                                  LE64(1280ull),    /* samples */
-                                  LE64(1ull),       /* epochs */
+    static const uint8_t own[] = {'T',
+                                  'S',
+                                  'C',
+                                  'K',
+                                  V,
+                                  0,
+                                  14,
+                                  0,
+                                  32,
+                                  0,
+                                  0,
+                                  0,
+                                  LE64(40ull),       /* batches */
+                                  LE64(1280ull),     /* samples */
+                                  LE64(1ull),        /* epochs */
                                   LE64(2500000ull)}; /* wait_ns */
-    static const uint8_t reply[] = {
-        'T', 'S', 'C', 'K', V, 0, 13, 0, LE32(200u), /* header: STATS_REPLY, body 200 */
-        LE64(7ull),                                  /* request_id */
-        LE32(0x1234u),                               /* pid */
-        LE32(4u), LE32(1u), LE32(2u),                /* slots, free_slots, held */
-        LE64(10ull), LE64(320ull), LE64(1ull),       /* batches, samples, epochs */
-        LE64(15ull), LE64(2ull), LE64(0ull),         /* released, joined, lost */
-        LE64(0ull), LE64(1000ull), LE64(2000000000ull), /* bad_messages, wait_ns, uptime_ns */
-        LE16(7u), '{', '"', 'a', '"', ':', '1', '}', /* status */
-        1,                                           /* consumer_count */
-        LE64(1ull), LE32(0x2222u), LE32(2u),         /* id, pid, flags: REPORTED */
-        1, 'c',                                      /* name */
-        LE64(10ull), LE64(320ull), LE64(8ull),       /* batches, samples, released */
-        LE32(2u), LE64(1ull), LE64(2500ull),         /* held, lag, rate_milli: 2.5 per s */
-        LE64(8ull), LE64(256ull), LE64(0ull), LE64(5000ull)}; /* own figures */
+    static const uint8_t reply[] = {'T',
+                                    'S',
+                                    'C',
+                                    'K',
+                                    V,
+                                    0,
+                                    13,
+                                    0,
+                                    LE32(200u),    /* header: STATS_REPLY, body 200 */
+                                    LE64(7ull),    /* request_id */
+                                    LE32(0x1234u), /* pid */
+                                    LE32(4u),
+                                    LE32(1u),
+                                    LE32(2u), /* slots, free_slots, held */
+                                    LE64(10ull),
+                                    LE64(320ull),
+                                    LE64(1ull), /* batches, samples, epochs */
+                                    LE64(15ull),
+                                    LE64(2ull),
+                                    LE64(0ull), /* released, joined, lost */
+                                    LE64(0ull),
+                                    LE64(1000ull),
+                                    LE64(2000000000ull), /* bad_messages, wait_ns, uptime_ns */
+                                    LE16(7u),
+                                    '{',
+                                    '"',
+                                    'a',
+                                    '"',
+                                    ':',
+                                    '1',
+                                    '}', /* status */
+                                    1,   /* consumer_count */
+                                    LE64(1ull),
+                                    LE32(0x2222u),
+                                    LE32(2u), /* id, pid, flags: REPORTED */
+                                    1,
+                                    'c', /* name */
+                                    LE64(10ull),
+                                    LE64(320ull),
+                                    LE64(8ull), /* batches, samples, released */
+                                    LE32(2u),
+                                    LE64(1ull),
+                                    LE64(2500ull), /* held, lag, rate_milli: 2.5 per s */
+                                    LE64(8ull),
+                                    LE64(256ull),
+                                    LE64(0ull),
+                                    LE64(5000ull)}; /* own figures */
     struct tsock_msg m, d;
     static struct tsock_stats_reply r, rd;
     uint8_t buf[512];
@@ -350,16 +394,28 @@ test_golden(void)
 
     memset(&r, 0, sizeof r);
     r.request_id = 7;
-    r.producer = (struct tsock_stats_producer){.pid = 0x1234, .slots = 4, .free_slots = 1,
-                                               .held = 2, .batches = 10, .samples = 320,
-                                               .epochs = 1, .released = 15, .joined = 2,
-                                               .wait_ns = 1000, .uptime_ns = 2000000000u};
+    r.producer = (struct tsock_stats_producer){.pid = 0x1234,
+                                               .slots = 4,
+                                               .free_slots = 1,
+                                               .held = 2,
+                                               .batches = 10,
+                                               .samples = 320,
+                                               .epochs = 1,
+                                               .released = 15,
+                                               .joined = 2,
+                                               .wait_ns = 1000,
+                                               .uptime_ns = 2000000000u};
     strcpy(r.status, "{\"a\":1}");
     r.consumer_count = 1;
-    r.consumers[0] = (struct tsock_stats_consumer){.id = 1, .pid = 0x2222,
-                                                   .flags = TSOCK_STATS_REPORTED, .batches = 10,
-                                                   .samples = 320, .released = 8, .held = 2,
-                                                   .lag = 1, .rate_milli = 2500,
+    r.consumers[0] = (struct tsock_stats_consumer){.id = 1,
+                                                   .pid = 0x2222,
+                                                   .flags = TSOCK_STATS_REPORTED,
+                                                   .batches = 10,
+                                                   .samples = 320,
+                                                   .released = 8,
+                                                   .held = 2,
+                                                   .lag = 1,
+                                                   .rate_milli = 2500,
                                                    .own = {8, 256, 0, 5000}};
     strcpy(r.consumers[0].name, "c");
     CHECK_EQ(sizeof reply, 212);
@@ -520,20 +576,20 @@ test_status_rules(void)
         const char *text;
         size_t len;
     } bad[] = {
-        {"a\0b", 3},              /* NUL */
-        {"a\nb", 3},              /* newline */
-        {"\t", 1},                /* tab */
-        {"\x7f", 1},              /* DEL */
-        {"\xc0\x80", 2},          /* overlong NUL */
-        {"\xc1\xbf", 2},          /* overlong */
-        {"\xe0\x80\xaf", 3},      /* overlong '/' */
-        {"\xed\xa0\x80", 3},      /* a UTF-16 surrogate */
-        {"\xf4\x90\x80\x80", 4},  /* above U+10FFFF */
-        {"\xf5\x80\x80\x80", 4},  /* no such lead byte */
-        {"\x80", 1},              /* lone continuation byte */
-        {"ab\xc3", 3},            /* sequence cut at the end */
-        {"\xe2\x82", 2},          /* cut three-byte sequence */
-        {"\xe2\x28\xa1", 3},      /* bad continuation */
+        {"a\0b", 3},             /* NUL */
+        {"a\nb", 3},             /* newline */
+        {"\t", 1},               /* tab */
+        {"\x7f", 1},             /* DEL */
+        {"\xc0\x80", 2},         /* overlong NUL */
+        {"\xc1\xbf", 2},         /* overlong */
+        {"\xe0\x80\xaf", 3},     /* overlong '/' */
+        {"\xed\xa0\x80", 3},     /* a UTF-16 surrogate */
+        {"\xf4\x90\x80\x80", 4}, /* above U+10FFFF */
+        {"\xf5\x80\x80\x80", 4}, /* no such lead byte */
+        {"\x80", 1},             /* lone continuation byte */
+        {"ab\xc3", 3},           /* sequence cut at the end */
+        {"\xe2\x82", 2},         /* cut three-byte sequence */
+        {"\xe2\x28\xa1", 3},     /* bad continuation */
         {"\xff", 1},
     };
     static const struct {
@@ -608,8 +664,7 @@ test_mutations(void)
             accepted++;
             int m = tsock__stats_reply_encode(&d, re, sizeof re);
             bad += m != n || memcmp(re, buf, (size_t)n) != 0 ||
-                   decode_reply(re, (size_t)n, &again) != 0 ||
-                   memcmp(&again, &d, sizeof d) != 0;
+                   decode_reply(re, (size_t)n, &again) != 0 || memcmp(&again, &d, sizeof d) != 0;
         } else if (rc == TSOCK_E_PROTOCOL || rc == TSOCK_E_VERSION) {
             rejected++;
         } else {

@@ -535,15 +535,12 @@ pick_holders(uint32_t consumers)
 {
     uint64_t all = consumers == 64 ? UINT64_MAX : bit(consumers) - 1;
     switch (rnd_below(6)) {
-    case 0:
-        return 0;
+    case 0: return 0;
     case 1:
-    case 2:
-        return bit(rnd_below(consumers));
+    case 2: return bit(rnd_below(consumers));
     case 3:
         return bit(rnd_below(consumers)) | bit(rnd_below(consumers)) | bit(rnd_below(consumers));
-    default:
-        return rnd() & all;
+    default: return rnd() & all;
     }
 }
 

@@ -47,16 +47,51 @@ static void
 test_json(void)
 {
     static const char *const good[] = {
-        "{}", " { } ", "{\"a\":1}", "{\"a\":-0.5e+10,\"b\":[1,2,{\"c\":null}],\"d\":true}",
-        "{\"s\":\"x\\\"y\\\\z\\/\\b\\f\\n\\r\\t\\u00e9\"}", "{\"e\":1E3,\"f\":0,\"g\":false}",
-        "{\"caf\xc3\xa9\":\"\xe2\x82\xac\"}", "{\"a\":{}}", "{\"a\":[]}", "{\"a\" : [ 1 , 2 ] }",
+        "{}",
+        " { } ",
+        "{\"a\":1}",
+        "{\"a\":-0.5e+10,\"b\":[1,2,{\"c\":null}],\"d\":true}",
+        "{\"s\":\"x\\\"y\\\\z\\/\\b\\f\\n\\r\\t\\u00e9\"}",
+        "{\"e\":1E3,\"f\":0,\"g\":false}",
+        "{\"caf\xc3\xa9\":\"\xe2\x82\xac\"}",
+        "{\"a\":{}}",
+        "{\"a\":[]}",
+        "{\"a\" : [ 1 , 2 ] }",
     };
     static const char *const bad[] = {
-        "", " ", "[]", "1", "\"s\"", "null", "{", "}", "{\"a\"}", "{\"a\":}", "{\"a\":1,}",
-        "{,}", "{'a':1}", "{a:1}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":.5}", "{\"a\":-}",
-        "{\"a\":1e}", "{\"a\":+1}", "{\"a\":tru}", "{\"a\":nul}", "{\"a\":\"\\x\"}",
-        "{\"a\":\"\\u12G4\"}", "{\"a\":\"\\u12\"}", "{\"a\":\"unterminated}", "{}{}", "{} x",
-        "{\"a\":[1,2}", "{\"a\":[1 2]}", "{\"a\" 1}", "{\"a\":\"tab\there\"}", "{\"a\":NaN}",
+        "",
+        " ",
+        "[]",
+        "1",
+        "\"s\"",
+        "null",
+        "{",
+        "}",
+        "{\"a\"}",
+        "{\"a\":}",
+        "{\"a\":1,}",
+        "{,}",
+        "{'a':1}",
+        "{a:1}",
+        "{\"a\":01}",
+        "{\"a\":1.}",
+        "{\"a\":.5}",
+        "{\"a\":-}",
+        "{\"a\":1e}",
+        "{\"a\":+1}",
+        "{\"a\":tru}",
+        "{\"a\":nul}",
+        "{\"a\":\"\\x\"}",
+        "{\"a\":\"\\u12G4\"}",
+        "{\"a\":\"\\u12\"}",
+        "{\"a\":\"unterminated}",
+        "{}{}",
+        "{} x",
+        "{\"a\":[1,2}",
+        "{\"a\":[1 2]}",
+        "{\"a\" 1}",
+        "{\"a\":\"tab\there\"}",
+        "{\"a\":NaN}",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         CHECK(is_object(good[i]));
@@ -106,8 +141,18 @@ test_status_setter(void)
     make_endpoint("status");
     tsock_producer *p = make_producer();
     static const char *const refused[] = {
-        "[1]", "1", "\"x\"", "{", "{\"a\":1} {", "not json", "{\"a\":\t1}", "{\"a\":\n1}",
-        "{\"a\":\"\xc3\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xff\"}", "{\"a\":\"\x7f\"}",
+        "[1]",
+        "1",
+        "\"x\"",
+        "{",
+        "{\"a\":1} {",
+        "not json",
+        "{\"a\":\t1}",
+        "{\"a\":\n1}",
+        "{\"a\":\"\xc3\"}",
+        "{\"a\":\"\xed\xa0\x80\"}",
+        "{\"a\":\"\xff\"}",
+        "{\"a\":\"\x7f\"}",
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         CHECK_EQ(tsock_producer_set_status(p, refused[i]), -EINVAL);
@@ -251,7 +296,8 @@ check_json(const tsock_stats *s)
     const char *json = tsock_stats_json(s);
     CHECK(json != NULL && is_object(json));
     CHECK(strchr(json, '\n') == NULL);
-    CHECK(strstr(json, "\"status\":{\"images_per_s\":2410.5,\"stage\":\"d\xc3\xa9""code\"}"));
+    CHECK(strstr(json, "\"status\":{\"images_per_s\":2410.5,\"stage\":\"d\xc3\xa9"
+                       "code\"}"));
     CHECK(strstr(json, "\"name\":\"alpha\""));
     CHECK(strstr(json, "\"name\":\"beta\",\"paused\":false,\"batches\":4,"));
     CHECK(strstr(json, "\"slots\":4,\"slots_in_use\":3,\"slots_free\":1,\"slots_held\":3,"));
@@ -363,7 +409,8 @@ test_flood_and_malformed(void)
     /* All 200 arrive within a window or two of one second each. */
     CHECK(answered >= 20 && answered <= 40);
     /* A STATS_REQUEST with a 4-byte body, and CONSUMER_STATS from a peer that never joined. */
-    uint8_t bad[16] = {'T', 'S', 'C', 'K', TSOCK_PROTO_VERSION, 0, TSOCK_MSG_STATS_REQUEST, 0, 4, 0, 0, 0};
+    uint8_t bad[16] = {'T', 'S', 'C', 'K', TSOCK_PROTO_VERSION, 0, TSOCK_MSG_STATS_REQUEST, 0,
+                       4,   0,   0,   0};
     CHECK_EQ(zmq_send(raw, bad, sizeof bad, 0), (int)sizeof bad);
     for (int k = 0; k < 500 && pstat(p, -1, TSOCK_STAT_BAD_MESSAGES) < 1; k++)
         nap();

@@ -6,11 +6,12 @@
 #include "image/convert.h"
 
 /* Declared for C in cuda_int.h, which C++ cannot include (C11 _Static_assert). */
-extern "C" cudaError_t tsock__cuda_convert_launch(const struct tsock_convert *cv,
-                                                  const uint8_t *in, uint8_t *out,
-                                                  uint32_t samples, cudaStream_t stream);
+extern "C" cudaError_t tsock__cuda_convert_launch(const struct tsock_convert *cv, const uint8_t *in,
+                                                  uint8_t *out, uint32_t samples,
+                                                  cudaStream_t stream);
 
-namespace {
+namespace
+{
 
 __global__ void
 convert_kernel(struct tsock_convert cv, const uint8_t *in, uint8_t *out, uint64_t total,

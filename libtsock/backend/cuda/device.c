@@ -47,10 +47,8 @@ means_no_device(cudaError_t e)
     case cudaErrorSystemNotReady:
     case cudaErrorCallRequiresNewerDriver:
     case cudaErrorPeerAccessUnsupported:
-    case cudaErrorNotSupported:
-        return 1;
-    default:
-        return 0;
+    case cudaErrorNotSupported: return 1;
+    default: return 0;
     }
 }
 

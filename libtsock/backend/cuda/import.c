@@ -41,9 +41,10 @@ choose_device(int wanted, int producer, int count)
     if (e != cudaSuccess)
         return tsock__cuda_fail(e, "cudaDeviceCanAccessPeer");
     if (!can) {
-        tsock__log(TSOCK_LOG_ERROR, "CUDA device %d cannot read the producer's device %d: no "
-                                    "peer access between them; use device %d", wanted, producer,
-                   producer);
+        tsock__log(TSOCK_LOG_ERROR,
+                   "CUDA device %d cannot read the producer's device %d: no "
+                   "peer access between them; use device %d",
+                   wanted, producer, producer);
         return TSOCK_E_NO_DEVICE;
     }
     return wanted;

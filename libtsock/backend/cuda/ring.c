@@ -93,8 +93,10 @@ check_device(int device)
 {
     int n = tsock__cuda_device_count();
     if (n < 0) {
-        tsock__log(TSOCK_LOG_ERROR, "cannot keep the ring on CUDA device %d: this process has "
-                                    "no usable CUDA device (no GPU, driver or runtime)", device);
+        tsock__log(TSOCK_LOG_ERROR,
+                   "cannot keep the ring on CUDA device %d: this process has "
+                   "no usable CUDA device (no GPU, driver or runtime)",
+                   device);
         return n;
     }
     if (device >= n) {
@@ -108,8 +110,10 @@ check_device(int device)
     if (e != cudaSuccess)
         return tsock__cuda_fail(e, "cudaDeviceGetAttribute");
     if (!ipc_events || !unified) {
-        tsock__log(TSOCK_LOG_ERROR, "CUDA device %d cannot share memory and events between "
-                                    "processes (IPC unsupported)", device);
+        tsock__log(TSOCK_LOG_ERROR,
+                   "CUDA device %d cannot share memory and events between "
+                   "processes (IPC unsupported)",
+                   device);
         return TSOCK_E_NO_DEVICE;
     }
     return 0;
@@ -199,10 +203,9 @@ tsock__cuda_ring_publish(struct tsock_cuda_ring *r, uint32_t slot, uint32_t samp
     if (err < 0)
         return err;
     /* One copy of the whole staging slot: tensors sit at the same offsets on both sides. */
-    cudaError_t e = r->cv.tensor >= 0
-                        ? convert_slot(r, dst, samples)
-                        : cudaMemcpyAsync(dst, r->staging[r->current], r->in_stride,
-                                          cudaMemcpyHostToDevice, r->stream);
+    cudaError_t e = r->cv.tensor >= 0 ? convert_slot(r, dst, samples)
+                                      : cudaMemcpyAsync(dst, r->staging[r->current], r->in_stride,
+                                                        cudaMemcpyHostToDevice, r->stream);
     if (e == cudaSuccess)
         e = cudaEventRecord(r->staged[r->current], r->stream);
     if (e == cudaSuccess)

@@ -78,8 +78,8 @@ tsock__cuda_import_wait(struct tsock_cuda_import *imp, uint32_t slot, void *stre
 }
 
 int
-tsock__cuda_import_copy(struct tsock_cuda_import *imp, uint32_t slot, void *dst,
-                        const void *src, size_t bytes)
+tsock__cuda_import_copy(struct tsock_cuda_import *imp, uint32_t slot, void *dst, const void *src,
+                        size_t bytes)
 {
     return TSOCK_E_NO_DEVICE;
 }
