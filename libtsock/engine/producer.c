@@ -24,7 +24,7 @@
 #include "image/convert.h"
 #include "proto/proto.h"
 #include "ring/ring.h"
-#include "stats.h"
+#include "engine/stats.h"
 #include "transport/transport.h"
 
 #define MAX_CONSUMERS TSOCK_RING_MAX_CONSUMERS

@@ -14,7 +14,7 @@
 #include "core/core.h"
 #include "core/json.h"
 #include "core/sync.h"
-#include "stats.h"
+#include "engine/stats.h"
 #include "transport/transport.h"
 
 /* ---- keys -------------------------------------------------------------------------------- */
