@@ -161,6 +161,86 @@ tsock__ring_held_by(const struct tsock_ring *r, uint32_t consumer)
     return held;
 }
 
+int
+tsock__ring_holds(const struct tsock_ring *r, uint32_t slot, uint32_t consumer, uint64_t seq)
+{
+    if (!slot_ok(r, slot) || !consumer_ok(consumer))
+        return -EINVAL;
+    return (tsock__ring_holders(r, slot, seq) & consumer_bit(consumer)) != 0;
+}
+
+uint64_t
+tsock__ring_holders(const struct tsock_ring *r, uint32_t slot, uint64_t seq)
+{
+    if (!slot_ok(r, slot))
+        return 0;
+    const struct tsock_ring_slot *s = &r->slots[slot];
+    return s->state == TSOCK_SLOT_HELD && s->seq == seq ? s->holders : 0;
+}
+
+/* A ring that init has set up (a zeroed one is not). */
+static int
+ring_ok(const struct tsock_ring *r)
+{
+    return r != NULL && r->count > 0 && r->count <= TSOCK_RING_MAX_SLOTS;
+}
+
+int
+tsock__ring_held_count(const struct tsock_ring *r)
+{
+    if (!ring_ok(r))
+        return -EINVAL;
+    int held = 0;
+    for (uint32_t i = 0; i < r->count; i++)
+        held += r->slots[i].state == TSOCK_SLOT_HELD;
+    return held;
+}
+
+int
+tsock__ring_free_count(const struct tsock_ring *r)
+{
+    return ring_ok(r) ? (int)r->free_count : -EINVAL;
+}
+
+uint64_t
+tsock__ring_published(const struct tsock_ring *r)
+{
+    return r != NULL ? r->next_seq : 0;
+}
+
+int
+tsock__ring_oldest_seq(const struct tsock_ring *r, uint32_t consumer, uint64_t *seq)
+{
+    if (r == NULL || r->count > TSOCK_RING_MAX_SLOTS || !consumer_ok(consumer))
+        return -EINVAL;
+    int found = 0;
+    uint64_t oldest = 0;
+    for (uint32_t i = 0; i < r->count; i++) {
+        const struct tsock_ring_slot *s = &r->slots[i];
+        if (s->state != TSOCK_SLOT_HELD || (s->holders & consumer_bit(consumer)) == 0)
+            continue;
+        if (!found || s->seq < oldest)
+            oldest = s->seq;
+        found = 1;
+    }
+    if (found && seq != NULL)
+        *seq = oldest;
+    return found;
+}
+
+int
+tsock__ring_lag(const struct tsock_ring *r, uint32_t consumer, uint64_t *lag)
+{
+    uint64_t oldest = 0;
+    int found = tsock__ring_oldest_seq(r, consumer, &oldest);
+    if (found < 0)
+        return found;
+    /* A held publication was issued, so next_seq > oldest. */
+    if (lag != NULL)
+        *lag = found ? r->next_seq - 1 - oldest : 0;
+    return 0;
+}
+
 /* One slot's own invariants: a known state, holders exactly when HELD, and a sequence number
  * that was actually handed out. */
 static int

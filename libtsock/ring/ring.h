@@ -62,6 +62,35 @@ int tsock__ring_drop_consumer(struct tsock_ring *r, uint32_t consumer);
 /* Number of slots `consumer` holds right now (-EINVAL for a bad index). */
 int tsock__ring_held_by(const struct tsock_ring *r, uint32_t consumer);
 
+/* Queries, so that the engine never reads the ring's fields. They change nothing. */
+
+/* 1 when `consumer` still holds publication `seq` of `slot` (HELD, that seq, its bit set), 0 when
+ * not (released, dropped, never given it, or the slot was republished since), -EINVAL for an
+ * out-of-range slot or consumer. */
+int tsock__ring_holds(const struct tsock_ring *r, uint32_t slot, uint32_t consumer, uint64_t seq);
+
+/* The consumers that still hold publication `seq` of `slot` (a bit set; 0 when that publication
+ * is no longer held or the slot is out of range). Lets the engine filter a whole holder mask in
+ * one call. */
+uint64_t tsock__ring_holders(const struct tsock_ring *r, uint32_t slot, uint64_t seq);
+
+/* Slots in HELD state (-EINVAL for an uninitialised ring). */
+int tsock__ring_held_count(const struct tsock_ring *r);
+
+/* Slots in FREE state (-EINVAL for an uninitialised ring, e.g. before the producer started). */
+int tsock__ring_free_count(const struct tsock_ring *r);
+
+/* Publications so far: the sequence number the next publish gets. */
+uint64_t tsock__ring_published(const struct tsock_ring *r);
+
+/* The oldest publication `consumer` still holds: writes its sequence number to *seq and returns
+ * 1, returns 0 when it holds nothing, -EINVAL for a bad index. */
+int tsock__ring_oldest_seq(const struct tsock_ring *r, uint32_t consumer, uint64_t *seq);
+
+/* How far `consumer` trails: publications issued after the oldest one it still holds (0 when it
+ * holds nothing or holds only the newest), or -EINVAL for a bad index. Written to *lag. */
+int tsock__ring_lag(const struct tsock_ring *r, uint32_t consumer, uint64_t *lag);
+
 /* Checks the invariants (free_count matches, FREE and FILLING slots have no holders, HELD slots
  * have holders and a sequence number already issued; several slots may be FILLING at once). Returns
  * 0 or -EPROTO; for tests and debug builds. */

@@ -3,6 +3,7 @@
  * simple reference model. */
 #include <errno.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "check.h"
 #include "ring/ring.h"
@@ -386,6 +387,91 @@ test_check_detects_corruption(void)
     CHECK_EQ(tsock__ring_check(&ring), 0);
 }
 
+/* The queries the engine uses instead of reading the ring's fields. */
+static void
+test_queries(void)
+{
+    uint64_t seq[4], got = 99, lag = 99;
+    /* A ring never set up (the producer before start) has no counts to give. */
+    memset(&ring, 0, sizeof ring);
+    CHECK_EQ(tsock__ring_free_count(&ring), -EINVAL);
+    CHECK_EQ(tsock__ring_held_count(&ring), -EINVAL);
+    CHECK_EQ(tsock__ring_free_count(NULL), -EINVAL);
+    CHECK_EQ(tsock__ring_held_count(NULL), -EINVAL);
+    CHECK_EQ(tsock__ring_published(NULL), 0);
+    CHECK_EQ(tsock__ring_holds(NULL, 0, 0, 0), -EINVAL);
+    CHECK_EQ(tsock__ring_holders(NULL, 0, 0), 0);
+    CHECK_EQ(tsock__ring_oldest_seq(NULL, 0, &got), -EINVAL);
+    CHECK_EQ(tsock__ring_lag(NULL, 0, &lag), -EINVAL);
+
+    CHECK_EQ(tsock__ring_init(&ring, 4), 0);
+    CHECK_EQ(tsock__ring_free_count(&ring), 4);
+    CHECK_EQ(tsock__ring_held_count(&ring), 0);
+    CHECK_EQ(tsock__ring_published(&ring), 0);
+    CHECK_EQ(tsock__ring_oldest_seq(&ring, 0, &got), 0);
+    CHECK_EQ(got, 99); /* untouched when nothing is held */
+    CHECK_EQ(tsock__ring_lag(&ring, 0, &lag), 0);
+    CHECK_EQ(lag, 0);
+
+    uint32_t s0 = fill(&ring, bit(0) | bit(63), &seq[0]);
+    uint32_t s1 = fill(&ring, bit(0), &seq[1]);
+    CHECK_EQ(tsock__ring_publish(&ring, (uint32_t)tsock__ring_acquire(&ring), 0, &seq[2]), 0);
+    uint32_t s3 = fill(&ring, bit(5), &seq[3]);
+    int filling = tsock__ring_acquire(&ring);
+    CHECK(filling >= 0);
+    CHECK_EQ(tsock__ring_free_count(&ring), 0);
+    CHECK_EQ(tsock__ring_held_count(&ring), 3);
+    CHECK_EQ(tsock__ring_published(&ring), 4);
+
+    saved = ring;
+    CHECK_EQ(tsock__ring_holds(&ring, s0, 0, seq[0]), 1);
+    CHECK_EQ(tsock__ring_holds(&ring, s0, 63, seq[0]), 1);
+    CHECK_EQ(tsock__ring_holds(&ring, s0, 5, seq[0]), 0);
+    CHECK_EQ(tsock__ring_holds(&ring, s0, 0, seq[1]), 0);
+    CHECK_EQ(tsock__ring_holds(&ring, (uint32_t)filling, 0, 0), 0);
+    CHECK_EQ(tsock__ring_holds(&ring, 4, 0, seq[0]), -EINVAL);
+    CHECK_EQ(tsock__ring_holds(&ring, s0, TSOCK_RING_MAX_CONSUMERS, seq[0]), -EINVAL);
+    CHECK(tsock__ring_holders(&ring, s0, seq[0]) == (bit(0) | bit(63)));
+    CHECK(tsock__ring_holders(&ring, s0, seq[1]) == 0);
+    CHECK(tsock__ring_holders(&ring, s3, seq[3]) == bit(5));
+    CHECK(tsock__ring_holders(&ring, 4, seq[0]) == 0);
+    CHECK_EQ(tsock__ring_oldest_seq(&ring, 0, &got), 1);
+    CHECK_EQ(got, seq[0]);
+    CHECK_EQ(tsock__ring_oldest_seq(&ring, 5, &got), 1);
+    CHECK_EQ(got, seq[3]);
+    CHECK_EQ(tsock__ring_oldest_seq(&ring, 5, NULL), 1);
+    CHECK_EQ(tsock__ring_oldest_seq(&ring, TSOCK_RING_MAX_CONSUMERS, &got), -EINVAL);
+    CHECK_EQ(tsock__ring_lag(&ring, 0, &lag), 0);
+    CHECK_EQ(lag, 3); /* seq 0 held, seq 3 the newest */
+    CHECK_EQ(tsock__ring_lag(&ring, 5, &lag), 0);
+    CHECK_EQ(lag, 0); /* holds the newest only */
+    CHECK_EQ(tsock__ring_lag(&ring, 7, &lag), 0);
+    CHECK_EQ(lag, 0); /* holds nothing */
+    CHECK_EQ(tsock__ring_lag(&ring, TSOCK_RING_MAX_CONSUMERS, &lag), -EINVAL);
+    CHECK(rings_equal(&ring, &saved)); /* queries change nothing */
+
+    /* Consumer 0 lets go of the oldest: its lag shrinks; 63 still holds it. */
+    CHECK_EQ(tsock__ring_release(&ring, s0, 0, seq[0]), 0);
+    CHECK_EQ(tsock__ring_holds(&ring, s0, 0, seq[0]), 0);
+    CHECK(tsock__ring_holders(&ring, s0, seq[0]) == bit(63));
+    CHECK_EQ(tsock__ring_lag(&ring, 0, &lag), 0);
+    CHECK_EQ(lag, 2);
+    /* Dropping 63 frees the slot; once republished, the old seq names nothing. */
+    CHECK_EQ(tsock__ring_drop_consumer(&ring, 63), 1);
+    CHECK_EQ(tsock__ring_free_count(&ring), 1);
+    CHECK_EQ(tsock__ring_held_count(&ring), 2);
+    CHECK_EQ(tsock__ring_oldest_seq(&ring, 63, &got), 0);
+    uint64_t again;
+    CHECK_EQ(fill(&ring, bit(63), &again), s0);
+    CHECK_EQ(tsock__ring_holds(&ring, s0, 63, seq[0]), 0);
+    CHECK_EQ(tsock__ring_holds(&ring, s0, 63, again), 1);
+    CHECK_EQ(tsock__ring_oldest_seq(&ring, 0, &got), 1);
+    CHECK_EQ(got, seq[1]);
+    CHECK_EQ(tsock__ring_release(&ring, s1, 0, seq[1]), 1);
+    CHECK_EQ(tsock__ring_oldest_seq(&ring, 0, &got), 0);
+    CHECK_EQ(tsock__ring_check(&ring), 0);
+}
+
 /* ---- property test: random operations against a reference model ------------------------- */
 
 /* The model keeps the documented behaviour in the plainest form, for count <= 64. */
@@ -557,6 +643,7 @@ pick_consumer(uint32_t consumers)
 struct tally {
     long acquired, full, published, published_empty, publish_bad, abandoned, abandon_bad;
     long freed, kept, stale, release_bad, drop_freed, drop_bad;
+    long holds_yes, holds_no, holds_bad, lagging, holding_nothing;
 };
 
 static void
@@ -654,6 +741,80 @@ holdings_ok(const struct model *m, uint32_t first, uint32_t last)
     return 1;
 }
 
+/* The model's answers to the queries, worked out from its plain arrays. */
+static int
+model_holds(const struct model *m, uint32_t slot, uint32_t consumer, uint64_t seq)
+{
+    if (slot >= m->count || consumer >= 64)
+        return -EINVAL;
+    return m->state[slot] == TSOCK_SLOT_HELD && m->seq[slot] == seq &&
+           (m->holders[slot] >> consumer & 1);
+}
+
+static int
+model_oldest(const struct model *m, uint32_t consumer, uint64_t *oldest)
+{
+    if (consumer >= 64)
+        return -EINVAL;
+    /* Every publication number in turn, oldest first, until one is held by the consumer. */
+    for (uint64_t seq = 0; seq < m->next_seq; seq++)
+        for (uint32_t i = 0; i < m->count; i++)
+            if (model_holds(m, i, consumer, seq) == 1) {
+                *oldest = seq;
+                return 1;
+            }
+    return 0;
+}
+
+/* The queries agree with the model: counts, one (slot, consumer, seq) question that is mostly
+ * a live publication, and one consumer's oldest publication and lag. */
+static int
+queries_ok(const struct model *m, uint32_t consumers, struct tally *t)
+{
+    int held = 0;
+    for (uint32_t i = 0; i < m->count; i++)
+        held += m->state[i] == TSOCK_SLOT_HELD;
+    if (tsock__ring_held_count(&ring) != held ||
+        tsock__ring_free_count(&ring) != (int)model_free_count(m) ||
+        tsock__ring_published(&ring) != m->next_seq)
+        return 0;
+
+    uint32_t slot = pick_slot(m, TSOCK_SLOT_HELD);
+    uint32_t consumer = pick_consumer(consumers);
+    uint64_t seq = slot < m->count ? m->seq[slot] : rnd_below(4);
+    if (rnd_below(5) == 0)
+        seq += rnd_below(2) ? 1 : (uint64_t)-1;
+    if (slot < m->count && m->holders[slot] != 0 && rnd_below(2)) {
+        do
+            consumer = rnd_below(64);
+        while (!(m->holders[slot] >> consumer & 1));
+    }
+    int want = model_holds(m, slot, consumer, seq);
+    if (tsock__ring_holds(&ring, slot, consumer, seq) != want)
+        return 0;
+    uint64_t mask = 0;
+    for (uint32_t c = 0; c < 64; c++)
+        mask |= (uint64_t)(model_holds(m, slot, c, seq) == 1) << c;
+    if (tsock__ring_holders(&ring, slot, seq) != mask)
+        return 0;
+    t->holds_yes += want == 1;
+    t->holds_no += want == 0;
+    t->holds_bad += want < 0;
+
+    uint64_t oldest = UINT64_MAX, got = UINT64_MAX, lag = UINT64_MAX;
+    int found = model_oldest(m, consumer, &oldest);
+    if (tsock__ring_oldest_seq(&ring, consumer, &got) != found || got != oldest)
+        return 0;
+    int rc = tsock__ring_lag(&ring, consumer, &lag);
+    if (rc != (found < 0 ? -EINVAL : 0))
+        return 0;
+    if (found >= 0 && lag != (found ? m->next_seq - 1 - oldest : 0))
+        return 0;
+    t->lagging += found == 1 && lag > 0;
+    t->holding_nothing += found == 0;
+    return 1;
+}
+
 static void
 run_episode(uint32_t count, uint32_t consumers, int steps, struct tally *t)
 {
@@ -663,7 +824,7 @@ run_episode(uint32_t count, uint32_t consumers, int steps, struct tally *t)
         random_op(&m, consumers, t);
         int ok = tsock__ring_check(&ring) == 0 && matches_model(&ring, &m);
         uint32_t c = rnd_below(64);
-        ok = ok && holdings_ok(&m, c, c);
+        ok = ok && holdings_ok(&m, c, c) && queries_ok(&m, consumers, t);
         if (step % 256 == 0)
             ok = ok && holdings_ok(&m, 0, 63);
         CHECK(ok);
@@ -687,10 +848,11 @@ test_random_against_model(void)
         total += steps;
     }
     /* Each outcome happened many times: the run explored the whole state machine. */
-    long outcomes[] = {t.acquired,    t.full,      t.published,   t.published_empty,
-                       t.publish_bad, t.abandoned, t.abandon_bad, t.freed,
-                       t.kept,        t.stale,     t.release_bad, t.drop_freed,
-                       t.drop_bad};
+    long outcomes[] = {t.acquired,    t.full,           t.published,   t.published_empty,
+                       t.publish_bad, t.abandoned,      t.abandon_bad, t.freed,
+                       t.kept,        t.stale,          t.release_bad, t.drop_freed,
+                       t.drop_bad,    t.holds_yes,      t.holds_no,    t.holds_bad,
+                       t.lagging,     t.holding_nothing};
     for (size_t i = 0; i < sizeof(outcomes) / sizeof(outcomes[0]); i++) {
         CHECK(outcomes[i] >= 100);
         if (outcomes[i] < 100)
@@ -711,6 +873,7 @@ main(void)
     test_round_robin();
     test_acquire_when_full();
     test_check_detects_corruption();
+    test_queries();
     test_random_against_model();
     return CHECK_DONE();
 }
