@@ -1,110 +1,128 @@
-/* The slot-memory interface every backend implements: one region holding all the ring's
- * slots, created by the producer and attached by each consumer. The host backend (shm/) is a
- * POSIX shared-memory object; the CUDA backend keeps the region in device memory. */
+/* Slot memory: the one interface between the engines and where a ring's slots live.
+ *
+ * A backend is a table of operations. The producer engine creates a ring with one, fills slots
+ * through it, publishes through it, and hands consumers the ring's attach blob (opaque bytes
+ * in WELCOME). A consumer engine picks the backend that the WELCOME names, attaches with the
+ * blob, and reads, waits, copies out, allocates gather buffers and fences releases through the
+ * same table. The engines choose the table once and never branch on which one it is.
+ *
+ *   shm/     host shared memory (a POSIX shared-memory object; the default)
+ *   cuda/    device memory shared through CUDA IPC (when built with a CUDA toolkit)
+ *   nocuda/  the CUDA table of a build without a toolkit: every operation refuses clearly
+ *
+ * Errors are negative codes (negated errno or TSOCK_E_*). Each failure is logged where it
+ * happens, with what failed and why.
+ */
 #ifndef TSOCK_BACKEND_H
 #define TSOCK_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define TSOCK_REGION_NAME_MAX 256
+#include "backend/convert.h"
+#include "core/layout.h"
 
-struct tsock_region {
-    char name[TSOCK_REGION_NAME_MAX]; /* what a consumer needs to attach */
-    uint8_t *base;
-    size_t bytes;
-    int owner; /* created here (producer): destroy removes the name */
+struct tsock__backend;
+
+/* A producer's ring: the first member of every backend's producer-side object. */
+struct tsock__slot_memory {
+    const struct tsock__backend *ops;
 };
 
-/* Host shared memory. */
+/* A consumer's attachment to a producer's ring: the first member of every backend's view. */
+struct tsock__ring_view {
+    const struct tsock__backend *ops;
+};
 
-/* Creates a new region of `bytes` (mode 0600) named /tsock-<uid>-<pid>-<n>, mapped read-write.
- * Returns 0 or a negated errno. */
-int tsock__shm_create(struct tsock_region *r, size_t bytes);
+/* What a producer asks for: slots laid out as the caller fills them, optionally converted. */
+struct tsock__ring_request {
+    const tsock_layout *layout;
+    const size_t *offsets; /* of each tensor inside a slot, as tsock__layout_place gave them */
+    size_t stride;         /* bytes of one slot as the caller fills it */
+    uint32_t batch_size, slots;
+    int device;                                   /* CUDA ordinal; -1 for host memory */
+    const struct tsock__convert_request *convert; /* empty tensor name: none */
+};
 
-/* Maps an existing region read-only; fails with -EPROTO when its size is not `bytes` (so a
- * consumer never touches memory past the object's end). Returns 0 or a negated errno. */
-int tsock__shm_attach(struct tsock_region *r, const char *name, size_t bytes);
+/* What consumers see of that ring (after any conversion): written by create. */
+struct tsock__ring_shape {
+    tsock_layout layout;
+    size_t offsets[TSOCK_MAX_TENSORS];
+    size_t stride; /* bytes from one slot to the next */
+    size_t bytes;  /* the whole ring */
+};
 
-/* Unmaps; when the region is the producer's own, also removes its name. */
-void tsock__shm_release(struct tsock_region *r);
+/* What a consumer attaches with: the WELCOME's figures and attach blob, and its own wishes. */
+struct tsock__attach_request {
+    const uint8_t *blob;
+    size_t blob_len;
+    size_t ring_bytes;
+    uint32_t slots;
+    int device; /* tsock_consumer_set_device: a CUDA ordinal, or -1 for the producer's own */
+};
 
-/* Removes the name of a region whose creator process is gone (the pid is part of the name).
- * Returns 1 when removed, 0 when the creator is alive or the name is not a tsock region. */
-int tsock__shm_remove_if_orphaned(const char *name);
+struct tsock__backend {
+    const char *name;     /* "shm", "cuda": for logs */
+    uint32_t wire_device; /* the WELCOME's device field (TSOCK_DEVICE_CPU, TSOCK_DEVICE_CUDA) */
 
-/* Removes every region of this user whose creator process is gone (left by a kill -9).
- * Returns how many were removed. */
-int tsock__shm_sweep_orphans(void);
+    /* ---- producer side ---- */
 
-/* ---- CUDA device slots ----------------------------------------------------------------------
- * backend/cuda/ when the project was built with a CUDA toolkit, backend/nocuda/ otherwise (every
- * function there fails with TSOCK_E_NO_DEVICE). Nothing outside backend/cuda/ sees a CUDA type:
- * streams and events cross this interface as void pointers, handles as bytes (proto.h). Errors:
- * TSOCK_E_NO_DEVICE for no driver, no device, a bad device index or no peer access; -ENOMEM
- * when device or pinned memory runs out; -EIO for any other CUDA failure. Every failure is
- * logged with the CUDA error's name. Calls that need a device make it current for their
- * duration only, so a caller's current device is left as it was. */
+    /* Makes the ring and writes what consumers will see into *shape. */
+    int (*create)(struct tsock__slot_memory **out, const struct tsock__ring_request *req,
+                  struct tsock__ring_shape *shape);
+    /* The attach blob, owned by the ring and valid until close. Returns its length. */
+    size_t (*export_blob)(const struct tsock__slot_memory *m, const uint8_t **blob);
+    /* Where the caller writes `slot`'s batch (the slot itself, or a staging buffer). */
+    int (*fill_pointer)(struct tsock__slot_memory *m, uint32_t slot, uint8_t **base);
+    /* The caller is done writing `slot`: make it readable by consumers before they hear of it. */
+    int (*publish)(struct tsock__slot_memory *m, uint32_t slot, uint32_t samples);
+    /* Frees the ring (and removes its name). NULL does nothing. */
+    void (*close)(struct tsock__slot_memory *m);
 
-struct tsock_convert;
-struct tsock_cuda_handles;
+    /* ---- consumer side ---- */
+
+    int (*attach)(struct tsock__ring_view **out, const struct tsock__attach_request *req);
+    /* The ring's first byte as this process addresses it (host or device pointer). */
+    const uint8_t *(*view_base)(const struct tsock__ring_view *v);
+    /* The CUDA ordinal the ring's pointers are used on, or -1 for host memory. */
+    int (*view_device)(const struct tsock__ring_view *v);
+    /* Makes `stream` wait until `slot`'s batch is ready to read (host: ready already). */
+    int (*wait)(struct tsock__ring_view *v, uint32_t slot, void *stream);
+    /* Copies `bytes` of `slot` at `src` into a gather buffer; done with copy_finish. */
+    int (*copy_out)(struct tsock__ring_view *v, uint32_t slot, void *dst, const void *src,
+                    size_t bytes);
+    /* Returns when every copy_out so far is complete, so the slot may be released. */
+    int (*copy_finish)(struct tsock__ring_view *v);
+    /* Detaches: nothing of the producer's stays mapped here. NULL does nothing. */
+    void (*detach)(struct tsock__ring_view *v);
+
+    /* Gather buffers and release fences live on a device (-1: host), not on a view: they
+     * outlive the session whose ring they were filled from. */
+    int (*buffer_alloc)(int device, size_t bytes, void **ptr);
+    void (*buffer_free)(int device, void *ptr);
+    /* Arms *fence (creating it on first use) on `stream`: returns 1 when a release must wait
+     * for fence_passed, 0 when it takes effect at once (host memory), or a negative code. */
+    int (*fence_arm)(int device, void **fence, void *stream);
+    /* 1 when the work before the armed fence has finished, 0 while it runs, < 0 on error. */
+    int (*fence_passed)(int device, void *fence);
+    void (*fence_destroy)(void *fence);
+
+    /* A consumer that found its producer dead removes what the ring left behind, since a
+     * process killed with SIGKILL could not (host: the shared-memory name). Returns 1 when
+     * something was removed. */
+    int (*remove_orphan)(const uint8_t *blob, size_t blob_len);
+};
+
+extern const struct tsock__backend tsock__backend_shm;
+extern const struct tsock__backend tsock__backend_cuda; /* cuda/ or nocuda/ */
+
+/* The producer's table: host memory for device -1, CUDA otherwise. */
+const struct tsock__backend *tsock__backend_for_device(int device);
+
+/* The consumer's table for a WELCOME's device field, or NULL for an unknown one. */
+const struct tsock__backend *tsock__backend_for_wire(uint32_t wire_device);
 
 /* The number of CUDA devices this process sees (> 0), or TSOCK_E_NO_DEVICE. */
-int tsock__cuda_device_count(void);
-
-/* Producer side: the ring in device memory (one cudaMalloc, exported once), an interprocess
- * event per slot, two pinned staging buffers and the producer's own stream. The caller fills
- * the current staging buffer; publish copies it to the slot (converting as `cv` says) and
- * records the slot's event, all asynchronously, then moves on to the other buffer. */
-struct tsock_cuda_ring;
-
-/* `in_stride`: bytes of one staging slot; `out_stride`: bytes of one device slot. */
-int tsock__cuda_ring_create(struct tsock_cuda_ring **out, int device, size_t in_stride,
-                            size_t out_stride, uint32_t slots, const struct tsock_convert *cv);
-/* The staging buffer to fill next, once the copy that last read it has finished (the only
- * place the producer ever waits on the GPU). */
-int tsock__cuda_ring_staging(struct tsock_cuda_ring *r, uint8_t **host);
-/* Queues the copy (and conversion) of the staging buffer's `samples` samples into `slot` and
- * the record of the slot's event on the producer's stream, and flips the staging buffer. */
-int tsock__cuda_ring_publish(struct tsock_cuda_ring *r, uint32_t slot, uint32_t samples);
-/* What a consumer needs to open the ring (WELCOME). */
-void tsock__cuda_ring_export(const struct tsock_cuda_ring *r, struct tsock_cuda_handles *h);
-/* Waits for the producer's stream, then frees everything. NULL does nothing. */
-void tsock__cuda_ring_destroy(struct tsock_cuda_ring *r);
-
-/* Consumer side: a producer's ring opened through its IPC handles, kept open for the session. */
-struct tsock_cuda_import;
-
-/* Opens the ring on `device` (-1: the producer's own GPU, found by UUID). A device other than
- * the producer's reads the ring through peer access, or fails with TSOCK_E_NO_DEVICE. */
-int tsock__cuda_import_open(struct tsock_cuda_import **out, int device,
-                            const struct tsock_cuda_handles *h, uint32_t slots);
-uint8_t *tsock__cuda_import_base(const struct tsock_cuda_import *imp);
-/* The device (an ordinal of this process) the ring's pointers are used on. */
-int tsock__cuda_import_device(const struct tsock_cuda_import *imp);
-/* Makes `stream` (NULL: the legacy default stream of the ring's device) wait for the
- * producer's copy into `slot`. */
-int tsock__cuda_import_wait(struct tsock_cuda_import *imp, uint32_t slot, void *stream);
-/* Gathers: queues a device-to-device copy out of `slot` (after the producer's copy into it) on
- * the import's own stream; sync waits for every copy queued so far. */
-int tsock__cuda_import_copy(struct tsock_cuda_import *imp, uint32_t slot, void *dst,
-                            const void *src, size_t bytes);
-int tsock__cuda_import_sync(struct tsock_cuda_import *imp);
-/* Closes the events and the memory handle, so no memory of the producer stays mapped here.
- * NULL does nothing. */
-void tsock__cuda_import_close(struct tsock_cuda_import *imp);
-
-/* Fences for stream-ordered releases: an event (made on `device`) recorded on the caller's
- * stream (NULL: that device's legacy default stream), polled later by a service thread. done()
- * returns 1 when the work before the record has finished, 0 while it runs, or a negative code
- * when the query failed. */
-int tsock__cuda_fence_create(int device, void **fence);
-int tsock__cuda_fence_record(int device, void *fence, void *stream);
-int tsock__cuda_fence_done(int device, void *fence);
-void tsock__cuda_fence_destroy(void *fence);
-
-/* Device memory for gathered batches. */
-int tsock__cuda_alloc(int device, size_t bytes, void **ptr);
-void tsock__cuda_free(int device, void *ptr);
+int tsock__backend_cuda_device_count(void);
 
 #endif

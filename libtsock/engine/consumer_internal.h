@@ -1,5 +1,17 @@
-/* The consumer's state, shared by the caller-facing side (consumer.c) and the session side
- * (consumer_session.c: socket, service thread, handshake, pause, reconnect). */
+/* The consumer's state. Its files call each other in one direction only:
+ *
+ *   consumer_api.c      the public calls: options, start, next, release, figures, destroy
+ *     -> consumer_read.c     cutting the queue of producer batches into this consumer's
+ *                            batches and epochs (views and gathers)
+ *     -> consumer_session.c  opening, closing and reopening the session (channel, thread)
+ *          -> consumer_service.c  the channel's handlers and the service thread
+ *     -> consumer_slots.c    slot references, the release queue, fenced releases, views of
+ *                            rings (the lowest layer; everyone above uses it)
+ *   batch.c             the public tsock_batch accessors
+ *
+ * Two threads touch a consumer: the caller's (next, release) and the service thread, which
+ * runs the channel. What they share is guarded by `mu`; the caller wakes the service thread
+ * through the channel, the service thread wakes the caller through `cond`. */
 #ifndef TSOCK_CONSUMER_INTERNAL_H
 #define TSOCK_CONSUMER_INTERNAL_H
 
@@ -10,63 +22,57 @@
 #include "core/core.h"
 #include "proto/proto.h"
 #include "ring/epoch_plan.h"
-#include "transport/transport.h"
+#include "ring/hold_table.h"
+#include "transport/channel.h"
 
 struct tsock_batch {
     tsock_consumer *owner;
     int held;
     int view;            /* points into a slot (else into gather[]) */
     uint32_t view_slot;  /* the slot a view references */
+    uint64_t view_seq;   /* and the publication of it */
     uint64_t generation; /* the session the view's slot belongs to */
     uint32_t samples;
     uint64_t seq, epoch, index;
     int epoch_end;
     int free_end; /* its last sample ends a producer epoch (free mode) */
     const uint8_t *data[TSOCK_MAX_TENSORS];
+    int device;                    /* CUDA device of the batch's data (-1: host memory) */
+    struct tsock__ring_view *ring; /* a view's ring (open while the view is held) */
+    /* The batch's own buffers, from `gather_ops` on `gather_device` (a gather). */
+    const struct tsock__backend *gather_ops;
+    int gather_device;
     uint8_t *gather[TSOCK_MAX_TENSORS];
     size_t gather_cap[TSOCK_MAX_TENSORS];
-    int device;                       /* CUDA device of the batch's data (-1: host memory) */
-    struct tsock_cuda_import *import; /* a view of a GPU ring: that ring (open while held) */
-    int gather_device;                /* CUDA device of gather[] (-1: host memory) */
-    void *fence;                      /* GPU batches: the event of a stream-ordered release */
+    /* A stream-ordered release: the fence, from `fence_ops` on `fence_device`. */
+    const struct tsock__backend *fence_ops;
+    void *fence;
     int fence_device;
     tsock_batch *next_free;     /* free list */
     tsock_batch *next_all;      /* every batch object, for validation and cleanup */
     tsock_batch *next_deferred; /* released on a stream, waiting for its fence */
 };
 
-/* A producer batch this consumer was sent: referenced by the read queue until fully taken
- * and by every view into it; released to the producer when the last reference goes. */
-struct slot_hold {
-    int refs;
-    struct tsock_msg_batch msg;
-};
-
-struct pending_release {
-    uint32_t slot;
-    uint64_t seq;
-};
-
 /* Where the consumer stands with the producer's stream. */
-enum consumer_phase {
-    PHASE_ACTIVE,  /* given every batch */
-    PHASE_PAUSED,  /* between epochs past the grace period: given nothing */
-    PHASE_RESUMING /* asked to come back; batches before RESUMED are not ours */
+enum tsock__consumer_phase {
+    TSOCK__PHASE_ACTIVE,  /* given every batch */
+    TSOCK__PHASE_PAUSED,  /* between epochs past the grace period: given nothing */
+    TSOCK__PHASE_RESUMING /* asked to come back; batches before RESUMED are not ours */
 };
 
-#define TSOCK_MAX_OLD_MAPPINGS 8
+#define TSOCK__MAX_OLD_RINGS 8
+#define TSOCK__ANY_POSITION UINT64_MAX
 
 struct tsock_consumer {
-    char endpoint[TSOCK_ENDPOINT_MAX];
+    char endpoint[TSOCK__ENDPOINT_MAX];
     char name[TSOCK_MAX_NAME + 1];
     int hb_interval_ms, hb_timeout_ms;
     uint32_t batch_size;
     int drop_last, grace_ms, reconnect_ms;
+    int device; /* tsock_consumer_set_device */
     int started;
 
-    void *zctx;
-    void *dealer;
-    int wake_fd;
+    struct tsock__channel *channel;
     pthread_t thread;
     int thread_started;
 
@@ -76,72 +82,84 @@ struct tsock_consumer {
     int stop_thread;
     int welcomed;
     int ready_to_read;
-    int start_error;     /* why the handshake failed */
-    int terminal_error;  /* once set, next returns it after the queue drains */
-    uint64_t generation; /* sessions opened so far: a reconnect starts a new one */
-    struct tsock_msg_welcome welcome;
-    struct tsock_region region;
-    struct tsock_region old_regions[TSOCK_MAX_OLD_MAPPINGS]; /* kept while views may use them */
-    int old_region_count;
-    int device;                     /* tsock_consumer_set_device */
-    const uint8_t *ring_base;       /* the session's ring: mapped host memory or device memory */
-    struct tsock_cuda_import *cuda; /* the session's GPU ring, when it is one */
-    struct tsock_cuda_import *old_cuda[TSOCK_MAX_OLD_MAPPINGS];
-    int old_cuda_count;
+    int start_error;                  /* why the handshake failed */
+    int terminal_error;               /* once set, next returns it after the queue drains */
+    uint64_t generation;              /* sessions opened so far: a reconnect starts a new one */
+    struct tsock_msg_welcome welcome; /* attach points into `attach` below */
+    uint8_t *attach;                  /* the session's attach blob, kept */
+    const struct tsock__backend *ops; /* the session's backend, from WELCOME */
+    struct tsock__ring_view *ring;    /* the session's ring */
+    const uint8_t *ring_base;         /* its first byte (host or device); NULL once closed */
+    struct tsock__ring_view *old_rings[TSOCK__MAX_OLD_RINGS]; /* kept while views use them */
+    int old_ring_count;
     tsock_batch *deferred; /* released on a stream, fence not yet passed */
     int deferred_count;
-    struct slot_hold *holds; /* one per slot */
-    uint32_t *ready;         /* slots announced, oldest first: slot_count entries */
-    uint32_t ready_head, ready_len;
-    uint32_t head_offset;             /* samples of the oldest announced batch already taken */
-    uint64_t expect_position;         /* stream position the next BATCH must start at */
-    struct pending_release *releases; /* slot_count entries */
-    uint32_t release_len;
-    enum consumer_phase phase;
+    /* The producer batches announced to this session, the views into them, and the releases
+     * owed (ring/hold_table.h). */
+    struct tsock__hold_table holds;
+    uint64_t expect_position; /* stream position the next BATCH must start at */
+    enum tsock__consumer_phase phase;
     int resume_sent;
     int between_epochs; /* the caller has the last batch of an epoch */
     uint64_t epoch_ended_ns;
     struct tsock_epoch_plan plan;
     tsock_batch *building; /* the batch being gathered */
     tsock_batch *free_batches, *all_batches;
-    uint64_t last_heard_ns;
     uint64_t stat_batches, stat_samples, stat_released, stat_bad, stat_wait_ns, stat_epochs;
     uint64_t waiting_since; /* when the caller's next() began waiting, 0 when not in next */
     int held_count;
-
-    struct tsock_frame frame; /* service thread's receive buffer */
 };
 
-/* consumer_session.c */
-int tsock__session_open(tsock_consumer *c, int timeout_ms);
-int tsock__session_reopen(tsock_consumer *c, int timeout_ms);
-void tsock__session_close(tsock_consumer *c);
-void tsock__session_free_mappings(tsock_consumer *c);
+/* ---- consumer_slots.c (mu held) ---- */
 
-/* consumer.c, called by the session side with mu held */
-void tsock__unref_slot(tsock_consumer *c, uint32_t slot);
-void tsock__drop_queue(tsock_consumer *c);
+/* Takes n samples from the head of the announced queue (`view`: b points into its slot and
+ * keeps a reference to it). A batch fully taken leaves the queue; a slot nobody refers to any
+ * more is released, and the service thread is woken to say so. */
+void tsock__consumer_take(tsock_consumer *c, uint32_t n, int view);
+/* Gives back everything announced and not yet taken. */
+void tsock__consumer_drop_queue(tsock_consumer *c);
+/* A released batch whose fence has passed: its slot reference goes, the object is free. */
+void tsock__consumer_finish_release(tsock_consumer *c, tsock_batch *b);
+/* Finishes the fenced releases whose fences have passed. Returns how many still wait. */
+int tsock__consumer_poll_fences(tsock_consumer *c);
+/* The caller holds a batch that points into the session's ring. */
+int tsock__consumer_ring_in_use(const tsock_consumer *c);
+/* Closes the ring of a session that ended (producer gone or stream over) once nothing of
+ * the caller's refers to it, so a dead producer's memory is not kept mapped. */
+void tsock__consumer_close_ring_if_unused(tsock_consumer *c);
+/* Moves the session's ring aside on reconnect (closed now if unused, else at destroy). */
+void tsock__consumer_retire_ring(tsock_consumer *c);
 /* Time blocked in next so far, including a wait in progress, so that a consumer starved right
  * now shows it before its call returns. */
 uint64_t tsock__consumer_wait_ns(const tsock_consumer *c, uint64_t now);
 
-/* consumer_device.c: GPU rings on the consumer side (mu held unless said otherwise). */
-int tsock__device_open_ring(tsock_consumer *c, const struct tsock_msg_welcome *w);
-/* Service thread: finishes the stream-ordered releases whose fences have passed. Returns how
- * many are still pending. */
-int tsock__device_poll_releases(tsock_consumer *c);
-/* Closes the GPU ring of a session that ended (producer gone or stream over) once nothing of
- * the caller's refers to it any more, so a dead producer's memory is not kept mapped. */
-void tsock__device_close_if_unused(tsock_consumer *c);
-/* Moves the session's GPU ring aside on reconnect (closed now if unused, else at destroy). */
-void tsock__device_retire_ring(tsock_consumer *c);
-/* A gather out of a GPU ring: device buffers, and copies that are complete on return. */
-int tsock__device_reserve(tsock_consumer *c, tsock_batch *b, uint32_t tensor, size_t need);
-int tsock__device_gather(tsock_consumer *c, tsock_batch *b, uint32_t slot, uint32_t sample,
-                         uint32_t count);
-/* Release on a stream: takes the batch off the caller (held already checked). */
-int tsock__device_release(tsock_consumer *c, tsock_batch *b, void *stream);
-/* Destroy: device buffers, fences, and every GPU ring still open (mu not needed). */
-void tsock__device_free_all(tsock_consumer *c);
+/* ---- consumer_service.c ---- */
+
+/* Starts the service thread on c->channel (connected). Returns 0 or a negative code. */
+int tsock__consumer_service_start(tsock_consumer *c);
+/* Stops it (BYE goes out unless the producer was lost). */
+void tsock__consumer_service_stop(tsock_consumer *c);
+/* The channel's handlers for a consumer. */
+void tsock__consumer_handlers(tsock_consumer *c, struct tsock__channel_handlers *h);
+
+/* ---- consumer_session.c ---- */
+
+/* Connects, starts the service thread and waits for WELCOME. */
+int tsock__session_open(tsock_consumer *c, int timeout_ms);
+/* After the producer was lost: a fresh session with the producer that replaced it. */
+int tsock__session_reopen(tsock_consumer *c, int timeout_ms);
+/* Stops the service thread and closes the channel. */
+void tsock__session_close(tsock_consumer *c);
+/* Destroy: every ring, gather buffer and fence still there (mu not needed). */
+void tsock__session_free(tsock_consumer *c);
+
+/* ---- consumer_read.c (mu held) ---- */
+
+/* Waits for the consumer's next batch until `deadline`. */
+int tsock__consumer_wait_batch(tsock_consumer *c, uint64_t deadline, tsock_batch **batch);
+/* Leaving the pause or the grace period: the caller wants its next epoch. */
+void tsock__consumer_start_next_epoch(tsock_consumer *c);
+/* Returns a batch object to the free list. */
+void tsock__consumer_recycle(tsock_consumer *c, tsock_batch *b);
 
 #endif

@@ -5,5 +5,5 @@
 int
 tsock_cuda_device_count(void)
 {
-    return tsock__cuda_device_count();
+    return tsock__backend_cuda_device_count();
 }

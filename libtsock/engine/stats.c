@@ -9,13 +9,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "core/core.h"
 #include "core/json.h"
 #include "core/sync.h"
 #include "engine/stats.h"
-#include "transport/transport.h"
+#include "transport/channel.h"
 
 /* ---- keys -------------------------------------------------------------------------------- */
 
@@ -66,7 +65,7 @@ tsock__stats_consumer_value(const struct tsock_stats_consumer *c, int key, uint6
 /* ---- the snapshot ------------------------------------------------------------------------ */
 
 struct tsock_stats {
-    char endpoint[TSOCK_ENDPOINT_MAX];
+    char endpoint[TSOCK__ENDPOINT_MAX];
     struct tsock_stats_reply reply;
     char *json;
 };
@@ -269,72 +268,76 @@ build_json(tsock_stats *s)
 
 /* ---- the query --------------------------------------------------------------------------- */
 
-/* What a received frame means for the query: 1 the reply, 0 something to ignore (a late
- * reply to an earlier request), or an error code. */
-static int
-take_frame(const struct tsock_frame *f, uint64_t request_id, struct tsock_stats_reply *out)
-{
-    if (f->parts != 1 || f->oversized)
-        return TSOCK_E_PROTOCOL;
-    int type = tsock__msg_peek_type(f->data, f->size);
-    if (type == TSOCK_MSG_STATS_REPLY) {
-        int err = tsock__stats_reply_decode(f->data, f->size, out);
-        return err < 0 ? err : out->request_id == request_id;
-    }
-    if (type < 0)
-        return type;
-    struct tsock_msg m;
-    int err = tsock__msg_decode(f->data, f->size, &m);
-    if (err < 0)
-        return err;
-    /* A producer refuses a request in another protocol version with REJECT. */
-    return m.type == TSOCK_MSG_REJECT ? m.u.reject.code : TSOCK_E_PROTOCOL;
-}
-
 /* A producer drops requests beyond its rate limit, so an unanswered request is repeated this
- * often (with the same id) until the answer comes or the timeout passes. */
+ * often (with the same id) until the answer comes or the timeout passes: the channel's beat. */
 #define RESEND_MS 250
 
-/* Sends the request and waits for its answer on `sock`. */
-static int
-ask(void *sock, int timeout_ms, struct tsock_frame *f, struct tsock_stats_reply *out)
+/* One query in flight: what the channel's handlers fill in. */
+struct query {
+    struct tsock__channel *channel;
+    uint64_t request_id;
+    struct tsock_stats_reply *reply;
+    int result; /* 0 while waiting, 1 answered, or an error code */
+};
+
+static void
+on_reply(void *ctx, const uint8_t *frame, size_t size)
 {
-    uint64_t request_id = tsock__mix64(tsock__now_ns() ^ ((uint64_t)getpid() << 32));
-    struct tsock_msg m = {.type = TSOCK_MSG_STATS_REQUEST, .u.stats_request = {request_id}};
-    uint64_t deadline = tsock__deadline(timeout_ms), resend = 0;
-    for (;;) {
-        uint64_t now = tsock__now_ns();
-        if (now >= resend) {
-            int err = tsock__send(sock, NULL, 0, &m);
-            if (err < 0 && err != -EAGAIN) /* EAGAIN: not connected yet; sent again later */
-                return err;
-            resend = now + RESEND_MS * 1000000u;
-        }
-        int got;
-        while ((got = tsock__recv(sock, 0, f)) > 0) {
-            int err = take_frame(f, request_id, out);
-            if (err != 0)
-                return err < 0 ? err : 0;
-        }
-        if (got < 0)
-            return got;
-        now = tsock__now_ns();
-        if (deadline != TSOCK_NO_DEADLINE && now >= deadline)
-            return -ETIMEDOUT;
-        uint64_t until = deadline < resend ? deadline : resend;
-        zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&item, 1, until > now ? (long)((until - now) / 1000000u) + 1 : 0) < 0)
-            return -zmq_errno();
-    }
+    struct query *q = ctx;
+    if (q->result != 0)
+        return;
+    int err = tsock__stats_reply_decode(frame, size, q->reply);
+    if (err < 0)
+        q->result = err;
+    else if (q->reply->request_id == q->request_id)
+        q->result = 1; /* else a late answer to an earlier request */
+}
+
+/* A producer refuses a request in another protocol version with REJECT. */
+static void
+on_reject(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+{
+    struct query *q = ctx;
+    if (q->result == 0)
+        q->result = m->u.reject.code;
+}
+
+static void
+on_other(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+{
+    struct query *q = ctx;
+    if (q->result == 0)
+        q->result = TSOCK_E_PROTOCOL;
+}
+
+static void
+on_malformed(void *ctx, const struct tsock__peer_id *from, int peer, size_t size, int parts,
+             int err)
+{
+    struct query *q = ctx;
+    if (q->result == 0)
+        q->result = err;
+}
+
+static void
+send_request(void *ctx, uint64_t now)
+{
+    struct query *q = ctx;
+    struct tsock_msg m;
+    m.type = TSOCK_MSG_STATS_REQUEST;
+    m.u.stats_request.request_id = q->request_id;
+    int err = tsock__channel_send(q->channel, 0, &m);
+    if (err < 0 && err != -EAGAIN && q->result == 0) /* EAGAIN: not connected yet */
+        q->result = err;
 }
 
 /* An ipc endpoint without its socket file has no producer: say so at once. */
 static int
 check_ipc_file(const char *endpoint)
 {
-    const char *path = tsock__ipc_path(endpoint);
+    const char *path = tsock__channel_ipc_file(endpoint);
     struct stat st;
-    if (!path || path[0] == '@' || stat(path, &st) == 0)
+    if (!path || stat(path, &st) == 0)
         return 0;
     return -errno;
 }
@@ -345,20 +348,35 @@ query(tsock_stats *s, int timeout_ms)
     int err = check_ipc_file(s->endpoint);
     if (err < 0)
         return err;
-    struct tsock_frame *f = malloc(sizeof *f);
-    void *ctx = zmq_ctx_new();
-    void *sock = NULL;
-    if (!f || !ctx)
-        err = -ENOMEM;
-    else
-        sock = tsock__dealer_open(ctx, s->endpoint, &err);
-    if (sock)
-        err = ask(sock, timeout_ms, f, &s->reply);
-    tsock__socket_close(sock, 0);
-    if (ctx)
-        zmq_ctx_term(ctx);
-    free(f);
-    return err;
+    struct query q = {
+        .request_id = tsock__mix64(tsock__now_ns() ^ ((uint64_t)getpid() << 32)),
+        .reply = &s->reply,
+    };
+    struct tsock__channel_handlers h = {
+        .ctx = &q,
+        .on_unexpected = on_other,
+        .on_malformed = on_malformed,
+        .on_stats_reply = on_reply,
+        .on_beat = send_request,
+    };
+    h.on[TSOCK_MSG_REJECT] = on_reject;
+    struct tsock__channel_timing t = {.beat_ms = RESEND_MS, .timeout_ms = 0};
+    err = tsock__channel_connect(&q.channel, s->endpoint, &h, t);
+    if (err < 0)
+        return err;
+    uint64_t deadline = tsock__deadline(timeout_ms);
+    while (q.result == 0) {
+        uint64_t now = tsock__now_ns();
+        if (deadline != TSOCK_NO_DEADLINE && now >= deadline) {
+            q.result = -ETIMEDOUT;
+            break;
+        }
+        int wait_ms = deadline == TSOCK_NO_DEADLINE ? -1 : (int)((deadline - now) / 1000000u) + 1;
+        tsock__channel_wait(q.channel, wait_ms);
+        tsock__channel_dispatch(q.channel);
+    }
+    tsock__channel_close(q.channel, 0);
+    return q.result < 0 ? q.result : 0;
 }
 
 int

@@ -23,10 +23,11 @@
 /* A CUDA ring announces one 64-byte event handle per slot; this bound keeps a WELCOME well
  * inside TSOCK_PROTO_MAX_MESSAGE. */
 #define TSOCK_PROTO_MAX_CUDA_SLOTS 256
-/* Sizes of cudaIpcMemHandle_t / cudaIpcEventHandle_t and of a device UUID. The codec treats
- * them as opaque bytes, so it needs no CUDA header (backend/cuda checks the sizes match). */
-#define TSOCK_CUDA_IPC_HANDLE_SIZE 64
-#define TSOCK_CUDA_UUID_SIZE 16
+/* The attach blob of a device ring is framed as a 16-byte device id, a 64-byte memory handle and
+ * one 64-byte handle per slot (docs/protocol.md); the codec checks that framing only and
+ * treats every byte as opaque: what they mean is backend/cuda's business. */
+#define TSOCK_PROTO_DEVICE_ID_SIZE 16
+#define TSOCK_PROTO_HANDLE_SIZE 64
 
 enum tsock_msg_type {
     TSOCK_MSG_HELLO = 1,          /* consumer -> producer: join */
@@ -67,16 +68,6 @@ struct tsock_tensor_desc {
     uint64_t sample_bytes; /* bytes of one sample */
 };
 
-/* What a consumer needs to open a ring in device memory: the device it lives on (its UUID,
- * since device ordinals differ between processes with CUDA_VISIBLE_DEVICES), the IPC handle of
- * the ring's one allocation, and one interprocess event per slot, recorded by the producer
- * after the slot's batch was copied in. No handle is all zero bytes. */
-struct tsock_cuda_handles {
-    uint8_t device_uuid[TSOCK_CUDA_UUID_SIZE];
-    uint8_t mem[TSOCK_CUDA_IPC_HANDLE_SIZE];
-    uint8_t events[TSOCK_PROTO_MAX_CUDA_SLOTS][TSOCK_CUDA_IPC_HANDLE_SIZE];
-};
-
 struct tsock_msg_welcome {
     uint64_t consumer_id;
     uint32_t batch_size; /* samples per slot at most */
@@ -86,11 +77,16 @@ struct tsock_msg_welcome {
     uint32_t heartbeat_ms; /* producer's heartbeat interval */
     uint32_t device;       /* tsock_device of the ring */
     uint64_t samples;      /* samples per epoch of the producer's sampler; 0 in free mode */
-    char shm_name[TSOCK_PROTO_MAX_SHM_NAME + 1]; /* host ring only; empty for CUDA */
-    uint32_t tensor_count;                       /* 1..TSOCK_MAX_TENSORS */
+    /* The ring's attach blob: what the backend that made the ring needs to open it elsewhere.
+     * Opaque here, and a view, never a copy: decoded, it points into the decoded buffer (valid
+     * as long as that buffer); encoded, it is read from wherever the caller keeps it. Framing:
+     * a host ring's blob is its shared-memory name (2..255 name bytes, one leading '/'); a
+     * device ring's is TSOCK_PROTO_DEVICE_ID_SIZE + TSOCK_PROTO_HANDLE_SIZE * (1 + slot_count)
+     * bytes, no handle all zero. */
+    const uint8_t *attach;
+    uint32_t attach_len;
+    uint32_t tensor_count; /* 1..TSOCK_MAX_TENSORS */
     struct tsock_tensor_desc tensors[TSOCK_MAX_TENSORS];
-    struct tsock_cuda_handles cuda; /* device == TSOCK_DEVICE_CUDA only (first slot_count
-                                       event handles); ignored by the encoder otherwise */
 };
 
 struct tsock_msg_reject {

@@ -106,7 +106,9 @@ welcome(struct tsock_msg *m)
     w->heartbeat_ms = 250;
     w->device = TSOCK_DEVICE_CPU;
     w->samples = 1281167;
-    snprintf(w->shm_name, sizeof w->shm_name, "/tsock-4242-ring");
+    static const char name[] = "/tsock-4242-ring";
+    w->attach = (const uint8_t *)name;
+    w->attach_len = sizeof name - 1;
     w->tensor_count = 2;
     set_tensor(&w->tensors[0], "image", TSOCK_UINT8, 3, chw, 0, 150528);
     set_tensor(&w->tensors[1], "label", TSOCK_INT64, 0, NULL, 32 * 150528, 8);
@@ -129,8 +131,11 @@ welcome_max(struct tsock_msg *m)
     w->heartbeat_ms = 1000;
     w->device = TSOCK_DEVICE_CPU;
     w->samples = UINT64_MAX;
-    w->shm_name[0] = '/';
-    memset(w->shm_name + 1, 'r', TSOCK_PROTO_MAX_SHM_NAME - 1);
+    static uint8_t ring_name[TSOCK_PROTO_MAX_SHM_NAME];
+    ring_name[0] = '/';
+    memset(ring_name + 1, 'r', sizeof ring_name - 1);
+    w->attach = ring_name;
+    w->attach_len = sizeof ring_name;
     w->tensor_count = TSOCK_MAX_TENSORS;
     for (int t = 0; t < TSOCK_MAX_TENSORS; t++) {
         char name[TSOCK_MAX_NAME + 1] = {0};
@@ -208,13 +213,18 @@ welcome_cuda(struct tsock_msg *m)
 
     welcome(m);
     w->device = TSOCK_DEVICE_CUDA;
-    memset(w->shm_name, 0, sizeof w->shm_name);
-    for (int i = 0; i < TSOCK_CUDA_UUID_SIZE; i++)
-        w->cuda.device_uuid[i] = (uint8_t)(0xA0 + i);
-    for (int i = 0; i < TSOCK_CUDA_IPC_HANDLE_SIZE; i++)
-        w->cuda.mem[i] = (uint8_t)(i + 1);
+    static uint8_t blob[TSOCK_PROTO_DEVICE_ID_SIZE + 9 * TSOCK_PROTO_HANDLE_SIZE];
+    uint8_t *mem = blob + TSOCK_PROTO_DEVICE_ID_SIZE, *events = mem + TSOCK_PROTO_HANDLE_SIZE;
+    for (int i = 0; i < TSOCK_PROTO_DEVICE_ID_SIZE; i++)
+        blob[i] = (uint8_t)(0xA0 + i);
+    for (int i = 0; i < TSOCK_PROTO_HANDLE_SIZE; i++)
+        mem[i] = (uint8_t)(i + 1);
     for (uint32_t s = 0; s < w->slot_count; s++)
-        memset(w->cuda.events[s], (int)(0xE0 + s), TSOCK_CUDA_IPC_HANDLE_SIZE);
+        memset(events + (size_t)s * TSOCK_PROTO_HANDLE_SIZE, (int)(0xE0 + s),
+               TSOCK_PROTO_HANDLE_SIZE);
+    w->attach = blob;
+    w->attach_len = (uint32_t)(TSOCK_PROTO_DEVICE_ID_SIZE +
+                               (1 + (size_t)w->slot_count) * TSOCK_PROTO_HANDLE_SIZE);
 }
 
 static void
@@ -393,7 +403,7 @@ malformed(const char *dir)
      * WELCOME of a CUDA ring (a shm name, no block). */
     welcome_cuda(&m);
     n = encode(&m, buf);
-    memset(buf + n - TSOCK_CUDA_IPC_HANDLE_SIZE, 0, TSOCK_CUDA_IPC_HANDLE_SIZE);
+    memset(buf + n - TSOCK_PROTO_HANDLE_SIZE, 0, TSOCK_PROTO_HANDLE_SIZE);
     emit(dir, "bad-welcome-cuda-zero-event.bin", buf, n);
     n = encode(&m, buf);
     store_le(buf + 8, n - 1 - TSOCK_PROTO_HEADER_SIZE, 4);

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "core/layout.h"
-#include "image/convert.h"
+#include "backend/convert.h"
 #include "tsock/tsock.h"
 
 #define SKIP 77
@@ -288,7 +288,7 @@ convert_consumer_main(const char *endpoint)
     CUDA_OK(cudaMemcpy(got, tsock_batch_tensor_data(b, 0), bytes, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(ids, tsock_batch_tensor_data(b, 1), n * 8, cudaMemcpyDeviceToHost));
     /* The same conversion on the CPU, from the bytes the producer wrote. */
-    struct tsock_convert_request req = {.tensor = "data",
+    struct tsock__convert_request req = {.tensor = "data",
                                         .channels_first = 1,
                                         .normalize = 1,
                                         .dtype = TSOCK_FLOAT16,
@@ -297,8 +297,8 @@ convert_consumer_main(const char *endpoint)
                                         .std = {0.229f, 0.224f, 0.225f}};
     tsock_layout *in = make_layout(1), out;
     size_t offsets[TSOCK_MAX_TENSORS], stride;
-    struct tsock_convert cv;
-    EXPECT(tsock__convert_plan(&req, in, BATCH, &out, offsets, &stride, &cv) == 0);
+    struct tsock__convert_plan cv;
+    EXPECT(tsock__convert_plan_make(&req, in, BATCH, &out, offsets, &stride, &cv) == 0);
     uint8_t *src = calloc(1, cv.in_offset[1] + 8 * BATCH), *want = calloc(1, stride);
     for (uint32_t i = 0; i < n; i++)
         for (int j = 0; j < 96; j++)

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "backend/backend.h"
+#include "backend/shm/shm.h"
 #include "check.h"
 #include "proto/proto.h"
 #include "tsock/tsock.h"
@@ -18,7 +18,7 @@ struct fake {
     void *ctx, *router;
     uint8_t id[256];
     size_t id_len;
-    struct tsock_region region;
+    struct tsock__region region;
     char endpoint[256];
 };
 
@@ -52,7 +52,8 @@ welcome(void *arg)
     w->ring_bytes = (uint64_t)STRIDE * SLOTS;
     w->heartbeat_ms = 250;
     w->samples = 100;
-    snprintf(w->shm_name, sizeof w->shm_name, "%s", f->region.name);
+    w->attach = (const uint8_t *)f->region.name;
+    w->attach_len = (uint32_t)strlen(f->region.name);
     w->tensor_count = 1;
     snprintf(w->tensors[0].name, sizeof w->tensors[0].name, "index");
     w->tensors[0].dtype = TSOCK_INT64;

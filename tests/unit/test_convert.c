@@ -10,7 +10,7 @@
 
 #include "check.h"
 #include "core/layout.h"
-#include "image/convert.h"
+#include "backend/convert.h"
 #include "tsock/tsock.h"
 
 #define H 4
@@ -119,11 +119,11 @@ image_layout(void)
     return l;
 }
 
-static struct tsock_convert_request
+static struct tsock__convert_request
 request(int dtype, int nchw, int normalize)
 {
     static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
-    struct tsock_convert_request r;
+    struct tsock__convert_request r;
     memset(&r, 0, sizeof r);
     strcpy(r.tensor, "image");
     r.dtype = dtype;
@@ -140,10 +140,10 @@ test_plan_layout(void)
 {
     tsock_layout *in = image_layout(), out;
     size_t offsets[TSOCK_MAX_TENSORS], stride;
-    struct tsock_convert cv;
-    struct tsock_convert_request r = request(TSOCK_FLOAT16, 1, 1);
+    struct tsock__convert_plan cv;
+    struct tsock__convert_request r = request(TSOCK_FLOAT16, 1, 1);
 
-    CHECK_EQ(tsock__convert_plan(&r, in, BATCH, &out, offsets, &stride, &cv), 0);
+    CHECK_EQ(tsock__convert_plan_make(&r, in, BATCH, &out, offsets, &stride, &cv), 0);
     CHECK_EQ(out.count, 2);
     CHECK_EQ(out.tensors[0].dtype, TSOCK_FLOAT16);
     CHECK_EQ(out.tensors[0].sample_shape[0], C);
@@ -160,14 +160,14 @@ test_plan_layout(void)
 
     /* Normalising without a dtype means float32; NHWC keeps the shape. */
     r = request(0, 0, 1);
-    CHECK_EQ(tsock__convert_plan(&r, in, BATCH, &out, offsets, &stride, &cv), 0);
+    CHECK_EQ(tsock__convert_plan_make(&r, in, BATCH, &out, offsets, &stride, &cv), 0);
     CHECK_EQ(out.tensors[0].dtype, TSOCK_FLOAT32);
     CHECK_EQ(out.tensors[0].sample_shape[0], H);
     CHECK_EQ(out.tensors[0].sample_shape[2], C);
 
     /* No request: the plan copies every tensor as it is. */
     memset(&r, 0, sizeof r);
-    CHECK_EQ(tsock__convert_plan(&r, in, BATCH, &out, offsets, &stride, &cv), 0);
+    CHECK_EQ(tsock__convert_plan_make(&r, in, BATCH, &out, offsets, &stride, &cv), 0);
     CHECK_EQ(cv.tensor, -1);
     CHECK(memcmp(&out, in, sizeof out) == 0);
 
@@ -175,22 +175,22 @@ test_plan_layout(void)
      * mean/std count that is not the channel count. */
     r = request(TSOCK_FLOAT32, 0, 0);
     strcpy(r.tensor, "pixels");
-    CHECK_EQ(tsock__convert_plan(&r, in, BATCH, &out, offsets, &stride, &cv), -EINVAL);
+    CHECK_EQ(tsock__convert_plan_make(&r, in, BATCH, &out, offsets, &stride, &cv), -EINVAL);
     strcpy(r.tensor, "label");
-    CHECK_EQ(tsock__convert_plan(&r, in, BATCH, &out, offsets, &stride, &cv), -EINVAL);
+    CHECK_EQ(tsock__convert_plan_make(&r, in, BATCH, &out, offsets, &stride, &cv), -EINVAL);
     r = request(TSOCK_UINT8, 0, 1);
-    CHECK_EQ(tsock__convert_plan(&r, in, BATCH, &out, offsets, &stride, &cv), -EINVAL);
+    CHECK_EQ(tsock__convert_plan_make(&r, in, BATCH, &out, offsets, &stride, &cv), -EINVAL);
     r = request(TSOCK_FLOAT32, 0, 1);
     r.channels = 1;
-    CHECK_EQ(tsock__convert_plan(&r, in, BATCH, &out, offsets, &stride, &cv), -EINVAL);
+    CHECK_EQ(tsock__convert_plan_make(&r, in, BATCH, &out, offsets, &stride, &cv), -EINVAL);
     r = request(TSOCK_INT32, 0, 0);
-    CHECK_EQ(tsock__convert_plan(&r, in, BATCH, &out, offsets, &stride, &cv), -EINVAL);
+    CHECK_EQ(tsock__convert_plan_make(&r, in, BATCH, &out, offsets, &stride, &cv), -EINVAL);
     tsock_layout_destroy(in);
 }
 
 /* Fills a staging slot with random pixels and labels; returns the plan's output slot. */
 static void
-fill_staging(const struct tsock_convert *cv, uint8_t *slot)
+fill_staging(const struct tsock__convert_plan *cv, uint8_t *slot)
 {
     for (size_t i = 0; i < (size_t)BATCH * H * W * C; i++)
         slot[cv->in_offset[0] + i] = (uint8_t)rnd();
@@ -216,9 +216,9 @@ test_reference_float32(void)
     static const double mean[3] = {0.485, 0.456, 0.406}, std[3] = {0.229, 0.224, 0.225};
     tsock_layout *in = image_layout(), out;
     size_t offsets[TSOCK_MAX_TENSORS], stride;
-    struct tsock_convert cv;
-    struct tsock_convert_request r = request(TSOCK_FLOAT32, 1, 1);
-    CHECK_EQ(tsock__convert_plan(&r, in, BATCH, &out, offsets, &stride, &cv), 0);
+    struct tsock__convert_plan cv;
+    struct tsock__convert_request r = request(TSOCK_FLOAT32, 1, 1);
+    CHECK_EQ(tsock__convert_plan_make(&r, in, BATCH, &out, offsets, &stride, &cv), 0);
     uint8_t *src = calloc(1, 4096), *dst = calloc(1, stride);
     fill_staging(&cv, src);
     tsock__convert_ref(&cv, src, dst, BATCH);
@@ -249,15 +249,15 @@ test_reference_other_outputs(void)
 {
     tsock_layout *in = image_layout(), out;
     size_t offsets[TSOCK_MAX_TENSORS], stride;
-    struct tsock_convert cv32, cv16, cvu8, cvplain;
-    struct tsock_convert_request r = request(TSOCK_FLOAT32, 0, 1);
-    CHECK_EQ(tsock__convert_plan(&r, in, BATCH, &out, offsets, &stride, &cv32), 0);
+    struct tsock__convert_plan cv32, cv16, cvu8, cvplain;
+    struct tsock__convert_request r = request(TSOCK_FLOAT32, 0, 1);
+    CHECK_EQ(tsock__convert_plan_make(&r, in, BATCH, &out, offsets, &stride, &cv32), 0);
     r = request(TSOCK_FLOAT16, 0, 1);
-    CHECK_EQ(tsock__convert_plan(&r, in, BATCH, &out, offsets, &stride, &cv16), 0);
+    CHECK_EQ(tsock__convert_plan_make(&r, in, BATCH, &out, offsets, &stride, &cv16), 0);
     r = request(TSOCK_UINT8, 1, 0);
-    CHECK_EQ(tsock__convert_plan(&r, in, BATCH, &out, offsets, &stride, &cvu8), 0);
+    CHECK_EQ(tsock__convert_plan_make(&r, in, BATCH, &out, offsets, &stride, &cvu8), 0);
     r = request(TSOCK_FLOAT32, 0, 0);
-    CHECK_EQ(tsock__convert_plan(&r, in, BATCH, &out, offsets, &stride, &cvplain), 0);
+    CHECK_EQ(tsock__convert_plan_make(&r, in, BATCH, &out, offsets, &stride, &cvplain), 0);
     uint8_t *src = calloc(1, 4096), *d32 = calloc(1, 8192), *d16 = calloc(1, 8192),
             *du8 = calloc(1, 8192), *dplain = calloc(1, 8192);
     fill_staging(&cv32, src);

@@ -96,9 +96,14 @@ welcome_cuda(void *arg)
     w->ring_bytes = 8192;
     w->heartbeat_ms = 250;
     w->device = TSOCK_DEVICE_CUDA;
-    memset(w->cuda.device_uuid, 0x5A, sizeof w->cuda.device_uuid);
-    memset(w->cuda.mem, 0xA5, sizeof w->cuda.mem);
-    memset(w->cuda.events, 0x33, sizeof w->cuda.events[0] * 2);
+    /* The attach blob: device id, memory handle, one event handle per slot. */
+    static uint8_t blob[TSOCK_PROTO_DEVICE_ID_SIZE + 3 * TSOCK_PROTO_HANDLE_SIZE];
+    memset(blob, 0x5A, TSOCK_PROTO_DEVICE_ID_SIZE);
+    memset(blob + TSOCK_PROTO_DEVICE_ID_SIZE, 0xA5, TSOCK_PROTO_HANDLE_SIZE);
+    memset(blob + TSOCK_PROTO_DEVICE_ID_SIZE + TSOCK_PROTO_HANDLE_SIZE, 0x33,
+           2 * TSOCK_PROTO_HANDLE_SIZE);
+    w->attach = blob;
+    w->attach_len = sizeof blob;
     w->tensor_count = 1;
     strcpy(w->tensors[0].name, "x");
     w->tensors[0].dtype = TSOCK_UINT8;

@@ -34,23 +34,52 @@ rnd(void)
     return rng_state;
 }
 
-/* Decodes a heap copy of exactly `len` bytes. */
+/* The heap copy decode_exact decoded last: a decoded WELCOME's attach blob is a view into it,
+ * so it stays allocated until the next decode_exact (or release_decoded). */
+static uint8_t *decoded_copy;
+
+static void
+release_decoded(void)
+{
+    free(decoded_copy);
+    decoded_copy = NULL;
+}
+
+/* Decodes a heap copy of exactly `len` bytes, kept until the next call. */
 static int
 decode_exact(const uint8_t *bytes, size_t len, struct tsock_msg *msg)
 {
-    uint8_t *copy = malloc(len ? len : 1);
-    int r;
-
-    if (!copy)
+    release_decoded();
+    decoded_copy = malloc(len ? len : 1);
+    if (!decoded_copy)
         abort();
     if (len)
-        memcpy(copy, bytes, len);
+        memcpy(decoded_copy, bytes, len);
     /* The decoder writes only the decoded type's part; whole-struct comparisons need the rest
      * zero. */
     memset(msg, 0, sizeof *msg);
-    r = tsock__msg_decode(copy, len, msg);
-    free(copy);
-    return r;
+    return tsock__msg_decode(decoded_copy, len, msg);
+}
+
+/* Whether two messages are equal byte for byte, padding included, except that a WELCOME's
+ * attach blob is compared by content (length and bytes), not by where it lies: a decoded one
+ * points into the frame it came from. */
+static int
+msg_same(const struct tsock_msg *a, const struct tsock_msg *b)
+{
+    static struct tsock_msg tmp;
+
+    if (a->type != TSOCK_MSG_WELCOME || b->type != TSOCK_MSG_WELCOME)
+        return memcmp(a, b, sizeof *a) == 0;
+    const struct tsock_msg_welcome *wa = &a->u.welcome, *wb = &b->u.welcome;
+    if (wa->attach_len != wb->attach_len)
+        return 0;
+    if (wa->attach_len &&
+        (!wa->attach || !wb->attach || memcmp(wa->attach, wb->attach, wa->attach_len) != 0))
+        return 0;
+    memcpy(&tmp, b, sizeof tmp);
+    tmp.u.welcome.attach = wa->attach;
+    return memcmp(a, &tmp, sizeof tmp) == 0;
 }
 
 static void
@@ -73,6 +102,14 @@ static void
 w_le(struct wire *w, uint64_t v, unsigned n)
 {
     store_le(w->b + w->n, v, n);
+    w->n += n;
+}
+
+static void
+w_bytes(struct wire *w, const uint8_t *p, size_t n)
+{
+    if (n)
+        memcpy(w->b + w->n, p, n);
     w->n += n;
 }
 
@@ -110,19 +147,27 @@ w_welcome(struct wire *w, const struct tsock_msg_welcome *m)
     w_le(w, m->heartbeat_ms, 4);
     w_le(w, m->device, 4);
     w_le(w, m->samples, 8);
-    w_str(w, m->shm_name, sizeof m->shm_name);
+    /* The attach blob: for any device but 1 the shm_name string (a u8 length, then the bytes);
+     * for device 1 an empty shm_name and, after the tensors, the CUDA block. */
+    int cuda = m->device == TSOCK_DEVICE_CUDA;
+    w_le(w, cuda ? 0 : m->attach_len, 1);
+    if (!cuda)
+        w_bytes(w, m->attach, m->attach_len);
     w_le(w, m->tensor_count, 1);
     for (uint32_t t = 0; t < m->tensor_count && t < TSOCK_MAX_TENSORS; t++)
         w_tensor(w, &m->tensors[t]);
-    if (m->device == TSOCK_DEVICE_CUDA) {
-        memcpy(w->b + w->n, m->cuda.device_uuid, 16);
-        memcpy(w->b + w->n + 16, m->cuda.mem, 64);
-        w->n += 80;
-        for (uint32_t s = 0; s < m->slot_count && s < TSOCK_PROTO_MAX_CUDA_SLOTS; s++) {
-            memcpy(w->b + w->n, m->cuda.events[s], 64);
-            w->n += 64;
-        }
-    }
+    if (cuda)
+        w_bytes(w, m->attach, m->attach_len);
+}
+
+/* Inserts n bytes at frame offset `at` and makes the header count them. */
+static void
+w_insert(struct wire *w, size_t at, const void *p, size_t n)
+{
+    memmove(w->b + at + n, w->b + at, w->n - at);
+    memcpy(w->b + at, p, n);
+    w->n += n;
+    store_le(w->b + 8, w->n - 12, 4);
 }
 
 static void
@@ -205,6 +250,14 @@ make(struct tsock_msg *m, int type)
     m->type = (uint16_t)type;
 }
 
+/* Points w's attach blob at a host ring's name (a string that outlives the message). */
+static void
+set_shm_name(struct tsock_msg_welcome *w, const char *name)
+{
+    w->attach = (const uint8_t *)name;
+    w->attach_len = (uint32_t)strlen(name);
+}
+
 static void
 set_tensor(struct tsock_tensor_desc *t, const char *name, int dtype, int ndim, const int64_t *dims,
            uint64_t offset, uint64_t sample_bytes)
@@ -234,7 +287,7 @@ make_welcome(struct tsock_msg *m)
     w->heartbeat_ms = 250;
     w->device = TSOCK_DEVICE_CPU;
     w->samples = 1281167;
-    strcpy(w->shm_name, "/tsock-1234-ring");
+    set_shm_name(w, "/tsock-1234-ring");
     w->tensor_count = 2;
     set_tensor(&w->tensors[0], "image", TSOCK_UINT8, 3, image, 0, 60);
     set_tensor(&w->tensors[1], "label", TSOCK_INT64, 0, NULL, 256, 8);
@@ -245,6 +298,7 @@ make_welcome(struct tsock_msg *m)
 static void
 make_welcome_max(struct tsock_msg *m)
 {
+    static uint8_t ring_name[TSOCK_PROTO_MAX_SHM_NAME]; /* the same bytes every time */
     struct tsock_msg_welcome *w = &m->u.welcome;
     uint64_t offset = 0;
 
@@ -255,8 +309,10 @@ make_welcome_max(struct tsock_msg *m)
     w->heartbeat_ms = UINT32_MAX;
     w->device = TSOCK_DEVICE_CPU;
     w->samples = UINT64_MAX;
-    w->shm_name[0] = '/';
-    memset(w->shm_name + 1, 'r', TSOCK_PROTO_MAX_SHM_NAME - 1);
+    ring_name[0] = '/';
+    memset(ring_name + 1, 'r', TSOCK_PROTO_MAX_SHM_NAME - 1);
+    w->attach = ring_name;
+    w->attach_len = TSOCK_PROTO_MAX_SHM_NAME;
     w->tensor_count = TSOCK_MAX_TENSORS;
     for (int t = 0; t < TSOCK_MAX_TENSORS; t++) {
         static const uint64_t size[13] = {0, 1, 1, 2, 4, 8, 2, 4, 8, 2, 4, 8, 2};
@@ -272,17 +328,49 @@ make_welcome_max(struct tsock_msg *m)
     w->ring_bytes = offset * MAX_SLOTS;
 }
 
-/* Handles with recognisable, non-zero bytes: the UUID counts from 0x10, the memory handle
- * from 0x40, event handle s is filled with s + 1 (slots above 254 wrap but stay non-zero). */
+/* Bytes of a device ring's attach blob (the CUDA block) for `slots` slots. */
+#define CUDA_BLOB_SIZE(slots)                                                                      \
+    (TSOCK_PROTO_DEVICE_ID_SIZE + (size_t)TSOCK_PROTO_HANDLE_SIZE * (1 + (size_t)(slots)))
+/* Room for one slot more than a CUDA ring may have, for the test that breaks that limit. */
+#define CUDA_BLOB_MAX CUDA_BLOB_SIZE(TSOCK_PROTO_MAX_CUDA_SLOTS + 1)
+
+/* Handles with recognisable, non-zero bytes: the device id counts from 0x10, the memory handle
+ * from 0x40, event handle s is filled with s + 1 (slots above 254 wrap but stay non-zero). The
+ * blob for n slots is the start of the blob for more, so every message shares one buffer whose
+ * bytes never change once filled. */
+static const uint8_t *
+cuda_blob(void)
+{
+    static uint8_t blob[CUDA_BLOB_MAX];
+    uint8_t *p = blob;
+
+    for (int i = 0; i < TSOCK_PROTO_DEVICE_ID_SIZE; i++)
+        *p++ = (uint8_t)(0x10 + i);
+    for (int i = 0; i < TSOCK_PROTO_HANDLE_SIZE; i++)
+        *p++ = (uint8_t)(0x40 + i);
+    for (uint32_t s = 0; s < TSOCK_PROTO_MAX_CUDA_SLOTS + 1; s++, p += TSOCK_PROTO_HANDLE_SIZE)
+        memset(p, (int)(s % 255 + 1), TSOCK_PROTO_HANDLE_SIZE);
+    return blob;
+}
+
+/* Points w's attach blob at the handles above for its slot count. */
 static void
 set_cuda_handles(struct tsock_msg_welcome *w)
 {
-    for (int i = 0; i < TSOCK_CUDA_UUID_SIZE; i++)
-        w->cuda.device_uuid[i] = (uint8_t)(0x10 + i);
-    for (int i = 0; i < TSOCK_CUDA_IPC_HANDLE_SIZE; i++)
-        w->cuda.mem[i] = (uint8_t)(0x40 + i);
-    for (uint32_t s = 0; s < w->slot_count; s++)
-        memset(w->cuda.events[s], (int)(s % 255 + 1), TSOCK_CUDA_IPC_HANDLE_SIZE);
+    w->attach = cuda_blob();
+    w->attach_len = (uint32_t)CUDA_BLOB_SIZE(w->slot_count);
+}
+
+/* Gives w a private, writable copy of its attach blob (in `own`, of `cap` bytes), for tests
+ * that break some of its bytes; returns the copy. */
+static uint8_t *
+own_attach(struct tsock_msg_welcome *w, uint8_t *own, size_t cap)
+{
+    if (w->attach_len > cap)
+        abort();
+    memcpy(own, w->attach, w->attach_len);
+    w->attach = own;
+    return own;
 }
 
 /* make_welcome's ring in device memory: no shm name, the CUDA block instead. */
@@ -291,7 +379,6 @@ make_welcome_cuda(struct tsock_msg *m)
 {
     make_welcome(m);
     m->u.welcome.device = TSOCK_DEVICE_CUDA;
-    memset(m->u.welcome.shm_name, 0, sizeof m->u.welcome.shm_name);
     set_cuda_handles(&m->u.welcome);
 }
 
@@ -303,7 +390,6 @@ make_welcome_cuda_max(struct tsock_msg *m)
     make_welcome_max(m);
     struct tsock_msg_welcome *w = &m->u.welcome;
     w->device = TSOCK_DEVICE_CUDA;
-    memset(w->shm_name, 0, sizeof w->shm_name);
     w->slot_count = TSOCK_PROTO_MAX_CUDA_SLOTS;
     w->ring_bytes = w->slot_stride * TSOCK_PROTO_MAX_CUDA_SLOTS;
     set_cuda_handles(w);
@@ -322,7 +408,7 @@ make_welcome_huge(struct tsock_msg *m)
     w->slot_stride = INT64_MAX;
     w->ring_bytes = INT64_MAX;
     w->heartbeat_ms = 1;
-    strcpy(w->shm_name, "/x");
+    set_shm_name(w, "/x");
     w->tensor_count = 1;
     set_tensor(&w->tensors[0], "\xc3\xa9t\xc3\xa9", TSOCK_UINT8, 1, dims, 0, INT64_MAX);
 }
@@ -421,7 +507,17 @@ test_roundtrip_one(const struct tsock_msg *m)
     CHECK(memcmp(buf, "TSCK\x02\x00", 6) == 0);
     CHECK_EQ(buf[6] | buf[7] << 8, m->type);
     CHECK_EQ(decode_exact(buf, (size_t)n, &d), 0);
-    CHECK(memcmp(&d, m, sizeof d) == 0);
+    CHECK(msg_same(&d, m));
+    /* A decoded WELCOME's attach blob is a view of the frame, where the wire has it: right
+     * after the shm_name length byte for a host ring, at the end for a device ring. */
+    if (m->type == TSOCK_MSG_WELCOME) {
+        CHECK_EQ(tsock__msg_decode(buf, (size_t)n, &d), 0);
+        const uint8_t *at = d.u.welcome.device == TSOCK_DEVICE_CPU
+                                ? buf + TSOCK_PROTO_HEADER_SIZE + 48 + 1
+                                : buf + n - d.u.welcome.attach_len;
+        CHECK(d.u.welcome.attach == at);
+        CHECK_EQ(d.u.welcome.attach_len, m->u.welcome.attach_len);
+    }
 
     /* Every truncation, as it arrives and with a header that agrees with the shorter body (in
      * the middle of the CUDA WELCOMEs of several KiB, every 61st: their handles are opaque). */
@@ -494,7 +590,7 @@ expect_golden(const struct tsock_msg *m, const uint8_t *golden, size_t len)
     CHECK_EQ(tsock__msg_encode(m, buf, sizeof buf), len);
     CHECK(memcmp(buf, golden, len) == 0);
     CHECK_EQ(decode_exact(golden, len, &d), 0);
-    CHECK(memcmp(&d, m, sizeof d) == 0);
+    CHECK(msg_same(&d, m));
 }
 
 static void
@@ -592,7 +688,7 @@ test_golden(void)
     m.u.welcome.ring_bytes = 48;
     m.u.welcome.heartbeat_ms = 250;
     m.u.welcome.samples = 50000;
-    strcpy(m.u.welcome.shm_name, "/r");
+    set_shm_name(&m.u.welcome, "/r");
     m.u.welcome.tensor_count = 1;
     set_tensor(&m.u.welcome.tensors[0], "x", TSOCK_FLOAT32, 1, two, 0, 8);
     expect_golden(&m, welcome, sizeof welcome);
@@ -628,7 +724,6 @@ test_golden(void)
     CHECK_EQ(at, sizeof cuda);
     CHECK_EQ(sizeof cuda, 362);
     m.u.welcome.device = TSOCK_DEVICE_CUDA;
-    memset(m.u.welcome.shm_name, 0, sizeof m.u.welcome.shm_name);
     set_cuda_handles(&m.u.welcome);
     expect_golden(&m, cuda, sizeof cuda);
 }
@@ -779,7 +874,7 @@ patched_decode(const struct tsock_msg *m, size_t off, uint8_t v)
 static size_t
 tensor_offset(const struct tsock_msg_welcome *w, uint32_t t)
 {
-    size_t off = 12 + 48 + 1 + strlen(w->shm_name) + 1;
+    size_t off = 12 + 48 + 1 + (w->device == TSOCK_DEVICE_CUDA ? 0 : w->attach_len) + 1;
 
     for (uint32_t i = 0; i < t; i++)
         off += 1 + strlen(w->tensors[i].name) + 2 + 8u * w->tensors[i].ndim + 16;
@@ -863,11 +958,14 @@ test_welcome_ring_rules(void)
     w->heartbeat_ms = 0;
     EXPECT_INVALID(m);
 
-    /* A host ring's WELCOME relabelled as a CUDA ring: it names a shared-memory object and has
-     * no handles, so it is refused (test_welcome_cuda_rules covers the CUDA block). */
+    /* A host ring's WELCOME relabelled as a CUDA ring: its blob is a shared-memory name, not
+     * handles, so it is refused; on the wire (the device field patched), it names a
+     * shared-memory object and has no handles (test_welcome_cuda_rules covers the CUDA block). */
     m = base;
     w->device = TSOCK_DEVICE_CUDA;
     EXPECT_INVALID(m);
+    CHECK_EQ(patched_decode(&base, 12 + 36, TSOCK_DEVICE_CUDA), TSOCK_E_PROTOCOL);
+    CHECK_EQ(patched_decode(&base, 12 + 36, 2), TSOCK_E_PROTOCOL);
     w->device = 2;
     EXPECT_INVALID(m);
     w->device = UINT32_MAX;
@@ -889,7 +987,8 @@ test_welcome_ring_rules(void)
     CHECK_EQ(decode_exact(wire.b, wire.n, &d), 0);
     CHECK(d.u.welcome.samples == 0x8000000000000000u);
     CHECK_EQ(d.u.welcome.device, TSOCK_DEVICE_CPU);
-    CHECK(strcmp(d.u.welcome.shm_name, base.u.welcome.shm_name) == 0);
+    CHECK_EQ(d.u.welcome.attach_len, base.u.welcome.attach_len);
+    CHECK(memcmp(d.u.welcome.attach, base.u.welcome.attach, base.u.welcome.attach_len) == 0);
     /* A WELCOME without the samples field (the layout before it existed) is refused. */
     memmove(wire.b + 12 + 40, wire.b + 12 + 48, wire.n - (12 + 48));
     wire.n -= 8;
@@ -902,9 +1001,12 @@ test_welcome_ring_rules(void)
 static void
 test_welcome_cuda_rules(void)
 {
+    static const char name[] = "/tsock-1234-ring";
+    static uint8_t own[CUDA_BLOB_MAX], again[BUF];
     struct tsock_msg m, base, d;
     struct tsock_msg_welcome *w = &m.u.welcome;
     struct wire wire;
+    uint8_t *blob;
 
     make_welcome_cuda(&base);
     EXPECT_VALID(base);
@@ -915,32 +1017,62 @@ test_welcome_cuda_rules(void)
              12 + 50 + TSOCK_MAX_TENSORS * (19 + TSOCK_MAX_NAME + 8 * TSOCK_MAX_DIMS) + 80 +
                  64 * TSOCK_PROTO_MAX_CUDA_SLOTS);
 
+    /* A name and handles: which ring is it? The struct holds one blob, so the name goes in on
+     * the wire, as a non-empty shm_name in front of the tensors; and in the struct, a blob
+     * that is the name followed by the handles is the wrong length. */
+    spec_encode(&base, &wire);
+    CHECK_EQ(wire.b[12 + 48], 0);
+    wire.b[12 + 48] = (uint8_t)(sizeof name - 1);
+    w_insert(&wire, 12 + 48 + 1, name, sizeof name - 1);
+    CHECK_EQ(decode_exact(wire.b, wire.n, &d), TSOCK_E_PROTOCOL);
     m = base;
-    strcpy(w->shm_name, "/tsock-1234-ring"); /* a name and handles: which ring is it? */
+    memcpy(own, name, sizeof name - 1);
+    memcpy(own + sizeof name - 1, base.u.welcome.attach, base.u.welcome.attach_len);
+    w->attach = own;
+    w->attach_len += (uint32_t)(sizeof name - 1);
+    EXPECT_INVALID(m);
+
+    m = base;
+    blob = own_attach(w, own, sizeof own);
+    memset(blob, 0, TSOCK_PROTO_DEVICE_ID_SIZE);
     EXPECT_INVALID(m);
     m = base;
-    memset(w->cuda.device_uuid, 0, sizeof w->cuda.device_uuid);
+    blob = own_attach(w, own, sizeof own);
+    memset(blob + TSOCK_PROTO_DEVICE_ID_SIZE, 0, TSOCK_PROTO_HANDLE_SIZE);
     EXPECT_INVALID(m);
-    m = base;
-    memset(w->cuda.mem, 0, sizeof w->cuda.mem);
-    EXPECT_INVALID(m);
-    w->cuda.mem[63] = 1; /* one non-zero byte is enough to be taken for a handle */
+    /* one non-zero byte is enough to be taken for a handle */
+    blob[TSOCK_PROTO_DEVICE_ID_SIZE + TSOCK_PROTO_HANDLE_SIZE - 1] = 1;
     EXPECT_VALID(m);
     for (uint32_t s = 0; s < base.u.welcome.slot_count; s++) {
         m = base;
-        memset(w->cuda.events[s], 0, TSOCK_CUDA_IPC_HANDLE_SIZE);
+        blob = own_attach(w, own, sizeof own);
+        /* event handle s starts where the blob of an s-slot ring would end */
+        memset(blob + CUDA_BLOB_SIZE(s), 0, TSOCK_PROTO_HANDLE_SIZE);
         EXPECT_INVALID(m);
     }
-    /* Handles past slot_count are not part of the message. */
+    /* Handles past slot_count are not part of the message: bytes after the blob change
+     * nothing, and a blob that counts them (or lacks a byte, or is missing) is refused. */
     m = base;
-    memset(w->cuda.events[w->slot_count], 0x55, TSOCK_CUDA_IPC_HANDLE_SIZE);
-    CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch),
-             tsock__msg_encode(&base, scratch, sizeof scratch));
+    blob = own_attach(w, own, sizeof own);
+    memset(blob + w->attach_len, 0x55, TSOCK_PROTO_HANDLE_SIZE);
+    int n = tsock__msg_encode(&m, scratch, sizeof scratch);
+    CHECK_EQ(tsock__msg_encode(&base, again, sizeof again), n);
+    CHECK(n > 0 && memcmp(scratch, again, (size_t)n) == 0);
+    w->attach_len += TSOCK_PROTO_HANDLE_SIZE;
+    EXPECT_INVALID(m);
+    w->attach_len = base.u.welcome.attach_len - 1;
+    EXPECT_INVALID(m);
+    w->attach = NULL;
+    w->attach_len = 0;
+    EXPECT_INVALID(m);
+    w->attach_len = base.u.welcome.attach_len; /* a length, but no bytes */
+    CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
 
     make_welcome_cuda_max(&m);
     w->slot_count = TSOCK_PROTO_MAX_CUDA_SLOTS + 1;
     w->ring_bytes = w->slot_stride * w->slot_count;
-    memset(w->cuda.events[TSOCK_PROTO_MAX_CUDA_SLOTS - 1], 7, TSOCK_CUDA_IPC_HANDLE_SIZE);
+    set_cuda_handles(w); /* every handle of the 257 non-zero */
+    CHECK_EQ(w->attach_len, CUDA_BLOB_MAX);
     EXPECT_INVALID(m);
 
     /* Truncated anywhere in the block, or one byte too long. */
@@ -954,17 +1086,23 @@ test_welcome_cuda_rules(void)
     CHECK_EQ(decode_exact(wire.b, wire.n + 1, &d), TSOCK_E_PROTOCOL);
     store_le(wire.b + 8, wire.n - 12, 4);
     CHECK_EQ(decode_exact(wire.b, wire.n, &d), 0);
-    CHECK(memcmp(&d.u.welcome.cuda, &base.u.welcome.cuda, 16 + 64 + 64 * 3) == 0);
+    CHECK_EQ(d.u.welcome.attach_len, 16 + 64 + 64 * 3);
+    CHECK(memcmp(d.u.welcome.attach, base.u.welcome.attach, 16 + 64 + 64 * 3) == 0);
+    CHECK(msg_same(&d, &base));
 
-    /* A host WELCOME followed by a CUDA block, and a CUDA WELCOME without one. */
+    /* A host WELCOME followed by a CUDA block (its first 80 bytes, or all of it), and a CUDA
+     * WELCOME without one; in the struct, a host ring whose blob is handles. */
     make_welcome(&m);
-    set_cuda_handles(w);
     spec_encode(&m, &wire);
-    memcpy(wire.b + wire.n, m.u.welcome.cuda.device_uuid, 80);
-    store_le(wire.b + 8, wire.n + 80 - 12, 4);
-    CHECK_EQ(decode_exact(wire.b, wire.n + 80, &d), TSOCK_E_PROTOCOL);
+    w_insert(&wire, wire.n, cuda_blob(), 80);
+    CHECK_EQ(decode_exact(wire.b, wire.n, &d), TSOCK_E_PROTOCOL);
+    spec_encode(&m, &wire);
+    w_insert(&wire, wire.n, cuda_blob(), CUDA_BLOB_SIZE(m.u.welcome.slot_count));
+    CHECK_EQ(decode_exact(wire.b, wire.n, &d), TSOCK_E_PROTOCOL);
+    set_cuda_handles(w);
+    CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
     m.u.welcome.device = TSOCK_DEVICE_CUDA;
-    memset(m.u.welcome.shm_name, 0, sizeof m.u.welcome.shm_name);
+    EXPECT_VALID(m);
     spec_encode(&m, &wire);
     size_t bare = wire.n - 80 - 64 * m.u.welcome.slot_count;
     store_le(wire.b + 8, bare - 12, 4);
@@ -975,20 +1113,34 @@ static void
 test_welcome_shm_rules(void)
 {
     static const char *const bad[] = {"", "/", "tsock", "/a/b", "/a/", "/a\x01", "/a\x7f", "\x1f"};
+    static uint8_t longest[TSOCK_PROTO_MAX_SHM_NAME + 1];
     struct tsock_msg m, base;
     struct tsock_msg_welcome *w = &m.u.welcome;
 
     make_welcome(&base);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         m = base;
-        strcpy(w->shm_name, bad[i]);
+        set_shm_name(w, bad[i]);
         EXPECT_INVALID(m);
     }
     m = base;
-    strcpy(w->shm_name, "/\xc3\xa9");
+    w->attach = (const uint8_t *)"/a\0b"; /* a NUL inside the name */
+    w->attach_len = 4;
+    EXPECT_INVALID(m);
+    w->attach = NULL; /* no name at all */
+    w->attach_len = 0;
+    EXPECT_INVALID(m);
+    w->attach_len = 2; /* a length, but no bytes */
+    CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
+    m = base;
+    set_shm_name(w, "/\xc3\xa9");
     EXPECT_VALID(m);
-    memset(w->shm_name, 's', sizeof w->shm_name); /* unterminated */
-    w->shm_name[0] = '/';
+    longest[0] = '/';
+    memset(longest + 1, 's', TSOCK_PROTO_MAX_SHM_NAME);
+    w->attach = longest;
+    w->attach_len = TSOCK_PROTO_MAX_SHM_NAME;
+    EXPECT_VALID(m);
+    w->attach_len++; /* 256 bytes: more than the u8 length can say */
     CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
 
     CHECK_EQ(patched_decode(&base, 12 + 48 + 1 + 3, 0), TSOCK_E_PROTOCOL);
@@ -1246,11 +1398,12 @@ canonical(const uint8_t *bytes, size_t len)
     int n = tsock__msg_encode(&first, buf, sizeof buf);
     if (n < 0 || (size_t)n != len || memcmp(buf, bytes, len) != 0)
         return 0;
-    return tsock__msg_decode(buf, len, &again) == 0 && memcmp(&again, &first, sizeof again) == 0;
+    return tsock__msg_decode(buf, len, &again) == 0 && msg_same(&again, &first);
 }
 
 /* decode_exact without clearing *msg first: for loops that only look at the result code (a
- * CUDA WELCOME makes the struct 17 KiB, too much to clear a million times under TSan). */
+ * WELCOME's tensor table makes the struct over 2 KiB, too much to clear a million times under
+ * TSan). */
 static int
 decode_code(const uint8_t *bytes, size_t len, struct tsock_msg *msg)
 {
@@ -1352,5 +1505,6 @@ main(void)
     test_type_names();
     test_random_bytes();
     test_random_mutations();
+    release_decoded();
     return CHECK_DONE();
 }

@@ -3,10 +3,10 @@
  * kernel is memory-bound; a grid-stride loop keeps the launch small for any batch. */
 #include <cuda_runtime.h>
 
-#include "image/convert.h"
+#include "backend/convert.h"
 
 /* Declared for C in cuda_int.h, which C++ cannot include (C11 _Static_assert). */
-extern "C" cudaError_t tsock__cuda_convert_launch(const struct tsock_convert *cv, const uint8_t *in,
+extern "C" cudaError_t tsock__cuda_convert_launch(const struct tsock__convert_plan *cv, const uint8_t *in,
                                                   uint8_t *out, uint32_t samples,
                                                   cudaStream_t stream);
 
@@ -14,7 +14,7 @@ namespace
 {
 
 __global__ void
-convert_kernel(struct tsock_convert cv, const uint8_t *in, uint8_t *out, uint64_t total,
+convert_kernel(struct tsock__convert_plan cv, const uint8_t *in, uint8_t *out, uint64_t total,
                uint32_t per_sample)
 {
     size_t in_bytes = cv.in_sample_bytes[cv.tensor], out_bytes = cv.out_sample_bytes[cv.tensor];
@@ -29,7 +29,7 @@ convert_kernel(struct tsock_convert cv, const uint8_t *in, uint8_t *out, uint64_
 } // namespace
 
 extern "C" cudaError_t
-tsock__cuda_convert_launch(const struct tsock_convert *cv, const uint8_t *in, uint8_t *out,
+tsock__cuda_convert_launch(const struct tsock__convert_plan *cv, const uint8_t *in, uint8_t *out,
                            uint32_t samples, cudaStream_t stream)
 {
     uint32_t per_sample = cv->height * cv->width * cv->channels;

@@ -7,14 +7,24 @@
 
 #include "backend/backend.h"
 #include "core/core.h"
-#include "image/convert.h"
-#include "proto/proto.h"
 
-_Static_assert(sizeof(cudaIpcMemHandle_t) == TSOCK_CUDA_IPC_HANDLE_SIZE,
-               "the wire carries cudaIpcMemHandle_t as 64 bytes");
-_Static_assert(sizeof(cudaIpcEventHandle_t) == TSOCK_CUDA_IPC_HANDLE_SIZE,
-               "the wire carries cudaIpcEventHandle_t as 64 bytes");
-_Static_assert(sizeof(cudaUUID_t) == TSOCK_CUDA_UUID_SIZE, "device UUIDs are 16 bytes");
+/* The attach blob of a device ring (docs/protocol.md, WELCOME): the device's UUID (ordinals
+ * differ between processes with CUDA_VISIBLE_DEVICES), the IPC handle of the ring's one
+ * allocation, and the IPC handle of each slot's event, recorded after the slot's copy. */
+#define TSOCK__CUDA_UUID_SIZE 16
+#define TSOCK__CUDA_HANDLE_SIZE 64
+#define TSOCK__CUDA_BLOB_MEM TSOCK__CUDA_UUID_SIZE
+#define TSOCK__CUDA_BLOB_EVENTS (TSOCK__CUDA_UUID_SIZE + TSOCK__CUDA_HANDLE_SIZE)
+#define TSOCK__CUDA_BLOB_SIZE(slots)                                                               \
+    (TSOCK__CUDA_BLOB_EVENTS + (size_t)(slots)*TSOCK__CUDA_HANDLE_SIZE)
+/* The wire's bound on a device ring's slots (one event handle each). */
+#define TSOCK__CUDA_MAX_SLOTS 256
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) == TSOCK__CUDA_HANDLE_SIZE,
+               "the blob carries cudaIpcMemHandle_t as 64 bytes");
+_Static_assert(sizeof(cudaIpcEventHandle_t) == TSOCK__CUDA_HANDLE_SIZE,
+               "the blob carries cudaIpcEventHandle_t as 64 bytes");
+_Static_assert(sizeof(cudaUUID_t) == TSOCK__CUDA_UUID_SIZE, "device UUIDs are 16 bytes");
 
 /* Logs `what` failed with the CUDA error's name and string, and maps the error: no device,
  * driver, runtime or peer access -> TSOCK_E_NO_DEVICE; out of memory -> -ENOMEM; else -EIO. */
@@ -34,11 +44,39 @@ void tsock__cuda_leave(const struct tsock_cuda_guard *g);
 
 /* Finds the ordinal (in this process) of the device with this UUID, or -1 when this process
  * does not see it (CUDA_VISIBLE_DEVICES). Returns the ordinal, -1, or a negative code. */
-int tsock__cuda_find_uuid(const uint8_t uuid[TSOCK_CUDA_UUID_SIZE]);
+int tsock__cuda_find_uuid(const uint8_t uuid[TSOCK__CUDA_UUID_SIZE]);
 
 /* convert.cu: queues the conversion of `samples` samples of cv->tensor from `in` (the staging
  * copy of the tensor, in device memory) to `out` on `stream`. */
-cudaError_t tsock__cuda_convert_launch(const struct tsock_convert *cv, const uint8_t *in,
+cudaError_t tsock__cuda_convert_launch(const struct tsock__convert_plan *cv, const uint8_t *in,
                                        uint8_t *out, uint32_t samples, cudaStream_t stream);
+
+/* The number of CUDA devices this process sees (> 0), or TSOCK_E_NO_DEVICE. */
+int tsock__cuda_device_count(void);
+
+/* ring.c: the producer's ring (a tsock__slot_memory). */
+int tsock__cuda_ring_create(struct tsock__slot_memory **out, const struct tsock__ring_request *req,
+                            struct tsock__ring_shape *shape);
+size_t tsock__cuda_ring_export(const struct tsock__slot_memory *m, const uint8_t **blob);
+int tsock__cuda_ring_staging(struct tsock__slot_memory *m, uint32_t slot, uint8_t **host);
+int tsock__cuda_ring_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t samples);
+void tsock__cuda_ring_destroy(struct tsock__slot_memory *m);
+
+/* import.c: a consumer's view of a producer's ring (a tsock__ring_view). */
+int tsock__cuda_import_open(struct tsock__ring_view **out, const struct tsock__attach_request *req);
+const uint8_t *tsock__cuda_import_base(const struct tsock__ring_view *v);
+int tsock__cuda_import_device(const struct tsock__ring_view *v);
+int tsock__cuda_import_wait(struct tsock__ring_view *v, uint32_t slot, void *stream);
+int tsock__cuda_import_copy(struct tsock__ring_view *v, uint32_t slot, void *dst, const void *src,
+                            size_t bytes);
+int tsock__cuda_import_sync(struct tsock__ring_view *v);
+void tsock__cuda_import_close(struct tsock__ring_view *v);
+
+/* device.c: release fences and gather buffers, on a device. */
+int tsock__cuda_fence_arm(int device, void **fence, void *stream);
+int tsock__cuda_fence_done(int device, void *fence);
+void tsock__cuda_fence_destroy(void *fence);
+int tsock__cuda_alloc(int device, size_t bytes, void **ptr);
+void tsock__cuda_free(int device, void *ptr);
 
 #endif

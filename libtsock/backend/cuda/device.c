@@ -113,7 +113,7 @@ tsock__cuda_device_count(void)
 }
 
 int
-tsock__cuda_find_uuid(const uint8_t uuid[TSOCK_CUDA_UUID_SIZE])
+tsock__cuda_find_uuid(const uint8_t uuid[TSOCK__CUDA_UUID_SIZE])
 {
     int n = tsock__cuda_device_count();
     if (n < 0)
@@ -123,42 +123,34 @@ tsock__cuda_find_uuid(const uint8_t uuid[TSOCK_CUDA_UUID_SIZE])
         cudaError_t e = cudaGetDeviceProperties(&prop, d);
         if (e != cudaSuccess)
             return tsock__cuda_fail(e, "cudaGetDeviceProperties");
-        if (memcmp(prop.uuid.bytes, uuid, TSOCK_CUDA_UUID_SIZE) == 0)
+        if (memcmp(prop.uuid.bytes, uuid, TSOCK__CUDA_UUID_SIZE) == 0)
             return d;
     }
     return -1;
 }
 
 int
-tsock__cuda_fence_create(int device, void **fence)
-{
-    struct tsock_cuda_guard g;
-    int err = tsock__cuda_enter(device, &g);
-    if (err < 0)
-        return err;
-    cudaEvent_t ev;
-    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    tsock__cuda_leave(&g);
-    if (e != cudaSuccess)
-        return tsock__cuda_fail(e, "cudaEventCreateWithFlags (release fence)");
-    *fence = ev;
-    return 0;
-}
-
-int
-tsock__cuda_fence_record(int device, void *fence, void *stream)
+tsock__cuda_fence_arm(int device, void **fence, void *stream)
 {
     /* NULL is the legacy default stream of the *current* device: make it the fence's. */
     struct tsock_cuda_guard g;
     int err = tsock__cuda_enter(device, &g);
     if (err < 0)
         return err;
-    cudaError_t e = cudaEventRecord((cudaEvent_t)fence, (cudaStream_t)stream);
+    cudaError_t e = cudaSuccess;
+    if (!*fence) {
+        cudaEvent_t ev;
+        e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            *fence = ev;
+    }
+    if (e == cudaSuccess)
+        e = cudaEventRecord((cudaEvent_t)*fence, (cudaStream_t)stream);
     tsock__cuda_leave(&g);
     if (e != cudaSuccess)
-        return tsock__cuda_fail(e, "cudaEventRecord on the release stream (is it a stream of "
-                                   "the batch's device?)");
-    return 0;
+        return tsock__cuda_fail(e, "recording a release fence (is the stream one of the batch's "
+                                   "device?)");
+    return 1;
 }
 
 int

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_int.h"
 
 struct tsock_cuda_import {
+    struct tsock__ring_view base_view;
     int device;
     uint32_t slots;
     uint8_t *base;
@@ -52,10 +53,10 @@ choose_device(int wanted, int producer, int count)
 
 /* Opens the memory and event handles (device current). */
 static int
-open_handles(struct tsock_cuda_import *imp, const struct tsock_cuda_handles *h)
+open_handles(struct tsock_cuda_import *imp, const uint8_t *blob)
 {
     cudaIpcMemHandle_t mem;
-    memcpy(&mem, h->mem, sizeof mem);
+    memcpy(&mem, blob + TSOCK__CUDA_BLOB_MEM, sizeof mem);
     cudaError_t e = cudaIpcOpenMemHandle((void **)&imp->base, mem, cudaIpcMemLazyEnablePeerAccess);
     if (e != cudaSuccess) {
         imp->base = NULL;
@@ -63,7 +64,8 @@ open_handles(struct tsock_cuda_import *imp, const struct tsock_cuda_handles *h)
     }
     for (uint32_t s = 0; s < imp->slots; s++) {
         cudaIpcEventHandle_t ev;
-        memcpy(&ev, h->events[s], sizeof ev);
+        memcpy(&ev, blob + TSOCK__CUDA_BLOB_EVENTS + (size_t)s * TSOCK__CUDA_HANDLE_SIZE,
+               sizeof ev);
         if ((e = cudaIpcOpenEventHandle(&imp->events[s], ev)) != cudaSuccess) {
             imp->events[s] = NULL;
             return tsock__cuda_fail(e, "cudaIpcOpenEventHandle (a slot's event)");
@@ -74,11 +76,12 @@ open_handles(struct tsock_cuda_import *imp, const struct tsock_cuda_handles *h)
 }
 
 int
-tsock__cuda_import_open(struct tsock_cuda_import **out, int device,
-                        const struct tsock_cuda_handles *h, uint32_t slots)
+tsock__cuda_import_open(struct tsock__ring_view **out, const struct tsock__attach_request *req)
 {
     *out = NULL;
-    if (slots == 0 || slots > TSOCK_PROTO_MAX_CUDA_SLOTS)
+    uint32_t slots = req->slots;
+    if (slots == 0 || slots > TSOCK__CUDA_MAX_SLOTS ||
+        req->blob_len != TSOCK__CUDA_BLOB_SIZE(slots))
         return -EINVAL;
     int count = tsock__cuda_device_count();
     if (count < 0) {
@@ -86,47 +89,53 @@ tsock__cuda_import_open(struct tsock_cuda_import **out, int device,
                                     "no usable CUDA device (no GPU, driver or runtime)");
         return count;
     }
-    int producer = tsock__cuda_find_uuid(h->device_uuid);
+    int producer = tsock__cuda_find_uuid(req->blob);
     if (producer < -1)
         return producer;
-    int chosen = choose_device(device, producer, count);
+    int chosen = choose_device(req->device, producer, count);
     if (chosen < 0)
         return chosen;
     struct tsock_cuda_import *imp = calloc(1, sizeof *imp);
     if (!imp)
         return -ENOMEM;
+    imp->base_view.ops = &tsock__backend_cuda;
     imp->device = chosen;
     imp->slots = slots;
     imp->events = calloc(slots, sizeof *imp->events);
     struct tsock_cuda_guard g;
     int err = imp->events ? tsock__cuda_enter(chosen, &g) : -ENOMEM;
     if (err == 0) {
-        err = open_handles(imp, h);
+        err = open_handles(imp, req->blob);
         tsock__cuda_leave(&g);
     }
     if (err < 0) {
-        tsock__cuda_import_close(imp);
+        tsock__cuda_import_close(&imp->base_view);
         return err;
     }
-    *out = imp;
+    tsock__log(TSOCK_LOG_INFO, "opened the producer's GPU ring (%zu bytes) on CUDA device %d",
+               req->ring_bytes, chosen);
+    *out = &imp->base_view;
     return 0;
 }
 
-uint8_t *
-tsock__cuda_import_base(const struct tsock_cuda_import *imp)
+const uint8_t *
+tsock__cuda_import_base(const struct tsock__ring_view *v)
 {
+    const struct tsock_cuda_import *imp = (const struct tsock_cuda_import *)v;
     return imp->base;
 }
 
 int
-tsock__cuda_import_device(const struct tsock_cuda_import *imp)
+tsock__cuda_import_device(const struct tsock__ring_view *v)
 {
+    const struct tsock_cuda_import *imp = (const struct tsock_cuda_import *)v;
     return imp->device;
 }
 
 int
-tsock__cuda_import_wait(struct tsock_cuda_import *imp, uint32_t slot, void *stream)
+tsock__cuda_import_wait(struct tsock__ring_view *v, uint32_t slot, void *stream)
 {
+    struct tsock_cuda_import *imp = (struct tsock_cuda_import *)v;
     if (slot >= imp->slots)
         return -EINVAL;
     /* A stream may wait on an event of another device, so an explicit stream needs no device
@@ -144,9 +153,10 @@ tsock__cuda_import_wait(struct tsock_cuda_import *imp, uint32_t slot, void *stre
 }
 
 int
-tsock__cuda_import_copy(struct tsock_cuda_import *imp, uint32_t slot, void *dst, const void *src,
+tsock__cuda_import_copy(struct tsock__ring_view *v, uint32_t slot, void *dst, const void *src,
                         size_t bytes)
 {
+    struct tsock_cuda_import *imp = (struct tsock_cuda_import *)v;
     if (slot >= imp->slots)
         return -EINVAL;
     struct tsock_cuda_guard g;
@@ -161,15 +171,17 @@ tsock__cuda_import_copy(struct tsock_cuda_import *imp, uint32_t slot, void *dst,
 }
 
 int
-tsock__cuda_import_sync(struct tsock_cuda_import *imp)
+tsock__cuda_import_sync(struct tsock__ring_view *v)
 {
+    struct tsock_cuda_import *imp = (struct tsock_cuda_import *)v;
     cudaError_t e = cudaStreamSynchronize(imp->copy_stream);
     return e == cudaSuccess ? 0 : tsock__cuda_fail(e, "cudaStreamSynchronize (gather)");
 }
 
 void
-tsock__cuda_import_close(struct tsock_cuda_import *imp)
+tsock__cuda_import_close(struct tsock__ring_view *v)
 {
+    struct tsock_cuda_import *imp = (struct tsock_cuda_import *)v;
     if (!imp)
         return;
     struct tsock_cuda_guard g;

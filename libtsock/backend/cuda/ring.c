@@ -22,10 +22,11 @@
 #include "backend/cuda/cuda_int.h"
 
 struct tsock_cuda_ring {
+    struct tsock__slot_memory base;
     int device;
     uint32_t slots;
     size_t in_stride, out_stride;
-    struct tsock_convert cv;
+    struct tsock__convert_plan cv;
     uint8_t *ring;    /* device: slots * out_stride */
     uint8_t *scratch; /* device: one staging slot, with a conversion only */
     uint8_t *staging[2];
@@ -33,7 +34,7 @@ struct tsock_cuda_ring {
     int current;
     cudaStream_t stream;
     cudaEvent_t *events; /* interprocess, one per slot */
-    struct tsock_cuda_handles *handles;
+    uint8_t *blob;       /* the attach blob: uuid, memory handle, event handles */
 };
 
 /* Device memory, pinned staging, the stream and the per-slot events (device current). */
@@ -73,16 +74,17 @@ export_handles(struct tsock_cuda_ring *r)
     cudaError_t e = cudaGetDeviceProperties(&prop, r->device);
     if (e != cudaSuccess)
         return tsock__cuda_fail(e, "cudaGetDeviceProperties");
-    memcpy(r->handles->device_uuid, prop.uuid.bytes, TSOCK_CUDA_UUID_SIZE);
+    memcpy(r->blob, prop.uuid.bytes, TSOCK__CUDA_UUID_SIZE);
     cudaIpcMemHandle_t mem;
     if ((e = cudaIpcGetMemHandle(&mem, r->ring)) != cudaSuccess)
         return tsock__cuda_fail(e, "cudaIpcGetMemHandle");
-    memcpy(r->handles->mem, &mem, sizeof mem);
+    memcpy(r->blob + TSOCK__CUDA_BLOB_MEM, &mem, sizeof mem);
     for (uint32_t s = 0; s < r->slots; s++) {
         cudaIpcEventHandle_t ev;
         if ((e = cudaIpcGetEventHandle(&ev, r->events[s])) != cudaSuccess)
             return tsock__cuda_fail(e, "cudaIpcGetEventHandle");
-        memcpy(r->handles->events[s], &ev, sizeof ev);
+        memcpy(r->blob + TSOCK__CUDA_BLOB_EVENTS + (size_t)s * TSOCK__CUDA_HANDLE_SIZE, &ev,
+               sizeof ev);
     }
     return 0;
 }
@@ -119,31 +121,52 @@ check_device(int device)
     return 0;
 }
 
+/* The published layout: the caller's, or the conversion's output (the plan says which). */
+static int
+plan_conversion(const struct tsock__ring_request *req, struct tsock__ring_shape *shape,
+                struct tsock__convert_plan *cv)
+{
+    static const struct tsock__convert_request none;
+    return tsock__convert_plan_make(req->convert ? req->convert : &none, req->layout,
+                                    req->batch_size, &shape->layout, shape->offsets, &shape->stride,
+                                    cv);
+}
+
 int
-tsock__cuda_ring_create(struct tsock_cuda_ring **out, int device, size_t in_stride,
-                        size_t out_stride, uint32_t slots, const struct tsock_convert *cv)
+tsock__cuda_ring_create(struct tsock__slot_memory **out, const struct tsock__ring_request *req,
+                        struct tsock__ring_shape *shape)
 {
     *out = NULL;
-    if (slots == 0 || slots > TSOCK_PROTO_MAX_CUDA_SLOTS)
+    if (req->slots == 0 || req->slots > TSOCK__CUDA_MAX_SLOTS) {
+        tsock__log(TSOCK_LOG_ERROR, "a CUDA ring has at most %d slots, not %u",
+                   TSOCK__CUDA_MAX_SLOTS, req->slots);
         return -EINVAL;
+    }
+    struct tsock__convert_plan cv;
+    int err = plan_conversion(req, shape, &cv);
+    if (err < 0)
+        return err;
+    if (tsock__mul_size(shape->stride, req->slots, &shape->bytes) < 0)
+        return TSOCK_E_LAYOUT;
     /* Without a conversion a staging slot is copied as it is into a ring slot. */
-    if (cv->tensor < 0 && out_stride != in_stride)
+    if (cv.tensor < 0 && shape->stride != req->stride)
         return -EINVAL;
-    int err = check_device(device);
+    err = check_device(req->device);
     if (err < 0)
         return err;
     struct tsock_cuda_ring *r = calloc(1, sizeof *r);
     if (!r)
         return -ENOMEM;
-    r->device = device;
-    r->slots = slots;
-    r->in_stride = in_stride;
-    r->out_stride = out_stride;
-    r->cv = *cv;
-    r->events = calloc(slots, sizeof *r->events);
-    r->handles = calloc(1, sizeof *r->handles);
+    r->base.ops = &tsock__backend_cuda;
+    r->device = req->device;
+    r->slots = req->slots;
+    r->in_stride = req->stride;
+    r->out_stride = shape->stride;
+    r->cv = cv;
+    r->events = calloc(r->slots, sizeof *r->events);
+    r->blob = calloc(1, TSOCK__CUDA_BLOB_SIZE(r->slots));
     struct tsock_cuda_guard g;
-    err = r->events && r->handles ? tsock__cuda_enter(device, &g) : -ENOMEM;
+    err = r->events && r->blob ? tsock__cuda_enter(r->device, &g) : -ENOMEM;
     if (err == 0) {
         err = allocate(r);
         if (err == 0)
@@ -151,16 +174,17 @@ tsock__cuda_ring_create(struct tsock_cuda_ring **out, int device, size_t in_stri
         tsock__cuda_leave(&g);
     }
     if (err < 0) {
-        tsock__cuda_ring_destroy(r);
+        tsock__cuda_ring_destroy(&r->base);
         return err;
     }
-    *out = r;
+    *out = &r->base;
     return 0;
 }
 
 int
-tsock__cuda_ring_staging(struct tsock_cuda_ring *r, uint8_t **host)
+tsock__cuda_ring_staging(struct tsock__slot_memory *m, uint32_t slot, uint8_t **host)
 {
+    struct tsock_cuda_ring *r = (struct tsock_cuda_ring *)m;
     /* An event never recorded counts as complete, so the first use does not wait. */
     struct tsock_cuda_guard g;
     int err = tsock__cuda_enter(r->device, &g);
@@ -178,7 +202,7 @@ tsock__cuda_ring_staging(struct tsock_cuda_ring *r, uint8_t **host)
 static cudaError_t
 convert_slot(struct tsock_cuda_ring *r, uint8_t *dst, uint32_t samples)
 {
-    const struct tsock_convert *cv = &r->cv;
+    const struct tsock__convert_plan *cv = &r->cv;
     cudaError_t e = cudaMemcpyAsync(r->scratch, r->staging[r->current], r->in_stride,
                                     cudaMemcpyHostToDevice, r->stream);
     for (int t = 0; t < cv->tensor_count && e == cudaSuccess; t++) {
@@ -193,8 +217,9 @@ convert_slot(struct tsock_cuda_ring *r, uint8_t *dst, uint32_t samples)
 }
 
 int
-tsock__cuda_ring_publish(struct tsock_cuda_ring *r, uint32_t slot, uint32_t samples)
+tsock__cuda_ring_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t samples)
 {
+    struct tsock_cuda_ring *r = (struct tsock_cuda_ring *)m;
     if (slot >= r->slots)
         return -EINVAL;
     uint8_t *dst = r->ring + (size_t)slot * r->out_stride;
@@ -217,17 +242,18 @@ tsock__cuda_ring_publish(struct tsock_cuda_ring *r, uint32_t slot, uint32_t samp
     return 0;
 }
 
-void
-tsock__cuda_ring_export(const struct tsock_cuda_ring *r, struct tsock_cuda_handles *h)
+size_t
+tsock__cuda_ring_export(const struct tsock__slot_memory *m, const uint8_t **blob)
 {
-    memcpy(h->device_uuid, r->handles->device_uuid, sizeof h->device_uuid);
-    memcpy(h->mem, r->handles->mem, sizeof h->mem);
-    memcpy(h->events, r->handles->events, (size_t)r->slots * TSOCK_CUDA_IPC_HANDLE_SIZE);
+    const struct tsock_cuda_ring *r = (const struct tsock_cuda_ring *)m;
+    *blob = r->blob;
+    return TSOCK__CUDA_BLOB_SIZE(r->slots);
 }
 
 void
-tsock__cuda_ring_destroy(struct tsock_cuda_ring *r)
+tsock__cuda_ring_destroy(struct tsock__slot_memory *m)
 {
+    struct tsock_cuda_ring *r = (struct tsock_cuda_ring *)m;
     if (!r)
         return;
     struct tsock_cuda_guard g;
@@ -250,6 +276,6 @@ tsock__cuda_ring_destroy(struct tsock_cuda_ring *r)
         tsock__cuda_leave(&g);
     }
     free(r->events);
-    free(r->handles);
+    free(r->blob);
     free(r);
 }

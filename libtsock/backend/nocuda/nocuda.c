@@ -1,6 +1,6 @@
-/* The CUDA backend's stand-in for builds without a CUDA toolkit: every entry point says there is
- * no usable GPU, so the library, its programs and the tests behave as on a machine without one.
- * Nothing here touches CUDA. */
+/* The CUDA table of a build without a CUDA toolkit: every operation says there is no usable
+ * GPU, so the library, its programs and the tests behave as on a machine without one. Nothing
+ * here touches CUDA. */
 #include <errno.h>
 #include <stddef.h>
 
@@ -16,115 +16,140 @@ no_toolkit(void)
 }
 
 int
-tsock__cuda_device_count(void)
+tsock__backend_cuda_device_count(void)
 {
     return TSOCK_E_NO_DEVICE;
 }
 
-int
-tsock__cuda_ring_create(struct tsock_cuda_ring **out, int device, size_t in_stride,
-                        size_t out_stride, uint32_t slots, const struct tsock_convert *cv)
+static int
+refuse_create(struct tsock__slot_memory **out, const struct tsock__ring_request *req,
+              struct tsock__ring_shape *shape)
 {
     *out = NULL;
     return no_toolkit();
 }
 
-int
-tsock__cuda_ring_staging(struct tsock_cuda_ring *r, uint8_t **host)
-{
-    return TSOCK_E_NO_DEVICE;
-}
-
-int
-tsock__cuda_ring_publish(struct tsock_cuda_ring *r, uint32_t slot, uint32_t samples)
-{
-    return TSOCK_E_NO_DEVICE;
-}
-
-void
-tsock__cuda_ring_export(const struct tsock_cuda_ring *r, struct tsock_cuda_handles *h)
-{
-}
-
-void
-tsock__cuda_ring_destroy(struct tsock_cuda_ring *r)
-{
-}
-
-int
-tsock__cuda_import_open(struct tsock_cuda_import **out, int device,
-                        const struct tsock_cuda_handles *h, uint32_t slots)
+static int
+refuse_attach(struct tsock__ring_view **out, const struct tsock__attach_request *req)
 {
     *out = NULL;
     return no_toolkit();
 }
 
-uint8_t *
-tsock__cuda_import_base(const struct tsock_cuda_import *imp)
+/* Nothing below can be reached: no ring or view of this table ever exists. */
+
+static size_t
+no_blob(const struct tsock__slot_memory *m, const uint8_t **blob)
+{
+    *blob = NULL;
+    return 0;
+}
+
+static int
+no_slot(struct tsock__slot_memory *m, uint32_t slot, uint8_t **base)
+{
+    return TSOCK_E_NO_DEVICE;
+}
+
+static int
+no_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t samples)
+{
+    return TSOCK_E_NO_DEVICE;
+}
+
+static void
+no_close(struct tsock__slot_memory *m)
+{
+}
+
+static const uint8_t *
+no_base(const struct tsock__ring_view *v)
 {
     return NULL;
 }
 
-int
-tsock__cuda_import_device(const struct tsock_cuda_import *imp)
+static int
+no_device(const struct tsock__ring_view *v)
 {
     return -1;
 }
 
-int
-tsock__cuda_import_wait(struct tsock_cuda_import *imp, uint32_t slot, void *stream)
+static int
+no_wait(struct tsock__ring_view *v, uint32_t slot, void *stream)
 {
     return TSOCK_E_NO_DEVICE;
 }
 
-int
-tsock__cuda_import_copy(struct tsock_cuda_import *imp, uint32_t slot, void *dst, const void *src,
-                        size_t bytes)
+static int
+no_copy(struct tsock__ring_view *v, uint32_t slot, void *dst, const void *src, size_t bytes)
 {
     return TSOCK_E_NO_DEVICE;
 }
 
-int
-tsock__cuda_import_sync(struct tsock_cuda_import *imp)
+static int
+no_finish(struct tsock__ring_view *v)
 {
     return TSOCK_E_NO_DEVICE;
 }
 
-void
-tsock__cuda_import_close(struct tsock_cuda_import *imp)
+static void
+no_detach(struct tsock__ring_view *v)
 {
 }
 
-int
-tsock__cuda_fence_create(int device, void **fence)
+static int
+no_alloc(int device, size_t bytes, void **ptr)
+{
+    return no_toolkit();
+}
+
+static void
+no_free(int device, void *ptr)
+{
+}
+
+static int
+no_fence_arm(int device, void **fence, void *stream)
+{
+    return no_toolkit();
+}
+
+static int
+no_fence_passed(int device, void *fence)
 {
     return TSOCK_E_NO_DEVICE;
 }
 
-int
-tsock__cuda_fence_record(int device, void *fence, void *stream)
-{
-    return TSOCK_E_NO_DEVICE;
-}
-
-int
-tsock__cuda_fence_done(int device, void *fence)
-{
-    return 1;
-}
-
-void
-tsock__cuda_fence_destroy(void *fence)
+static void
+no_fence_destroy(void *fence)
 {
 }
 
-int
-tsock__cuda_alloc(int device, size_t bytes, void **ptr)
+static int
+no_orphan(const uint8_t *blob, size_t blob_len)
 {
-    return TSOCK_E_NO_DEVICE;
+    return 0;
 }
 
-void
-tsock__cuda_free(int device, void *ptr)
-{
-}
+const struct tsock__backend tsock__backend_cuda = {
+    .name = "cuda (not built)",
+    .wire_device = TSOCK_DEVICE_CUDA,
+    .create = refuse_create,
+    .export_blob = no_blob,
+    .fill_pointer = no_slot,
+    .publish = no_publish,
+    .close = no_close,
+    .attach = refuse_attach,
+    .view_base = no_base,
+    .view_device = no_device,
+    .wait = no_wait,
+    .copy_out = no_copy,
+    .copy_finish = no_finish,
+    .detach = no_detach,
+    .buffer_alloc = no_alloc,
+    .buffer_free = no_free,
+    .fence_arm = no_fence_arm,
+    .fence_passed = no_fence_passed,
+    .fence_destroy = no_fence_destroy,
+    .remove_orphan = no_orphan,
+};

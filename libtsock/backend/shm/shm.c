@@ -10,13 +10,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
+#include "backend/shm/shm.h"
 #include "core/core.h"
 
 static atomic_uint region_counter;
 
 int
-tsock__shm_create(struct tsock_region *r, size_t bytes)
+tsock__shm_create(struct tsock__region *r, size_t bytes)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->name, sizeof r->name, "/tsock-%u-%d-%u", (unsigned)getuid(), (int)getpid(),
@@ -43,7 +43,7 @@ tsock__shm_create(struct tsock_region *r, size_t bytes)
 }
 
 int
-tsock__shm_attach(struct tsock_region *r, const char *name, size_t bytes)
+tsock__shm_attach(struct tsock__region *r, const char *name, size_t bytes)
 {
     memset(r, 0, sizeof *r);
     if (strlen(name) >= sizeof r->name || name[0] != '/' || strchr(name + 1, '/'))
@@ -68,7 +68,7 @@ tsock__shm_attach(struct tsock_region *r, const char *name, size_t bytes)
 }
 
 void
-tsock__shm_release(struct tsock_region *r)
+tsock__shm_release(struct tsock__region *r)
 {
     if (r->base)
         munmap(r->base, r->bytes);
@@ -100,7 +100,7 @@ tsock__shm_remove_if_orphaned(const char *name)
         return 0;
     if (kill(pid, 0) == 0 || errno != ESRCH)
         return 0;
-    char path[TSOCK_REGION_NAME_MAX + 1];
+    char path[TSOCK__REGION_NAME_MAX + 1];
     snprintf(path, sizeof path, "/%s", name[0] == '/' ? name + 1 : name);
     if (shm_unlink(path) == 0) {
         tsock__log(TSOCK_LOG_INFO, "removed shared memory %s left by dead process %d", path, pid);

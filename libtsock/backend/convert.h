@@ -9,8 +9,8 @@
  * even) by bit manipulation rather than by a compiler intrinsic whose rounding might differ.
  * Internal to libtsock; compiled as C11 and as CUDA C++.
  */
-#ifndef TSOCK_CONVERT_H
-#define TSOCK_CONVERT_H
+#ifndef TSOCK_BACKEND_CONVERT_H
+#define TSOCK_BACKEND_CONVERT_H
 
 #include <math.h>
 #include <stddef.h>
@@ -25,21 +25,21 @@
 #define TSOCK__HD
 #endif
 
-#define TSOCK_CONVERT_MAX_CHANNELS 4
+#define TSOCK__CONVERT_MAX_CHANNELS 4
 
 /* What the caller asked for (tsock_producer_set_output / _set_normalize). */
-struct tsock_convert_request {
+struct tsock__convert_request {
     char tensor[TSOCK_MAX_NAME + 1]; /* empty: no conversion */
     int dtype;                       /* 0: keep uint8 (unless normalising: float32) */
     int channels_first;              /* NCHW output */
     int normalize;
     int channels; /* of mean and std */
-    float mean[TSOCK_CONVERT_MAX_CHANNELS], std[TSOCK_CONVERT_MAX_CHANNELS];
+    float mean[TSOCK__CONVERT_MAX_CHANNELS], std[TSOCK__CONVERT_MAX_CHANNELS];
 };
 
 /* The copy plan of one slot: every tensor's offset and per-sample size in the staging slot (as
  * the caller fills it) and in the published slot, and the conversion of tensor `tensor`. */
-struct tsock_convert {
+struct tsock__convert_plan {
     int tensor_count;
     size_t in_offset[TSOCK_MAX_TENSORS], out_offset[TSOCK_MAX_TENSORS];
     size_t in_sample_bytes[TSOCK_MAX_TENSORS], out_sample_bytes[TSOCK_MAX_TENSORS];
@@ -47,7 +47,7 @@ struct tsock_convert {
     int out_dtype;
     int channels_first;
     uint32_t height, width, channels;
-    float scale[TSOCK_CONVERT_MAX_CHANNELS], bias[TSOCK_CONVERT_MAX_CHANNELS];
+    float scale[TSOCK__CONVERT_MAX_CHANNELS], bias[TSOCK__CONVERT_MAX_CHANNELS];
 };
 
 /* Builds the plan: the published layout `out` (the converted tensor with its new dtype and
@@ -55,14 +55,14 @@ struct tsock_convert {
  * With an empty request the plan copies every tensor unchanged. Returns 0, or -EINVAL (logged:
  * unknown tensor, not uint8 [H, W, C] with C in 1..4, bad dtype, mean/std count or values) or
  * TSOCK_E_LAYOUT. */
-int tsock__convert_plan(const struct tsock_convert_request *req, const tsock_layout *in,
-                        uint32_t batch_size, tsock_layout *out, size_t *out_offsets,
-                        size_t *out_stride, struct tsock_convert *cv);
+int tsock__convert_plan_make(const struct tsock__convert_request *req, const tsock_layout *in,
+                             uint32_t batch_size, tsock_layout *out, size_t *out_offsets,
+                             size_t *out_stride, struct tsock__convert_plan *cv);
 
 /* The reference: converts `samples` samples of a staging slot into a published slot on the
  * CPU, exactly as the kernel does on the GPU. */
-void tsock__convert_ref(const struct tsock_convert *cv, const uint8_t *in_slot, uint8_t *out_slot,
-                        uint32_t samples);
+void tsock__convert_ref(const struct tsock__convert_plan *cv, const uint8_t *in_slot,
+                        uint8_t *out_slot, uint32_t samples);
 
 /* float -> IEEE binary16 bits, rounded to nearest, ties to even; NaN stays NaN, overflow gives
  * infinity, tiny values become subnormals or zero. */
@@ -97,7 +97,7 @@ tsock__half_from_float(float f)
 
 /* Element `i` of an output sample comes from this element of the input sample. */
 TSOCK__HD static inline uint32_t
-tsock__convert_source(const struct tsock_convert *cv, uint32_t i)
+tsock__convert_source(const struct tsock__convert_plan *cv, uint32_t i)
 {
     if (!cv->channels_first)
         return i;
@@ -107,7 +107,8 @@ tsock__convert_source(const struct tsock_convert *cv, uint32_t i)
 
 /* Writes element `i` of one output sample from the input sample. */
 TSOCK__HD static inline void
-tsock__convert_element(const struct tsock_convert *cv, const uint8_t *in, uint8_t *out, uint32_t i)
+tsock__convert_element(const struct tsock__convert_plan *cv, const uint8_t *in, uint8_t *out,
+                       uint32_t i)
 {
     uint32_t src = tsock__convert_source(cv, i);
     uint8_t x = in[src];

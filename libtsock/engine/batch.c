@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "consumer_internal.h"
+#include "engine/consumer_internal.h"
 
 uint32_t
 tsock_batch_samples(const tsock_batch *b)
@@ -126,10 +126,10 @@ tsock_batch_wait(const tsock_batch *b, void *cuda_stream)
 {
     if (!b || !b->held)
         return -EINVAL;
-    /* Gathers were copied synchronously; host batches have nothing to wait for. */
-    if (b->device < 0 || !b->import)
+    /* Gathers were complete when next returned. */
+    if (!b->ring)
         return 0;
     /* The ring a held view points into stays open (even past a reconnect) until it is
-     * released, so its slot's event is still there to wait on. */
-    return tsock__cuda_import_wait(b->import, b->view_slot, cuda_stream);
+     * released, so what its slot is waited on by is still there. */
+    return b->ring->ops->wait(b->ring, b->view_slot, cuda_stream);
 }

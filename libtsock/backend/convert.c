@@ -4,21 +4,21 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/convert.h"
 #include "core/layout.h"
-#include "image/convert.h"
 
 /* uint8 [H, W, C] with C in 1..4: the shape the pipeline writes an image in. */
 static int
 convertible(const struct tsock_layout_tensor *t)
 {
     return t->dtype == TSOCK_UINT8 && t->ndim == 3 && t->sample_shape[2] >= 1 &&
-           t->sample_shape[2] <= TSOCK_CONVERT_MAX_CHANNELS &&
+           t->sample_shape[2] <= TSOCK__CONVERT_MAX_CHANNELS &&
            t->sample_shape[0] <= UINT32_MAX / t->sample_shape[1] &&
            t->sample_shape[0] * t->sample_shape[1] <= UINT32_MAX / 4;
 }
 
 static int
-output_dtype(const struct tsock_convert_request *req)
+output_dtype(const struct tsock__convert_request *req)
 {
     if (req->dtype == 0)
         return req->normalize ? TSOCK_FLOAT32 : TSOCK_UINT8;
@@ -27,7 +27,7 @@ output_dtype(const struct tsock_convert_request *req)
 
 /* Checks the request against the tensor; logs why it cannot be honoured. */
 static int
-check_request(const struct tsock_convert_request *req, const struct tsock_layout_tensor *t)
+check_request(const struct tsock__convert_request *req, const struct tsock_layout_tensor *t)
 {
     int dtype = output_dtype(req);
     if (!convertible(t)) {
@@ -58,7 +58,7 @@ check_request(const struct tsock_convert_request *req, const struct tsock_layout
  * and rounded once to float. Without normalisation floats are x / 255 (torchvision's
  * ToTensor scale). */
 static void
-set_coefficients(const struct tsock_convert_request *req, struct tsock_convert *cv)
+set_coefficients(const struct tsock__convert_request *req, struct tsock__convert_plan *cv)
 {
     for (uint32_t c = 0; c < cv->channels; c++) {
         double mean = req->normalize ? req->mean[c] : 0.0, std = req->normalize ? req->std[c] : 1.0;
@@ -69,7 +69,7 @@ set_coefficients(const struct tsock_convert_request *req, struct tsock_convert *
 
 /* The converted tensor in the published layout. */
 static void
-convert_tensor(struct tsock_layout_tensor *t, const struct tsock_convert *cv)
+convert_tensor(struct tsock_layout_tensor *t, const struct tsock__convert_plan *cv)
 {
     int64_t h = t->sample_shape[0], w = t->sample_shape[1], c = t->sample_shape[2];
     if (cv->channels_first) {
@@ -82,9 +82,9 @@ convert_tensor(struct tsock_layout_tensor *t, const struct tsock_convert *cv)
 }
 
 int
-tsock__convert_plan(const struct tsock_convert_request *req, const tsock_layout *in,
-                    uint32_t batch_size, tsock_layout *out, size_t *out_offsets, size_t *out_stride,
-                    struct tsock_convert *cv)
+tsock__convert_plan_make(const struct tsock__convert_request *req, const tsock_layout *in,
+                         uint32_t batch_size, tsock_layout *out, size_t *out_offsets,
+                         size_t *out_stride, struct tsock__convert_plan *cv)
 {
     memset(cv, 0, sizeof *cv);
     cv->tensor = -1;
@@ -125,7 +125,7 @@ tsock__convert_plan(const struct tsock_convert_request *req, const tsock_layout 
 }
 
 void
-tsock__convert_ref(const struct tsock_convert *cv, const uint8_t *in_slot, uint8_t *out_slot,
+tsock__convert_ref(const struct tsock__convert_plan *cv, const uint8_t *in_slot, uint8_t *out_slot,
                    uint32_t samples)
 {
     for (int t = 0; t < cv->tensor_count; t++) {

@@ -1,0 +1,38 @@
+/* The CUDA backend's table: the ring in device memory (ring.c), consumers' views of it
+ * (import.c), and release fences and gather buffers on a device (device.c). */
+#include "backend/cuda/cuda_int.h"
+
+static int
+cuda_remove_orphan(const uint8_t *blob, size_t blob_len)
+{
+    return 0; /* device memory and IPC handles die with the process that made them */
+}
+
+int
+tsock__backend_cuda_device_count(void)
+{
+    return tsock__cuda_device_count();
+}
+
+const struct tsock__backend tsock__backend_cuda = {
+    .name = "cuda",
+    .wire_device = TSOCK_DEVICE_CUDA,
+    .create = tsock__cuda_ring_create,
+    .export_blob = tsock__cuda_ring_export,
+    .fill_pointer = tsock__cuda_ring_staging,
+    .publish = tsock__cuda_ring_publish,
+    .close = tsock__cuda_ring_destroy,
+    .attach = tsock__cuda_import_open,
+    .view_base = tsock__cuda_import_base,
+    .view_device = tsock__cuda_import_device,
+    .wait = tsock__cuda_import_wait,
+    .copy_out = tsock__cuda_import_copy,
+    .copy_finish = tsock__cuda_import_sync,
+    .detach = tsock__cuda_import_close,
+    .buffer_alloc = tsock__cuda_alloc,
+    .buffer_free = tsock__cuda_free,
+    .fence_arm = tsock__cuda_fence_arm,
+    .fence_passed = tsock__cuda_fence_done,
+    .fence_destroy = tsock__cuda_fence_destroy,
+    .remove_orphan = cuda_remove_orphan,
+};

@@ -1,0 +1,339 @@
+/* The consumer engine's API half: options, start, next (with recovery from a lost producer),
+ * release, figures and destroy. consumer_internal.h maps the other files. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/sync.h"
+#include "engine/consumer_internal.h"
+
+/* ---- creation and options ---------------------------------------------------------------- */
+
+int
+tsock_consumer_create(tsock_consumer **out, const char *endpoint)
+{
+    if (!out)
+        return -EINVAL;
+    tsock_consumer *c = calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    int err = 0;
+    if (endpoint && strlen(endpoint) >= sizeof c->endpoint)
+        err = -ENAMETOOLONG;
+    else if (endpoint)
+        strcpy(c->endpoint, endpoint);
+    else
+        err = tsock_default_endpoint(c->endpoint, sizeof c->endpoint);
+    if (err < 0) {
+        free(c);
+        return err;
+    }
+    c->hb_interval_ms = 250;
+    c->hb_timeout_ms = 3000;
+    c->grace_ms = 100;
+    c->device = -1;
+    tsock__mutex_init(&c->mu);
+    tsock__cond_init(&c->cond);
+    *out = c;
+    return 0;
+}
+
+int
+tsock_consumer_set_heartbeat(tsock_consumer *c, int interval_ms, int timeout_ms)
+{
+    if (!c || interval_ms <= 0 || timeout_ms <= interval_ms)
+        return -EINVAL;
+    if (c->started)
+        return TSOCK_E_STATE;
+    c->hb_interval_ms = interval_ms;
+    c->hb_timeout_ms = timeout_ms;
+    return 0;
+}
+
+int
+tsock_consumer_set_name(tsock_consumer *c, const char *name)
+{
+    if (!c || !name || strlen(name) > TSOCK_MAX_NAME || !tsock__name_is_printable(name))
+        return -EINVAL;
+    if (c->started)
+        return TSOCK_E_STATE;
+    strcpy(c->name, name);
+    return 0;
+}
+
+int
+tsock_consumer_set_batch_size(tsock_consumer *c, uint32_t batch_size)
+{
+    if (!c)
+        return -EINVAL;
+    if (c->started)
+        return TSOCK_E_STATE;
+    c->batch_size = batch_size;
+    return 0;
+}
+
+int
+tsock_consumer_set_drop_last(tsock_consumer *c, int drop_last)
+{
+    if (!c)
+        return -EINVAL;
+    if (c->started)
+        return TSOCK_E_STATE;
+    c->drop_last = drop_last != 0;
+    return 0;
+}
+
+int
+tsock_consumer_set_epoch_grace(tsock_consumer *c, int grace_ms)
+{
+    if (!c || grace_ms < 0)
+        return -EINVAL;
+    if (c->started)
+        return TSOCK_E_STATE;
+    c->grace_ms = grace_ms;
+    return 0;
+}
+
+int
+tsock_consumer_set_reconnect(tsock_consumer *c, int timeout_ms)
+{
+    if (!c || timeout_ms < 0)
+        return -EINVAL;
+    if (c->started)
+        return TSOCK_E_STATE;
+    c->reconnect_ms = timeout_ms;
+    return 0;
+}
+
+int
+tsock_consumer_set_device(tsock_consumer *c, int device)
+{
+    if (!c || device < -1)
+        return -EINVAL;
+    if (c->started)
+        return TSOCK_E_STATE;
+    c->device = device;
+    return 0;
+}
+
+/* ---- start ------------------------------------------------------------------------------- */
+
+/* Checks what the producer announced against what this consumer asked for. */
+static int
+check_welcome(tsock_consumer *c)
+{
+    const struct tsock_msg_welcome *w = &c->welcome;
+    uint32_t batch = c->batch_size ? c->batch_size : w->batch_size;
+    if (c->drop_last && (w->samples == 0 || batch > w->samples)) {
+        tsock__log(TSOCK_LOG_ERROR, "drop_last needs a producer sampler with at least one full "
+                                    "batch per epoch");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int
+tsock_consumer_start(tsock_consumer *c, int timeout_ms)
+{
+    if (!c)
+        return -EINVAL;
+    if (c->started)
+        return TSOCK_E_STATE;
+    c->started = 1;
+    int err = tsock__session_open(c, timeout_ms);
+    if (err == 0)
+        err = check_welcome(c);
+    if (err < 0)
+        return err;
+    uint32_t batch = c->batch_size ? c->batch_size : c->welcome.batch_size;
+    tsock__plan_init(&c->plan, c->welcome.samples, batch, c->drop_last);
+    c->ready_to_read = 1;
+    return 0;
+}
+
+/* ---- next and release -------------------------------------------------------------------- */
+
+/* After the producer is gone: ends the epoch in progress with TSOCK_E_EPOCH_INTERRUPTED,
+ * then connects to the producer that replaced it (mu held on entry and exit). */
+static int
+recover(tsock_consumer *c, int err)
+{
+    int reconnectable = err == TSOCK_E_PRODUCER_LOST || err == TSOCK_E_PRODUCER_STOPPED;
+    if (!c->reconnect_ms || !reconnectable)
+        return err;
+    if (c->plan.done > 0 || c->building) {
+        tsock__plan_cut(&c->plan);
+        if (c->building) {
+            tsock__consumer_recycle(c, c->building);
+            c->building = NULL;
+        }
+        return TSOCK_E_EPOCH_INTERRUPTED;
+    }
+    pthread_mutex_unlock(&c->mu);
+    int rc = tsock__session_reopen(c, c->reconnect_ms);
+    pthread_mutex_lock(&c->mu);
+    tsock__plan_cut(&c->plan);
+    return rc < 0 ? rc : 1;
+}
+
+int
+tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch)
+{
+    if (!c || !batch)
+        return -EINVAL;
+    uint64_t started = tsock__now_ns();
+    uint64_t deadline = tsock__deadline(timeout_ms);
+    pthread_mutex_lock(&c->mu);
+    c->waiting_since = started;
+    int err = c->ready_to_read ? 0 : TSOCK_E_STATE;
+    while (err == 0) {
+        if (c->between_epochs || c->phase == TSOCK__PHASE_PAUSED)
+            tsock__consumer_start_next_epoch(c);
+        err = tsock__consumer_wait_batch(c, deadline, batch);
+        if (err == 0 || err == -ETIMEDOUT)
+            break;
+        err = recover(c, err);
+        if (err == 1)
+            err = 0; /* reconnected: try again on the new producer */
+        else
+            break;
+    }
+    c->stat_wait_ns += tsock__now_ns() - started;
+    c->waiting_since = 0;
+    pthread_mutex_unlock(&c->mu);
+    return err;
+}
+
+/* Whether b is a batch of this consumer that the caller holds. */
+static int
+held_here(const tsock_consumer *c, const tsock_batch *b)
+{
+    const tsock_batch *known = c->all_batches;
+    while (known && known != b)
+        known = known->next_all;
+    return known && b->held;
+}
+
+/* Arms the batch's release fence on `stream` in the memory its data is in. Returns 1 when the
+ * release must wait for the fence, 0 when it takes effect now, or a negative code. */
+static int
+arm_fence(tsock_consumer *c, tsock_batch *b, void *stream)
+{
+    const struct tsock__backend *ops = b->ring ? b->ring->ops : b->gather_ops;
+    if (!ops)
+        return 0; /* nothing was read */
+    if (b->fence && (b->fence_ops != ops || b->fence_device != b->device)) {
+        b->fence_ops->fence_destroy(b->fence);
+        b->fence = NULL;
+    }
+    b->fence_ops = ops;
+    b->fence_device = b->device;
+    return ops->fence_arm(b->device, &b->fence, stream);
+}
+
+/* Releases a batch: at once, or once the work queued on `stream` so far is done. */
+static int
+release(tsock_consumer *c, tsock_batch *b, void *stream)
+{
+    if (!c || !b)
+        return -EINVAL;
+    pthread_mutex_lock(&c->mu);
+    if (!held_here(c, b)) {
+        pthread_mutex_unlock(&c->mu);
+        return TSOCK_E_NOT_HELD;
+    }
+    int wait = arm_fence(c, b, stream);
+    if (wait < 0) {
+        pthread_mutex_unlock(&c->mu);
+        return wait;
+    }
+    b->held = 0;
+    c->held_count--;
+    c->stat_released++;
+    if (wait) {
+        b->next_deferred = c->deferred;
+        c->deferred = b;
+        c->deferred_count++;
+        tsock__channel_wake(c->channel); /* the service thread starts polling */
+    } else {
+        tsock__consumer_finish_release(c, b);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+int
+tsock_consumer_release(tsock_consumer *c, tsock_batch *b)
+{
+    return release(c, b, NULL);
+}
+
+int
+tsock_consumer_release_on_stream(tsock_consumer *c, tsock_batch *b, void *cuda_stream)
+{
+    return release(c, b, cuda_stream);
+}
+
+/* ---- figures ----------------------------------------------------------------------------- */
+
+int
+tsock_consumer_stat(tsock_consumer *c, int key, uint64_t *value)
+{
+    if (!c || !value)
+        return -EINVAL;
+    int err = 0;
+    pthread_mutex_lock(&c->mu);
+    switch (key) {
+    case TSOCK_STAT_BATCHES:
+    case TSOCK_STAT_CONSUMED_BATCHES: *value = c->stat_batches; break;
+    case TSOCK_STAT_SAMPLES:
+    case TSOCK_STAT_CONSUMED_SAMPLES: *value = c->stat_samples; break;
+    case TSOCK_STAT_EPOCHS: *value = c->stat_epochs; break;
+    case TSOCK_STAT_RELEASED: *value = c->stat_released; break;
+    case TSOCK_STAT_HELD: *value = (uint64_t)c->held_count; break;
+    case TSOCK_STAT_BAD_MESSAGES: *value = c->stat_bad; break;
+    case TSOCK_STAT_WAIT_NS: *value = tsock__consumer_wait_ns(c, tsock__now_ns()); break;
+    case TSOCK_STAT_ID: *value = c->welcome.consumer_id; break;
+    case TSOCK_STAT_PID: *value = (uint64_t)getpid(); break;
+    default: err = -EINVAL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return err;
+}
+
+uint32_t
+tsock_consumer_batch_capacity(const tsock_consumer *c)
+{
+    return c ? c->welcome.batch_size : 0;
+}
+
+uint32_t
+tsock_consumer_slot_count(const tsock_consumer *c)
+{
+    return c ? c->welcome.slot_count : 0;
+}
+
+uint64_t
+tsock_consumer_dataset_size(const tsock_consumer *c)
+{
+    return c ? c->welcome.samples : 0;
+}
+
+uint64_t
+tsock_consumer_batches_per_epoch(const tsock_consumer *c)
+{
+    return c && c->ready_to_read ? tsock__plan_batches_per_epoch(&c->plan) : 0;
+}
+
+void
+tsock_consumer_destroy(tsock_consumer *c)
+{
+    if (!c)
+        return;
+    tsock__session_close(c);
+    tsock__session_free(c);
+    pthread_cond_destroy(&c->cond);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}

@@ -1,0 +1,255 @@
+/* Reading: the queue of producer batches the service thread received, cut into this
+ * consumer's batches and epochs. A batch that lies inside one producer batch is a zero-copy
+ * view of its slot; any other is gathered into memory the batch owns. Every function runs on
+ * the caller's thread with mu held. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/sync.h"
+#include "engine/consumer_internal.h"
+
+static tsock_batch *
+new_batch(tsock_consumer *c)
+{
+    tsock_batch *b = c->free_batches;
+    if (b) {
+        c->free_batches = b->next_free;
+        return b;
+    }
+    b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->owner = c;
+    b->device = -1;
+    b->gather_device = -1;
+    b->next_all = c->all_batches;
+    c->all_batches = b;
+    return b;
+}
+
+void
+tsock__consumer_recycle(tsock_consumer *c, tsock_batch *b)
+{
+    b->next_free = c->free_batches;
+    c->free_batches = b;
+}
+
+/* Frees a batch's own buffers, wherever they are. */
+static void
+free_gathers(tsock_batch *b)
+{
+    for (int t = 0; t < TSOCK_MAX_TENSORS; t++) {
+        if (b->gather_ops)
+            b->gather_ops->buffer_free(b->gather_device, b->gather[t]);
+        b->gather[t] = NULL;
+        b->gather_cap[t] = 0;
+    }
+}
+
+/* Room in a batch's own buffers for `samples` samples of every tensor, in the memory the
+ * session's ring is read from (host memory, or the GPU the ring is read on). */
+static int
+reserve_gather(tsock_consumer *c, tsock_batch *b, uint32_t samples)
+{
+    int device = c->ring->ops->view_device(c->ring);
+    if (b->gather_ops != c->ring->ops || b->gather_device != device) {
+        free_gathers(b);
+        b->gather_ops = c->ring->ops;
+        b->gather_device = device;
+    }
+    for (uint32_t t = 0; t < c->welcome.tensor_count; t++) {
+        size_t need = (size_t)c->welcome.tensors[t].sample_bytes * samples;
+        if (b->gather_cap[t] >= need)
+            continue;
+        void *grown = NULL;
+        int err = b->gather_ops->buffer_alloc(device, need, &grown);
+        if (err < 0)
+            return err;
+        b->gather_ops->buffer_free(device, b->gather[t]);
+        b->gather[t] = grown;
+        b->gather_cap[t] = need;
+    }
+    return 0;
+}
+
+/* Where sample `sample` of tensor `tensor` of the producer batch `h` is in the ring. */
+static const uint8_t *
+sample_at(const tsock_consumer *c, const struct tsock__hold_batch *h, uint32_t tensor,
+          uint32_t sample)
+{
+    const struct tsock_tensor_desc *d = &c->welcome.tensors[tensor];
+    return c->ring_base + (size_t)h->slot * c->welcome.slot_stride + d->offset +
+           (size_t)d->sample_bytes * sample;
+}
+
+/* Copies n samples of producer batch h from `offset` into b's own buffers, complete on return:
+ * the slot's reference may be dropped right after, and the producer may then refill it. */
+static int
+gather(tsock_consumer *c, tsock_batch *b, const struct tsock__hold_batch *h, uint32_t offset,
+       uint32_t n)
+{
+    const struct tsock__backend *ops = c->ring->ops;
+    for (uint32_t t = 0; t < c->welcome.tensor_count; t++) {
+        size_t bytes = (size_t)c->welcome.tensors[t].sample_bytes;
+        int err = ops->copy_out(c->ring, h->slot, b->gather[t] + bytes * b->samples,
+                                sample_at(c, h, t, offset), bytes * n);
+        if (err < 0)
+            return err;
+    }
+    return ops->copy_finish(c->ring);
+}
+
+/* Takes up to `want` samples from the head producer batch into b. Returns how many were
+ * taken, or a negative code when a copy failed. */
+static int
+take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t want)
+{
+    uint32_t offset;
+    const struct tsock__hold_batch *h = tsock__hold_table_head(&c->holds, &offset);
+    uint32_t available = h->samples - offset;
+    uint32_t n = available < want - b->samples ? available : want - b->samples;
+    if (b->view) {
+        for (uint32_t t = 0; t < c->welcome.tensor_count; t++)
+            b->data[t] = sample_at(c, h, t, offset);
+        b->view_slot = h->slot;
+        b->view_seq = h->seq;
+        b->generation = c->generation;
+    } else {
+        int err = gather(c, b, h, offset, n);
+        if (err < 0)
+            return err;
+    }
+    if (b->samples == 0)
+        b->seq = h->seq;
+    b->samples += n;
+    /* In free mode the producer's epoch marks end the consumer's epochs; with a sampler only
+     * the consumer's own window does. */
+    b->free_end = c->plan.n == 0 && (h->flags & TSOCK_BATCH_EPOCH_END) && n == available;
+    tsock__consumer_take(c, n, b->view);
+    return (int)n;
+}
+
+/* Discards the tail drop_last leaves out of the previous epoch. Returns 1 when done. */
+static int
+skip_tail(tsock_consumer *c)
+{
+    if (c->plan.skip > 0) {
+        uint32_t pending = tsock__hold_table_pending(&c->holds);
+        c->plan.skip -= tsock__hold_table_discard(&c->holds, c->plan.skip);
+        if (tsock__hold_table_pending(&c->holds) > pending)
+            tsock__channel_wake(c->channel);
+    }
+    return c->plan.skip == 0;
+}
+
+/* Starts the batch under construction: a view when the head producer batch holds all of it. */
+static int
+begin_batch(tsock_consumer *c, uint32_t want)
+{
+    tsock_batch *b = new_batch(c);
+    if (!b)
+        return -ENOMEM;
+    uint32_t offset;
+    const struct tsock__hold_batch *h = tsock__hold_table_head(&c->holds, &offset);
+    b->samples = 0;
+    b->free_end = 0;
+    b->view_slot = UINT32_MAX;
+    b->view = h->samples - offset >= want || (c->plan.n == 0 && (h->flags & TSOCK_BATCH_EPOCH_END));
+    if (!b->view) {
+        int err = reserve_gather(c, b, want);
+        if (err < 0) {
+            tsock__consumer_recycle(c, b);
+            return err;
+        }
+        for (uint32_t t = 0; t < c->welcome.tensor_count; t++)
+            b->data[t] = b->gather[t];
+    }
+    c->building = b;
+    return 0;
+}
+
+/* Hands the finished batch to the caller and moves the epoch plan on. */
+static tsock_batch *
+finish_batch(tsock_consumer *c)
+{
+    tsock_batch *b = c->building;
+    c->building = NULL;
+    b->epoch = c->plan.epoch;
+    b->index = c->plan.index;
+    b->epoch_end = tsock__plan_advance(&c->plan, b->samples, b->free_end);
+    b->device = c->ring->ops->view_device(c->ring);
+    b->ring = b->view ? c->ring : NULL;
+    b->held = 1;
+    c->held_count++;
+    c->stat_batches++;
+    c->stat_samples += b->samples;
+    c->stat_epochs += b->epoch_end != 0;
+    if (b->epoch_end) {
+        c->between_epochs = 1;
+        c->epoch_ended_ns = tsock__now_ns();
+        tsock__channel_wake(c->channel); /* the service thread times the grace period */
+    }
+    return b;
+}
+
+/* Builds as much of the next batch as the queue allows (mu held). Returns 1 when a batch is
+ * ready in c->building, 0 when more producer batches are needed, or a negative code. */
+static int
+build(tsock_consumer *c)
+{
+    if (!skip_tail(c))
+        return 0;
+    uint32_t want = tsock__plan_want(&c->plan);
+    while (tsock__hold_table_queued(&c->holds) > 0) {
+        if (!c->building) {
+            int err = begin_batch(c, want);
+            if (err < 0)
+                return err;
+        }
+        int taken = take_from_head(c, c->building, want);
+        if (taken < 0)
+            return taken;
+        if (c->building->samples == want || c->building->free_end || c->building->view)
+            return 1;
+    }
+    return 0;
+}
+
+/* Leaving the pause or the grace period: the caller wants its next epoch (mu held). */
+void
+tsock__consumer_start_next_epoch(tsock_consumer *c)
+{
+    c->between_epochs = 0;
+    if (c->phase == TSOCK__PHASE_PAUSED) {
+        c->phase = TSOCK__PHASE_RESUMING;
+        tsock__channel_wake(c->channel); /* the service thread sends RESUME */
+    }
+}
+
+/* Waits for the next batch (mu held). */
+int
+tsock__consumer_wait_batch(tsock_consumer *c, uint64_t deadline, tsock_batch **batch)
+{
+    for (;;) {
+        int got = c->phase == TSOCK__PHASE_ACTIVE ? build(c) : 0;
+        if (got < 0)
+            return got;
+        if (got) {
+            *batch = finish_batch(c);
+            return 0;
+        }
+        if (c->terminal_error == TSOCK_E_END && c->building && c->building->samples > 0) {
+            /* The stream ended inside this batch: hand over what there is, ending the epoch. */
+            *batch = finish_batch(c);
+            c->stat_epochs += !(*batch)->epoch_end;
+            (*batch)->epoch_end = 1;
+            return 0;
+        }
+        if (c->terminal_error)
+            return c->terminal_error;
+        int err = tsock__cond_wait_until(&c->cond, &c->mu, deadline);
+        if (err < 0)
+            return err;
+    }
+}

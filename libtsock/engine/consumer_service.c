@@ -1,0 +1,399 @@
+/* The consumer engine's service half: the channel's handlers (the handshake, batches, the
+ * producer's goodbyes and losses), pausing between epochs, and the service thread that runs
+ * the channel, sends releases and watches stream-ordered release fences. Every handler runs on
+ * the service thread with `mu` held. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/consumer_internal.h"
+
+static void
+send_msg(tsock_consumer *c, int type)
+{
+    struct tsock_msg m;
+    m.type = (uint16_t)type;
+    if (type == TSOCK_MSG_HELLO) {
+        memset(&m.u.hello, 0, sizeof m.u.hello);
+        m.u.hello.pid = (uint32_t)getpid();
+        memcpy(m.u.hello.name, c->name, sizeof m.u.hello.name);
+    }
+    int err = tsock__channel_send(c->channel, 0, &m);
+    if (err < 0 && err != -EAGAIN)
+        tsock__log(TSOCK_LOG_WARN, "sending %s failed: %s", tsock__msg_type_name(type),
+                   tsock_strerror(err));
+}
+
+/* Sets the error every later call reports, once; wakes the caller. */
+static void
+fail(tsock_consumer *c, int code)
+{
+    if (!c->terminal_error)
+        c->terminal_error = code;
+    if (!c->welcomed && !c->start_error)
+        c->start_error = code;
+    pthread_cond_broadcast(&c->cond);
+}
+
+/* Only the producer can send to this socket: anything impossible means it is broken. */
+static void
+protocol_error(tsock_consumer *c, const char *what)
+{
+    c->stat_bad++;
+    tsock__log(TSOCK_LOG_ERROR, "protocol error from the producer: %s", what);
+    fail(c, TSOCK_E_PROTOCOL);
+}
+
+/* The producer is gone: remove what its ring left behind if it died, since a process killed
+ * with SIGKILL could not. */
+static void
+producer_lost(tsock_consumer *c)
+{
+    fail(c, TSOCK_E_PRODUCER_LOST);
+    if (c->ops)
+        c->ops->remove_orphan(c->welcome.attach, c->welcome.attach_len);
+}
+
+/* ---- handshake --------------------------------------------------------------------------- */
+
+/* A replacement producer must publish the same tensors, or the caller's code would misread. */
+static int
+same_layout(const struct tsock_msg_welcome *a, const struct tsock_msg_welcome *b)
+{
+    if (a->tensor_count != b->tensor_count)
+        return 0;
+    for (uint32_t t = 0; t < a->tensor_count; t++) {
+        const struct tsock_tensor_desc *x = &a->tensors[t], *y = &b->tensors[t];
+        if (strcmp(x->name, y->name) || x->dtype != y->dtype || x->ndim != y->ndim ||
+            x->sample_bytes != y->sample_bytes ||
+            memcmp(x->sample_shape, y->sample_shape, sizeof x->sample_shape))
+            return 0;
+    }
+    return 1;
+}
+
+/* Attaches the ring the WELCOME describes, through the backend it names. */
+static int
+attach_ring(tsock_consumer *c, const struct tsock_msg_welcome *w)
+{
+    const struct tsock__backend *ops = tsock__backend_for_wire(w->device);
+    if (!ops)
+        return TSOCK_E_PROTOCOL;
+    struct tsock__attach_request req = {
+        .blob = w->attach,
+        .blob_len = w->attach_len,
+        .ring_bytes = w->ring_bytes,
+        .slots = w->slot_count,
+        .device = c->device,
+    };
+    int err = ops->attach(&c->ring, &req);
+    if (err < 0)
+        return err;
+    c->ops = ops;
+    c->ring_base = ops->view_base(c->ring);
+    /* The WELCOME's blob is a view of the channel's buffer: keep a copy of it. */
+    free(c->attach);
+    c->attach = malloc(w->attach_len ? w->attach_len : 1);
+    if (!c->attach)
+        return -ENOMEM;
+    memcpy(c->attach, w->attach, w->attach_len);
+    return 0;
+}
+
+static void
+on_welcome(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+{
+    tsock_consumer *c = ctx;
+    const struct tsock_msg_welcome *w = &m->u.welcome;
+    if (c->welcomed)
+        return; /* the answer to a repeated HELLO */
+    int err = 0;
+    if (c->generation > 1 && !same_layout(&c->welcome, w))
+        err = TSOCK_E_LAYOUT;
+    if (!err)
+        err = attach_ring(c, w);
+    if (!err)
+        err = tsock__hold_table_init(&c->holds, w->slot_count);
+    if (err) {
+        tsock__log(TSOCK_LOG_ERROR, "cannot use the producer's ring: %s", tsock_strerror(err));
+        fail(c, err);
+        return;
+    }
+    c->welcome = *w;
+    c->welcome.attach = c->attach;
+    c->welcomed = 1;
+    tsock__channel_watch(c->channel, 0, NULL); /* heartbeats, and the producer's liveness */
+    pthread_cond_broadcast(&c->cond);
+}
+
+/* ---- batches ----------------------------------------------------------------------------- */
+
+static void
+release_now(tsock_consumer *c, const struct tsock_msg_batch *b)
+{
+    struct tsock_msg m;
+    m.type = TSOCK_MSG_RELEASE;
+    m.u.release.slot = b->slot;
+    m.u.release.seq = b->seq;
+    (void)tsock__channel_send(c->channel, 0, &m);
+}
+
+static void
+on_batch(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+{
+    tsock_consumer *c = ctx;
+    const struct tsock_msg_batch *b = &m->u.batch;
+    const struct tsock_msg_welcome *w = &c->welcome;
+    if (!c->welcomed || b->samples > w->batch_size) {
+        protocol_error(c, "BATCH larger than a slot, or before WELCOME");
+        return;
+    }
+    if (c->phase != TSOCK__PHASE_ACTIVE) {
+        release_now(c, b); /* sent before the producer saw our PAUSE: not ours to read */
+        return;
+    }
+    if (!c->ring_base) {
+        /* A late BATCH after this session's ring was closed (the producer was declared lost
+         * and everything was given back): nothing can be read from it any more. */
+        release_now(c, b);
+        return;
+    }
+    /* The producer sends every batch to a consumer that is not paused; a gap would break the
+     * consumer's epoch. */
+    if (w->samples && c->expect_position != TSOCK__ANY_POSITION &&
+        b->position != c->expect_position) {
+        protocol_error(c, "BATCH out of stream order");
+        return;
+    }
+    struct tsock__hold_batch hb = {
+        .slot = b->slot,
+        .samples = b->samples,
+        .seq = b->seq,
+        .position = b->position,
+        .epoch = b->epoch,
+        .index_in_epoch = b->index_in_epoch,
+        .flags = b->flags,
+    };
+    if (tsock__hold_table_announce(&c->holds, &hb) < 0) {
+        protocol_error(c, "BATCH for a slot out of range or still held");
+        return;
+    }
+    c->expect_position = b->position + b->samples;
+    pthread_cond_signal(&c->cond);
+}
+
+static void
+on_heartbeat(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+{
+    /* The channel noted that the producer is alive; nothing else to do. */
+}
+
+static void
+on_reject(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+{
+    tsock_consumer *c = ctx;
+    if (c->welcomed) {
+        /* The peer does not know us although we were welcomed: the producer we joined is
+         * gone and ZeroMQ reconnected us to one that replaced it on the endpoint (or it
+         * dropped us as dead). Either way that producer is lost to us. */
+        tsock__log(TSOCK_LOG_ERROR, "the producer no longer knows this consumer");
+        producer_lost(c);
+        return;
+    }
+    fail(c, m->u.reject.code);
+}
+
+static void
+on_resumed(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+{
+    tsock_consumer *c = ctx;
+    if (c->phase == TSOCK__PHASE_RESUMING) {
+        c->phase = TSOCK__PHASE_ACTIVE;
+        c->resume_sent = 0;
+        c->expect_position = TSOCK__ANY_POSITION; /* a new window starts at the next batch */
+    }
+}
+
+static void
+on_shutdown(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+{
+    fail(ctx, m->u.shutdown.reason == TSOCK_SHUTDOWN_END ? TSOCK_E_END : TSOCK_E_PRODUCER_STOPPED);
+}
+
+static void
+on_unexpected(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+{
+    protocol_error(ctx, tsock__msg_type_name(m->type));
+}
+
+static void
+on_malformed(void *ctx, const struct tsock__peer_id *from, int peer, size_t size, int parts,
+             int err)
+{
+    tsock_consumer *c = ctx;
+    c->stat_bad++;
+    tsock__log(TSOCK_LOG_ERROR, "malformed message from the producer: %s", tsock_strerror(err));
+    fail(c, err);
+}
+
+/* ---- liveness ---------------------------------------------------------------------------- */
+
+static void
+on_peer_lost(void *ctx, int peer)
+{
+    tsock_consumer *c = ctx;
+    if (c->terminal_error)
+        return;
+    tsock__log(TSOCK_LOG_ERROR, "no word from the producer for %d ms", c->hb_timeout_ms);
+    producer_lost(c);
+}
+
+/* Tells the producer what only this side knows, for its statistics. Sent beside HEARTBEAT
+ * rather than instead of it: a producer that does not know the message counts it as bad and
+ * still keeps the consumer alive. */
+static void
+send_own_stats(tsock_consumer *c, uint64_t now)
+{
+    struct tsock_msg m;
+    m.type = TSOCK_MSG_CONSUMER_STATS;
+    m.u.consumer_stats = (struct tsock_msg_consumer_stats){
+        .batches = c->stat_batches,
+        .samples = c->stat_samples,
+        .epochs = c->stat_epochs,
+        .wait_ns = tsock__consumer_wait_ns(c, now),
+    };
+    (void)tsock__channel_send(c->channel, 0, &m);
+}
+
+/* After the heartbeat: the figures, or, until welcomed, a repeated HELLO so that a producer
+ * that starts late or lost the first one still hears from us. */
+static void
+on_beat(void *ctx, uint64_t now)
+{
+    tsock_consumer *c = ctx;
+    if (c->welcomed)
+        send_own_stats(c, now);
+    else if (!c->start_error)
+        send_msg(c, TSOCK_MSG_HELLO);
+}
+
+void
+tsock__consumer_handlers(tsock_consumer *c, struct tsock__channel_handlers *h)
+{
+    memset(h, 0, sizeof *h);
+    h->ctx = c;
+    h->on[TSOCK_MSG_WELCOME] = on_welcome;
+    h->on[TSOCK_MSG_BATCH] = on_batch;
+    h->on[TSOCK_MSG_HEARTBEAT] = on_heartbeat;
+    h->on[TSOCK_MSG_REJECT] = on_reject;
+    h->on[TSOCK_MSG_RESUMED] = on_resumed;
+    h->on[TSOCK_MSG_SHUTDOWN] = on_shutdown;
+    h->on_unexpected = on_unexpected;
+    h->on_malformed = on_malformed;
+    h->on_beat = on_beat;
+    h->on_peer_lost = on_peer_lost;
+}
+
+/* ---- between epochs ---------------------------------------------------------------------- */
+
+/* The caller finished an epoch and has not asked for the next one within the grace period:
+ * give back everything queued and stop receiving, so nobody waits for us. */
+static void
+pause_if_lingering(tsock_consumer *c, uint64_t now)
+{
+    if (!c->between_epochs || c->phase != TSOCK__PHASE_ACTIVE || c->terminal_error ||
+        now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
+        return;
+    tsock__consumer_drop_queue(c);
+    c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */
+    c->phase = TSOCK__PHASE_PAUSED;
+    send_msg(c, TSOCK_MSG_PAUSE);
+}
+
+static void
+send_resume_if_asked(tsock_consumer *c)
+{
+    if (c->phase == TSOCK__PHASE_RESUMING && !c->resume_sent) {
+        send_msg(c, TSOCK_MSG_RESUME);
+        c->resume_sent = 1;
+    }
+}
+
+static void
+send_releases(tsock_consumer *c)
+{
+    struct tsock__hold_release owed[64];
+    uint32_t n;
+    struct tsock_msg m;
+    m.type = TSOCK_MSG_RELEASE;
+    while ((n = tsock__hold_table_take_releases(&c->holds, owed, 64)) > 0) {
+        for (uint32_t i = 0; i < n; i++) {
+            m.u.release.slot = owed[i].slot;
+            m.u.release.seq = owed[i].seq;
+            (void)tsock__channel_send(c->channel, 0, &m);
+        }
+    }
+}
+
+/* ---- the service thread ------------------------------------------------------------------ */
+
+/* Milliseconds until the service thread must look again, heartbeats aside (-1: no limit). */
+static int
+poll_timeout(const tsock_consumer *c, uint64_t now)
+{
+    /* Stream-ordered releases wait for their fences: look again within a millisecond. */
+    if (c->deferred_count > 0)
+        return 1;
+    if (!c->between_epochs || c->phase != TSOCK__PHASE_ACTIVE)
+        return -1;
+    uint64_t grace_end = c->epoch_ended_ns + (uint64_t)c->grace_ms * 1000000u;
+    return grace_end <= now ? 0 : (int)((grace_end - now) / 1000000u) + 1;
+}
+
+static void *
+service_main(void *arg)
+{
+    tsock_consumer *c = arg;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop_thread) {
+        int wait_ms = poll_timeout(c, tsock__now_ns());
+        pthread_mutex_unlock(&c->mu);
+        tsock__channel_wait(c->channel, wait_ms);
+        pthread_mutex_lock(&c->mu);
+        tsock__channel_dispatch(c->channel);
+        pause_if_lingering(c, tsock__now_ns());
+        send_resume_if_asked(c);
+        if (c->deferred_count > 0)
+            tsock__consumer_poll_fences(c);
+        send_releases(c);
+        tsock__consumer_close_ring_if_unused(c);
+    }
+    if (c->welcomed && c->terminal_error != TSOCK_E_PRODUCER_LOST)
+        send_msg(c, TSOCK_MSG_BYE);
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+int
+tsock__consumer_service_start(tsock_consumer *c)
+{
+    int err = pthread_create(&c->thread, NULL, service_main, c);
+    if (err)
+        return -err;
+    c->thread_started = 1;
+    return 0;
+}
+
+void
+tsock__consumer_service_stop(tsock_consumer *c)
+{
+    if (!c->thread_started)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->stop_thread = 1;
+    pthread_mutex_unlock(&c->mu);
+    tsock__channel_wake(c->channel);
+    pthread_join(c->thread, NULL);
+    c->thread_started = 0;
+}

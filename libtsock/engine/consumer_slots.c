@@ -1,0 +1,95 @@
+/* The consumer's lowest layer: references to the producer's slots, the queue of releases the
+ * service thread sends, releases fenced on a stream, and the rings sessions attached. Every
+ * function runs with mu held and calls nothing else of the consumer. */
+#include <stdlib.h>
+
+#include "engine/consumer_internal.h"
+
+void
+tsock__consumer_take(tsock_consumer *c, uint32_t n, int view)
+{
+    uint32_t pending = tsock__hold_table_pending(&c->holds);
+    (void)tsock__hold_table_take(&c->holds, n, view);
+    if (tsock__hold_table_pending(&c->holds) > pending)
+        tsock__channel_wake(c->channel); /* a release to send */
+}
+
+void
+tsock__consumer_drop_queue(tsock_consumer *c)
+{
+    if (tsock__hold_table_drop_queue(&c->holds) > 0)
+        tsock__channel_wake(c->channel);
+}
+
+void
+tsock__consumer_finish_release(tsock_consumer *c, tsock_batch *b)
+{
+    /* A view of an earlier session's ring owes nothing to this session's producer. */
+    if (b->view && b->view_slot != UINT32_MAX && b->generation == c->generation &&
+        tsock__hold_table_unref(&c->holds, b->view_slot, b->view_seq) == 1)
+        tsock__channel_wake(c->channel); /* a release to send */
+    b->next_free = c->free_batches;
+    c->free_batches = b;
+}
+
+int
+tsock__consumer_poll_fences(tsock_consumer *c)
+{
+    tsock_batch **link = &c->deferred;
+    while (*link) {
+        tsock_batch *b = *link;
+        /* A failed query (the context is broken) counts as passed: waiting cannot help. */
+        if (b->fence_ops->fence_passed(b->fence_device, b->fence) == 0) {
+            link = &b->next_deferred;
+            continue;
+        }
+        *link = b->next_deferred;
+        c->deferred_count--;
+        tsock__consumer_finish_release(c, b);
+    }
+    return c->deferred_count;
+}
+
+int
+tsock__consumer_ring_in_use(const tsock_consumer *c)
+{
+    if (c->deferred_count > 0)
+        return 1;
+    for (const tsock_batch *b = c->all_batches; b; b = b->next_all)
+        if (b->held && b->view && b->generation == c->generation)
+            return 1;
+    return 0;
+}
+
+void
+tsock__consumer_close_ring_if_unused(tsock_consumer *c)
+{
+    if (!c->ring || !c->terminal_error || tsock__hold_table_queued(&c->holds) > 0 ||
+        tsock__consumer_ring_in_use(c))
+        return;
+    c->ring->ops->detach(c->ring);
+    c->ring = NULL;
+    c->ring_base = NULL;
+    tsock__log(TSOCK_LOG_INFO, "closed the ring of a finished session (%s)",
+               tsock_strerror(c->terminal_error));
+}
+
+void
+tsock__consumer_retire_ring(tsock_consumer *c)
+{
+    if (!c->ring)
+        return;
+    if (!tsock__consumer_ring_in_use(c) || c->old_ring_count == TSOCK__MAX_OLD_RINGS)
+        c->ring->ops->detach(c->ring);
+    else
+        c->old_rings[c->old_ring_count++] = c->ring;
+    c->ring = NULL;
+    c->ring_base = NULL;
+}
+
+uint64_t
+tsock__consumer_wait_ns(const tsock_consumer *c, uint64_t now)
+{
+    uint64_t since = c->waiting_since;
+    return c->stat_wait_ns + (since && now > since ? now - since : 0);
+}

@@ -1,0 +1,472 @@
+/* The producer engine's API half: options, start, the caller's slots and publishing, finish and
+ * destroy. The service half (producer_service.c) talks to consumers; producer_internal.h says
+ * what the two share and how. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/layout.h"
+#include "core/sync.h"
+#include "engine/producer_internal.h"
+
+/* ---- creation and options ---------------------------------------------------------------- */
+
+int
+tsock_producer_create(tsock_producer **out, const char *endpoint, const tsock_layout *layout,
+                      uint32_t batch_size, uint32_t slots)
+{
+    if (!out || !layout || batch_size == 0 || slots < 2 || slots > TSOCK_RING_MAX_SLOTS)
+        return -EINVAL;
+    tsock_producer *p = calloc(1, sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    int err = 0;
+    if (endpoint) {
+        if (strlen(endpoint) >= sizeof p->endpoint)
+            err = -ENAMETOOLONG;
+        else
+            strcpy(p->endpoint, endpoint);
+    } else {
+        err = tsock_default_endpoint(p->endpoint, sizeof p->endpoint);
+    }
+    if (err >= 0)
+        err = tsock__layout_place(layout, batch_size, p->offsets, &p->slot_stride);
+    if (err < 0) {
+        free(p);
+        return err;
+    }
+    p->layout = *layout;
+    p->device = -1;
+    p->batch_size = batch_size;
+    p->slot_count = slots;
+    p->hb_interval_ms = 250;
+    p->hb_timeout_ms = 3000;
+    p->state = TSOCK__P_CREATED;
+    tsock__mutex_init(&p->mu);
+    tsock__cond_init(&p->cond);
+    *out = p;
+    return 0;
+}
+
+int
+tsock_producer_set_heartbeat(tsock_producer *p, int interval_ms, int timeout_ms)
+{
+    if (!p || interval_ms <= 0 || timeout_ms <= interval_ms)
+        return -EINVAL;
+    if (p->state != TSOCK__P_CREATED)
+        return TSOCK_E_STATE;
+    p->hb_interval_ms = interval_ms;
+    p->hb_timeout_ms = timeout_ms;
+    return 0;
+}
+
+int
+tsock_producer_set_sampler(tsock_producer *p, uint64_t samples, uint64_t seed, uint64_t epochs)
+{
+    if (!p || samples == 0)
+        return -EINVAL;
+    if (p->state != TSOCK__P_CREATED)
+        return TSOCK_E_STATE;
+    p->use_sampler = 1;
+    p->sampler_samples = samples;
+    p->sampler_seed = seed;
+    p->sampler_epochs = epochs;
+    return 0;
+}
+
+int
+tsock_producer_set_device(tsock_producer *p, int device)
+{
+    if (!p || device < -1)
+        return -EINVAL;
+    if (p->state != TSOCK__P_CREATED)
+        return TSOCK_E_STATE;
+    p->device = device;
+    return 0;
+}
+
+/* The tensor a conversion applies to; both setters must name the same one. */
+static int
+set_convert_tensor(tsock_producer *p, const char *tensor)
+{
+    if (!tensor)
+        tensor = "image";
+    if (strlen(tensor) > TSOCK_MAX_NAME || !tensor[0])
+        return -EINVAL;
+    if (p->convert.tensor[0] && strcmp(p->convert.tensor, tensor) != 0) {
+        tsock__log(TSOCK_LOG_ERROR, "conversion already set for tensor \"%s\", not \"%s\"",
+                   p->convert.tensor, tensor);
+        return -EINVAL;
+    }
+    strcpy(p->convert.tensor, tensor);
+    return 0;
+}
+
+int
+tsock_producer_set_output(tsock_producer *p, const char *tensor, int dtype, int layout)
+{
+    if (!p || (dtype != TSOCK_UINT8 && dtype != TSOCK_FLOAT16 && dtype != TSOCK_FLOAT32) ||
+        (layout != TSOCK_NHWC && layout != TSOCK_NCHW))
+        return -EINVAL;
+    if (p->state != TSOCK__P_CREATED)
+        return TSOCK_E_STATE;
+    int err = set_convert_tensor(p, tensor);
+    if (err < 0)
+        return err;
+    p->convert.dtype = dtype;
+    p->convert.channels_first = layout == TSOCK_NCHW;
+    return 0;
+}
+
+/* ImageNet's channel statistics on the [0, 1] scale, as torchvision's examples use them. */
+static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
+static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
+
+int
+tsock_producer_set_normalize(tsock_producer *p, const char *tensor, int channels, const float *mean,
+                             const float *std)
+{
+    if (!p || (!mean) != (!std) || (!mean && channels != 3 && channels != 0))
+        return -EINVAL;
+    if (mean && (channels < 1 || channels > TSOCK__CONVERT_MAX_CHANNELS))
+        return -EINVAL;
+    if (!mean) {
+        channels = 3;
+        mean = imagenet_mean;
+        std = imagenet_std;
+    }
+    for (int c = 0; c < channels; c++)
+        if (!isfinite(mean[c]) || !isfinite(std[c]) || !(std[c] > 0.0f))
+            return -EINVAL;
+    if (p->state != TSOCK__P_CREATED)
+        return TSOCK_E_STATE;
+    int err = set_convert_tensor(p, tensor);
+    if (err < 0)
+        return err;
+    p->convert.normalize = 1;
+    p->convert.channels = channels;
+    memcpy(p->convert.mean, mean, sizeof *mean * (size_t)channels);
+    memcpy(p->convert.std, std, sizeof *std * (size_t)channels);
+    return 0;
+}
+
+const char *
+tsock_producer_endpoint(const tsock_producer *p)
+{
+    return p ? p->endpoint : NULL;
+}
+
+/* ---- start ------------------------------------------------------------------------------- */
+
+/* The ring's bookkeeping, the sampler and the slot memory the backend makes. */
+static int
+allocate_ring(tsock_producer *p)
+{
+    int err = tsock__ring_init(&p->ring, p->slot_count);
+    if (err < 0)
+        return err;
+    p->queue = calloc(p->slot_count, sizeof *p->queue);
+    if (!p->queue)
+        return -ENOMEM;
+    if (p->use_sampler) {
+        p->slot_ids = calloc((size_t)p->slot_count * p->batch_size, sizeof *p->slot_ids);
+        if (!p->slot_ids)
+            return -ENOMEM;
+        err = tsock__sampler_init(&p->sampler, p->sampler_samples, p->sampler_seed,
+                                  p->sampler_epochs);
+        if (err < 0)
+            return err;
+    }
+    struct tsock__ring_request req = {
+        .layout = &p->layout,
+        .offsets = p->offsets,
+        .stride = p->slot_stride,
+        .batch_size = p->batch_size,
+        .slots = p->slot_count,
+        .device = p->device,
+        .convert = &p->convert,
+    };
+    const struct tsock__backend *ops = tsock__backend_for_device(p->device);
+    return ops->create(&p->memory, &req, &p->shape);
+}
+
+int
+tsock_producer_start(tsock_producer *p)
+{
+    if (!p)
+        return -EINVAL;
+    if (p->state != TSOCK__P_CREATED || p->channel)
+        return TSOCK_E_STATE;
+    int err = allocate_ring(p);
+    if (err < 0)
+        return err;
+    p->state = TSOCK__P_RUNNING;
+    p->started_ns = tsock__now_ns();
+    err = tsock__producer_service_start(p);
+    if (err < 0) {
+        p->state = TSOCK__P_CREATED;
+        return err;
+    }
+    tsock__log(TSOCK_LOG_INFO, "producer on %s: %u slots of %zu bytes (%s)", p->endpoint,
+               p->slot_count, p->shape.stride, p->memory->ops->name);
+    return 0;
+}
+
+/* ---- the caller's side: consumers, slots, publishing --------------------------------------- */
+
+int
+tsock_producer_wait_consumers(tsock_producer *p, int count, int timeout_ms)
+{
+    if (!p)
+        return -EINVAL;
+    uint64_t deadline = tsock__deadline(timeout_ms);
+    pthread_mutex_lock(&p->mu);
+    int err = 0;
+    while (p->consumer_count < count && err == 0)
+        err = tsock__cond_wait_until(&p->cond, &p->mu, deadline);
+    int n = p->consumer_count;
+    pthread_mutex_unlock(&p->mu);
+    return n >= count ? n : -ETIMEDOUT;
+}
+
+/* Waits (mu held) for a free slot and takes it. */
+static int
+take_free_slot(tsock_producer *p, int timeout_ms)
+{
+    uint64_t deadline = tsock__deadline(timeout_ms);
+    uint64_t started = tsock__now_ns();
+    int slot;
+    while ((slot = tsock__ring_acquire(&p->ring)) < 0) {
+        if (p->state != TSOCK__P_RUNNING)
+            return TSOCK_E_STATE;
+        if (tsock__cond_wait_until(&p->cond, &p->mu, deadline) != 0) {
+            slot = tsock__ring_acquire(&p->ring);
+            break;
+        }
+    }
+    p->stat_wait_ns += tsock__now_ns() - started;
+    return slot < 0 ? -ETIMEDOUT : slot;
+}
+
+/* Before an epoch starts, tells the sampler the phase of every consumer whose window runs into
+ * it, so each of them still sees every sample once (mu held). */
+static void
+keep_consumer_phases(tsock_producer *p)
+{
+    uint64_t phases[TSOCK__PRODUCER_MAX_CONSUMERS];
+    size_t n = 0;
+    for (int i = 0; i < TSOCK__PRODUCER_MAX_CONSUMERS; i++) {
+        const struct tsock__consumer_rec *c = &p->consumers[i];
+        if (c->active && !c->paused && c->window_start != TSOCK__NO_WINDOW)
+            phases[n++] = c->window_start % p->sampler_samples;
+    }
+    tsock__sampler_keep_segments(&p->sampler, phases, n);
+}
+
+/* Asks the sampler what the slot must hold. Returns 0, or TSOCK_E_END after the last epoch. */
+static int
+plan_slot(tsock_producer *p, struct tsock_slot *s)
+{
+    s->planned = 0;
+    s->epoch = 0;
+    s->index_in_epoch = 0;
+    s->epoch_end = 0;
+    s->ids = NULL;
+    s->position = p->free_position;
+    if (!p->use_sampler)
+        return 0;
+    if (p->sampler.position == 0 && p->sampler.epoch > 0) {
+        pthread_mutex_lock(&p->mu);
+        keep_consumer_phases(p);
+        pthread_mutex_unlock(&p->mu);
+    }
+    s->position = tsock__sampler_stream_position(&p->sampler);
+    s->ids = p->slot_ids + (size_t)s->index * p->batch_size;
+    s->planned = tsock__sampler_next(&p->sampler, p->batch_size, s->ids, &s->epoch,
+                                     &s->index_in_epoch, &s->epoch_end);
+    return s->planned ? 0 : TSOCK_E_END;
+}
+
+int
+tsock_producer_stream_ended(const tsock_producer *p)
+{
+    return p && p->use_sampler && tsock__sampler_exhausted(&p->sampler);
+}
+
+int
+tsock_producer_acquire(tsock_producer *p, int timeout_ms, tsock_slot **slot)
+{
+    if (!p || !slot)
+        return -EINVAL;
+    if (p->filling)
+        return TSOCK_E_STATE;
+    /* The end is known before any slot is free: say so at once rather than after waiting for
+     * consumers that may already have left. */
+    if (p->use_sampler && tsock__sampler_exhausted(&p->sampler))
+        return TSOCK_E_END;
+    pthread_mutex_lock(&p->mu);
+    int index = p->state == TSOCK__P_RUNNING ? take_free_slot(p, timeout_ms) : TSOCK_E_STATE;
+    pthread_mutex_unlock(&p->mu);
+    if (index < 0)
+        return index;
+    struct tsock_slot *s = &p->current;
+    s->index = (uint32_t)index;
+    s->offsets = p->offsets;
+    s->tensor_count = p->layout.count;
+    /* The slot itself, or (on a GPU) pinned staging memory that publish copies to the slot. */
+    int err = p->memory->ops->fill_pointer(p->memory, s->index, &s->base);
+    if (err == 0)
+        err = plan_slot(p, s);
+    if (err < 0) {
+        pthread_mutex_lock(&p->mu);
+        tsock__ring_abandon(&p->ring, s->index);
+        pthread_cond_broadcast(&p->cond);
+        pthread_mutex_unlock(&p->mu);
+        return err;
+    }
+    p->filling = 1;
+    *slot = s;
+    return 0;
+}
+
+void *
+tsock_slot_data(tsock_slot *slot, int tensor)
+{
+    if (!slot || tensor < 0 || tensor >= slot->tensor_count)
+        return NULL;
+    return slot->base + slot->offsets[tensor];
+}
+
+uint32_t
+tsock_slot_planned(const tsock_slot *slot)
+{
+    return slot ? slot->planned : 0;
+}
+
+const uint64_t *
+tsock_slot_sample_ids(const tsock_slot *slot)
+{
+    return slot ? slot->ids : NULL;
+}
+
+uint64_t
+tsock_slot_epoch(const tsock_slot *slot)
+{
+    return slot ? slot->epoch : 0;
+}
+
+int
+tsock_slot_set_epoch(tsock_slot *slot, uint64_t epoch, uint64_t index_in_epoch, int epoch_end)
+{
+    if (!slot)
+        return -EINVAL;
+    if (slot->ids)
+        return TSOCK_E_STATE;
+    slot->epoch = epoch;
+    slot->index_in_epoch = index_in_epoch;
+    slot->epoch_end = epoch_end != 0;
+    return 0;
+}
+
+/* The consumers a batch published now goes to; a consumer's first batch after joining or
+ * resuming starts its window (mu held). */
+static uint64_t
+take_holders(tsock_producer *p, uint64_t position)
+{
+    uint64_t mask = 0;
+    for (int i = 0; i < TSOCK__PRODUCER_MAX_CONSUMERS; i++) {
+        struct tsock__consumer_rec *c = &p->consumers[i];
+        if (!c->active || c->paused)
+            continue;
+        mask |= (uint64_t)1 << i;
+        if (c->window_start == TSOCK__NO_WINDOW)
+            c->window_start = position;
+    }
+    return mask;
+}
+
+int
+tsock_producer_publish(tsock_producer *p, tsock_slot *slot, uint32_t samples)
+{
+    if (!p || slot != &p->current || !p->filling)
+        return p ? TSOCK_E_STATE : -EINVAL;
+    if (samples == 0 || samples > p->batch_size || (p->use_sampler && samples != slot->planned))
+        return -EINVAL;
+    /* The slot is made readable (on a GPU: its copy and event queued) before any consumer
+     * hears of the batch, so what a consumer waits on is always this batch. */
+    int err = p->memory->ops->publish(p->memory, slot->index, samples);
+    if (err < 0) {
+        pthread_mutex_lock(&p->mu);
+        tsock__ring_abandon(&p->ring, slot->index);
+        pthread_cond_broadcast(&p->cond);
+        pthread_mutex_unlock(&p->mu);
+        p->filling = 0;
+        return err;
+    }
+    pthread_mutex_lock(&p->mu);
+    uint64_t holders = take_holders(p, slot->position), seq;
+    tsock__ring_publish(&p->ring, slot->index, holders, &seq);
+    p->stat_batches++;
+    p->stat_samples += samples;
+    p->stat_epochs += slot->epoch_end != 0;
+    if (holders) {
+        struct tsock__outgoing *o = &p->queue[(p->queue_head + p->queue_len++) % p->slot_count];
+        o->holders = holders;
+        o->batch = (struct tsock_msg_batch){
+            .slot = slot->index,
+            .samples = samples,
+            .seq = seq,
+            .epoch = slot->epoch,
+            .index_in_epoch = slot->index_in_epoch,
+            .position = slot->position,
+            .flags = slot->epoch_end ? TSOCK_BATCH_EPOCH_END : 0,
+        };
+    } else {
+        pthread_cond_broadcast(&p->cond); /* the slot is free again */
+    }
+    pthread_mutex_unlock(&p->mu);
+    p->filling = 0;
+    p->free_position = slot->position + samples;
+    if (holders)
+        tsock__channel_wake(p->channel);
+    return 0;
+}
+
+/* ---- finish and destroy ------------------------------------------------------------------ */
+
+int
+tsock_producer_finish(tsock_producer *p)
+{
+    if (!p)
+        return -EINVAL;
+    pthread_mutex_lock(&p->mu);
+    if (p->state == TSOCK__P_RUNNING)
+        p->state = TSOCK__P_FINISHED;
+    if (p->filling)
+        tsock__ring_abandon(&p->ring, p->current.index);
+    p->filling = 0;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->mu);
+    if (p->channel)
+        tsock__channel_wake(p->channel);
+    return 0;
+}
+
+void
+tsock_producer_destroy(tsock_producer *p)
+{
+    if (!p)
+        return;
+    tsock__producer_service_stop(p);
+    if (p->memory)
+        p->memory->ops->close(p->memory);
+    if (p->use_sampler)
+        tsock__sampler_free(&p->sampler);
+    free(p->slot_ids);
+    free(p->queue);
+    pthread_cond_destroy(&p->cond);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}

@@ -1,0 +1,135 @@
+/* The producer's state, shared by its API half (producer.c: options, start, slots, publish),
+ * its service half (producer_service.c: the channel's handlers) and its figures
+ * (producer_stats.c). Two threads touch a producer: the caller's, which acquires, fills and
+ * publishes slots, and the service thread, which runs the channel. What they share is
+ * guarded by `mu`; the caller wakes the service thread through the channel, and the service
+ * thread wakes the caller (waiting for a free slot or for consumers) through `cond`. */
+#ifndef TSOCK_PRODUCER_INTERNAL_H
+#define TSOCK_PRODUCER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/core.h"
+#include "dataset/sampler.h"
+#include "proto/proto.h"
+#include "ring/ring.h"
+#include "transport/channel.h"
+
+#define TSOCK__PRODUCER_MAX_CONSUMERS TSOCK_RING_MAX_CONSUMERS
+_Static_assert(TSOCK__PRODUCER_MAX_CONSUMERS <= TSOCK_STATS_MAX_CONSUMERS,
+               "a STATS_REPLY lists every consumer");
+_Static_assert(TSOCK__PRODUCER_MAX_CONSUMERS <= TSOCK__CHANNEL_MAX_PEERS,
+               "the channel watches every consumer");
+
+/* A consumer's window has not started: it joined or resumed and got no batch yet. */
+#define TSOCK__NO_WINDOW UINT64_MAX
+
+/* One consumer, at the index the ring and the channel know it by. */
+struct tsock__consumer_rec {
+    int active;
+    struct tsock__peer_id peer;
+    uint64_t consumer_id;
+    uint64_t join_order;
+    uint32_t pid;
+    char name[TSOCK_MAX_NAME + 1];
+    uint64_t batches, samples, released;
+    int paused;            /* between epochs: not given new batches */
+    uint64_t window_start; /* stream position of its current window, or TSOCK__NO_WINDOW */
+    uint64_t rate_mark_ns, rate_mark_released; /* start of the current rate window */
+    uint64_t rate_milli;                       /* released per second x 1000, last window */
+    int reported;                              /* `own` holds a CONSUMER_STATS */
+    struct tsock_msg_consumer_stats own;
+    /* Dropped because a send failed, not yet counted as lost: a consumer that says BYE and
+     * closes its socket can make a send fail before its BYE, already queued, is read. The
+     * verdict waits for the end of the pass over the socket (producer_service.c). */
+    int unreachable;
+};
+
+/* A published slot waiting for the service thread to announce it. */
+struct tsock__outgoing {
+    uint64_t holders;
+    struct tsock_msg_batch batch;
+};
+
+/* The slot the caller is filling (the public tsock_slot). */
+struct tsock_slot {
+    uint32_t index;
+    uint32_t planned;
+    uint64_t position; /* stream position of the slot's first sample */
+    uint64_t epoch;
+    uint64_t index_in_epoch;
+    int epoch_end;
+    uint64_t *ids;
+    uint8_t *base;
+    const size_t *offsets;
+    int tensor_count;
+};
+
+enum tsock__producer_state {
+    TSOCK__P_CREATED,
+    TSOCK__P_RUNNING,
+    TSOCK__P_FINISHED,
+    TSOCK__P_STOPPED
+};
+
+struct tsock_producer {
+    char endpoint[TSOCK__ENDPOINT_MAX];
+    tsock_layout layout; /* as the caller fills a slot */
+    size_t offsets[TSOCK_MAX_TENSORS];
+    size_t slot_stride;
+    int device; /* CUDA device of the ring, or -1 for host shared memory */
+    struct tsock__convert_request convert;
+    struct tsock__ring_shape shape; /* as consumers see a slot */
+    struct tsock__slot_memory *memory;
+    uint32_t batch_size, slot_count;
+    int hb_interval_ms, hb_timeout_ms;
+
+    int use_sampler;
+    uint64_t sampler_samples, sampler_seed, sampler_epochs;
+    struct tsock_sampler sampler;
+    uint64_t *slot_ids; /* slot_count * batch_size sample ids */
+    struct tsock_slot current;
+    int filling;
+    uint64_t free_position; /* free mode: samples published so far */
+
+    struct tsock__channel *channel;
+    pthread_t thread;
+    int thread_started;
+
+    /* Shared between the caller's thread and the service thread, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    enum tsock__producer_state state;
+    int stop_thread;
+    int shutdown_sent;
+    struct tsock_ring ring;
+    struct tsock__consumer_rec consumers[TSOCK__PRODUCER_MAX_CONSUMERS];
+    int consumer_count;
+    uint64_t next_consumer_id;
+    struct tsock__outgoing *queue; /* ring buffer of slot_count entries */
+    uint32_t queue_head, queue_len;
+    uint64_t stat_batches, stat_samples, stat_released, stat_joined, stat_lost, stat_bad,
+        stat_wait_ns, stat_epochs;
+    uint64_t started_ns;
+    char status[TSOCK_MAX_STATUS + 1]; /* the application's JSON object, or "" */
+    uint64_t stats_window_ns;          /* STATS_REQUEST rate limit: current second */
+    int stats_answered;                /* replies sent in it */
+    uint64_t stats_dropped;
+    struct tsock_stats_reply stats_reply;         /* service thread's, for STATS_REPLY */
+    uint8_t stats_frame[TSOCK_PROTO_MAX_MESSAGE]; /* its encoding */
+};
+
+/* producer_service.c: the service thread (start: the channel is bound; stop: joined). */
+int tsock__producer_service_start(tsock_producer *p);
+void tsock__producer_service_stop(tsock_producer *p);
+
+/* producer_stats.c (mu held) */
+void tsock__producer_snapshot(const tsock_producer *p, struct tsock_stats_producer *s);
+void tsock__producer_snapshot_consumer(const tsock_producer *p, int index,
+                                       struct tsock_stats_consumer *s);
+/* Indices of the active consumers in join order; returns how many. */
+int tsock__producer_join_order(const tsock_producer *p, int order[TSOCK__PRODUCER_MAX_CONSUMERS]);
+
+#endif

@@ -1,0 +1,486 @@
+/* The producer engine's service half: the channel's handlers (joining, releases, pauses,
+ * goodbyes, statistics requests, lost consumers) and the service thread that runs the channel
+ * and announces published slots. Every handler runs on the service thread with `mu` held. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/producer_internal.h"
+
+/* Consumer rates are measured over windows of about this length. */
+#define RATE_WINDOW_NS 1000000000u
+/* STATS_REQUESTs answered per second at most: each reply costs a walk over the consumers and
+ * the ring and up to 14 KB queued for a peer that may never read it, so a flood of requests
+ * must not turn into a flood of work or memory. Legitimate watchers ask about once a second. */
+#define STATS_REPLIES_PER_S 20
+/* How long a closing producer lets its last messages (SHUTDOWN) leave. */
+#define CLOSE_LINGER_MS 200
+
+#define MAX_CONSUMERS TSOCK__PRODUCER_MAX_CONSUMERS
+
+/* ---- the roster -------------------------------------------------------------------------- */
+
+/* Forgets a consumer and frees its slots. `lost`: it vanished without saying BYE. */
+static void
+drop_consumer(tsock_producer *p, int index, const char *why, int lost)
+{
+    struct tsock__consumer_rec *c = &p->consumers[index];
+    if (!c->active)
+        return;
+    p->stat_lost += lost != 0;
+    int freed = tsock__ring_drop_consumer(&p->ring, (uint32_t)index);
+    tsock__channel_unwatch(p->channel, index);
+    tsock__log(TSOCK_LOG_INFO, "consumer %llu (pid %u) %s; %d slots reclaimed",
+               (unsigned long long)c->consumer_id, c->pid, why, freed < 0 ? 0 : freed);
+    c->active = 0;
+    p->consumer_count--;
+    pthread_cond_broadcast(&p->cond);
+}
+
+/* A send to the consumer failed. EHOSTUNREACH: its connection is gone. EAGAIN: it stopped
+ * reading a queue deep enough for thousands of messages. Either way it cannot be served. */
+static void
+drop_unreachable(tsock_producer *p, int index, int type, int err)
+{
+    tsock__log(TSOCK_LOG_WARN, "sending %s to consumer %llu failed: %s", tsock__msg_type_name(type),
+               (unsigned long long)p->consumers[index].consumer_id, tsock_strerror(err));
+    drop_consumer(p, index, "is unreachable", 0);
+    p->consumers[index].unreachable = 1;
+}
+
+static void
+send_to(tsock_producer *p, int index, const struct tsock_msg *msg)
+{
+    int err = tsock__channel_send(p->channel, index, msg);
+    if (err < 0)
+        drop_unreachable(p, index, msg->type, err);
+}
+
+/* A BYE from a consumer dropped as unreachable: it left after all. Returns 1 if it was one. */
+static int
+bye_after_unreachable(tsock_producer *p, const struct tsock__peer_id *from)
+{
+    for (int i = 0; i < MAX_CONSUMERS; i++) {
+        struct tsock__consumer_rec *c = &p->consumers[i];
+        if (!c->active && c->unreachable && c->peer.len == from->len &&
+            memcmp(c->peer.bytes, from->bytes, from->len) == 0) {
+            c->unreachable = 0;
+            tsock__log(TSOCK_LOG_INFO, "consumer %llu had said BYE: it left",
+                       (unsigned long long)c->consumer_id);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* After a whole pass over the socket: the consumers dropped as unreachable whose BYE did not
+ * come are lost. */
+static void
+settle_unreachable(tsock_producer *p)
+{
+    for (int i = 0; i < MAX_CONSUMERS; i++) {
+        struct tsock__consumer_rec *c = &p->consumers[i];
+        if (!c->active && c->unreachable) {
+            c->unreachable = 0;
+            p->stat_lost++;
+            tsock__log(TSOCK_LOG_INFO, "consumer %llu was lost (no BYE)",
+                       (unsigned long long)c->consumer_id);
+        }
+    }
+}
+
+static void
+reject(tsock_producer *p, const struct tsock__peer_id *to, int code)
+{
+    struct tsock_msg m;
+    m.type = TSOCK_MSG_REJECT;
+    m.u.reject.code = code;
+    (void)tsock__channel_reply(p->channel, to, &m); /* best effort to an unknown peer */
+}
+
+static void
+fill_welcome(const tsock_producer *p, const struct tsock__consumer_rec *c, struct tsock_msg *m)
+{
+    struct tsock_msg_welcome *w = &m->u.welcome;
+    memset(m, 0, sizeof *m);
+    m->type = TSOCK_MSG_WELCOME;
+    w->consumer_id = c->consumer_id;
+    w->batch_size = p->batch_size;
+    w->slot_count = p->slot_count;
+    w->slot_stride = p->shape.stride;
+    w->ring_bytes = p->shape.bytes;
+    w->heartbeat_ms = (uint32_t)p->hb_interval_ms;
+    w->device = p->memory->ops->wire_device;
+    w->samples = p->use_sampler ? p->sampler_samples : 0;
+    w->attach_len = (uint32_t)p->memory->ops->export_blob(p->memory, &w->attach);
+    w->tensor_count = (uint32_t)p->shape.layout.count;
+    for (int t = 0; t < p->shape.layout.count; t++) {
+        const struct tsock_layout_tensor *lt = &p->shape.layout.tensors[t];
+        struct tsock_tensor_desc *d = &w->tensors[t];
+        memcpy(d->name, lt->name, sizeof d->name);
+        d->dtype = (uint8_t)lt->dtype;
+        d->ndim = (uint8_t)lt->ndim;
+        memcpy(d->sample_shape, lt->sample_shape, sizeof d->sample_shape);
+        d->offset = p->shape.offsets[t];
+        d->sample_bytes = lt->sample_bytes;
+    }
+}
+
+/* A newcomer takes the first free record. Returns its index, or -1 when it was refused. */
+static int
+admit(tsock_producer *p, const struct tsock__peer_id *from, const struct tsock_msg_hello *h)
+{
+    if (p->state != TSOCK__P_RUNNING) {
+        reject(p, from, p->state == TSOCK__P_FINISHED ? TSOCK_E_END : TSOCK_E_PRODUCER_STOPPED);
+        return -1;
+    }
+    int index = 0;
+    while (index < MAX_CONSUMERS && p->consumers[index].active)
+        index++;
+    if (index == MAX_CONSUMERS) {
+        reject(p, from, TSOCK_E_FULL);
+        return -1;
+    }
+    struct tsock__consumer_rec *c = &p->consumers[index];
+    p->stat_lost += c->unreachable != 0; /* its record is reused before the verdict */
+    memset(c, 0, sizeof *c);
+    c->active = 1;
+    c->peer = *from;
+    c->consumer_id = p->next_consumer_id++;
+    c->join_order = p->stat_joined++;
+    c->pid = h->pid;
+    memcpy(c->name, h->name, sizeof c->name);
+    c->rate_mark_ns = tsock__now_ns();
+    c->window_start = TSOCK__NO_WINDOW;
+    p->consumer_count++;
+    tsock__channel_watch(p->channel, index, from);
+    pthread_cond_broadcast(&p->cond);
+    tsock__log(TSOCK_LOG_INFO, "consumer %llu joined (pid %u, \"%s\")",
+               (unsigned long long)c->consumer_id, c->pid, c->name);
+    return index;
+}
+
+/* ---- handlers ---------------------------------------------------------------------------- */
+
+static void
+on_hello(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+{
+    tsock_producer *p = ctx;
+    if (index < 0)
+        index = admit(p, from, &m->u.hello);
+    if (index < 0)
+        return;
+    /* A repeated HELLO (its first WELCOME was lost) gets the same answer again. */
+    struct tsock_msg w;
+    fill_welcome(p, &p->consumers[index], &w);
+    send_to(p, index, &w);
+}
+
+/* Messages only a known consumer may send; anyone else is told it is not one (a consumer we
+ * dropped as silent, or never knew). Returns 1 when the sender is known. */
+static int
+known(tsock_producer *p, const struct tsock__peer_id *from, int index, int type)
+{
+    if (index >= 0)
+        return 1;
+    if (!(type == TSOCK_MSG_BYE && bye_after_unreachable(p, from)))
+        reject(p, from, TSOCK_E_REJECTED);
+    return 0;
+}
+
+static void
+on_release(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+{
+    tsock_producer *p = ctx;
+    if (!known(p, from, index, m->type))
+        return;
+    const struct tsock_msg_release *r = &m->u.release;
+    int freed = tsock__ring_release(&p->ring, r->slot, (uint32_t)index, r->seq);
+    if (freed < 0) {
+        p->stat_bad++;
+        tsock__log(TSOCK_LOG_WARN, "consumer %llu released slot %u seq %llu it does not hold",
+                   (unsigned long long)p->consumers[index].consumer_id, r->slot,
+                   (unsigned long long)r->seq);
+        return;
+    }
+    p->consumers[index].released++;
+    p->stat_released++;
+    if (freed)
+        pthread_cond_broadcast(&p->cond);
+}
+
+static void
+on_heartbeat(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+{
+    (void)known(ctx, from, index, m->type); /* the channel noted that it is alive */
+}
+
+static void
+on_bye(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+{
+    tsock_producer *p = ctx;
+    if (known(p, from, index, m->type))
+        drop_consumer(p, index, "left", 0);
+}
+
+/* PAUSE: the consumer finished an epoch and is busy elsewhere; its window and phase end here.
+ * RESUME: it comes back; its next batch starts a new window. */
+static void
+on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+{
+    tsock_producer *p = ctx;
+    if (!known(p, from, index, m->type))
+        return;
+    struct tsock__consumer_rec *c = &p->consumers[index];
+    c->window_start = TSOCK__NO_WINDOW;
+    c->paused = m->type == TSOCK_MSG_PAUSE;
+    if (m->type == TSOCK_MSG_RESUME) {
+        struct tsock_msg resumed;
+        resumed.type = TSOCK_MSG_RESUMED;
+        send_to(p, index, &resumed);
+    }
+}
+
+static void
+on_consumer_stats(void *ctx, const struct tsock__peer_id *from, int index,
+                  const struct tsock_msg *m)
+{
+    tsock_producer *p = ctx;
+    if (!known(p, from, index, m->type))
+        return;
+    p->consumers[index].own = m->u.consumer_stats;
+    p->consumers[index].reported = 1;
+}
+
+/* Whether one more STATS_REPLY fits in the current second's allowance. */
+static int
+stats_allowed(tsock_producer *p)
+{
+    uint64_t now = tsock__now_ns();
+    if (now - p->stats_window_ns >= 1000000000u) {
+        p->stats_window_ns = now;
+        p->stats_answered = 0;
+    }
+    if (p->stats_answered < STATS_REPLIES_PER_S) {
+        p->stats_answered++;
+        return 1;
+    }
+    if (p->stats_dropped++ % 1000 == 0)
+        tsock__log(TSOCK_LOG_WARN,
+                   "more than %d statistics requests per second; the excess goes "
+                   "unanswered (%llu so far)",
+                   STATS_REPLIES_PER_S, (unsigned long long)p->stats_dropped);
+    return 0;
+}
+
+/* Answers a STATS_REQUEST from any peer, consumer or not, within the rate limit. */
+static void
+on_stats_request(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+{
+    tsock_producer *p = ctx;
+    if (!stats_allowed(p))
+        return;
+    struct tsock_stats_reply *r = &p->stats_reply;
+    int order[MAX_CONSUMERS];
+    r->request_id = m->u.stats_request.request_id;
+    tsock__producer_snapshot(p, &r->producer);
+    memcpy(r->status, p->status, sizeof r->status);
+    r->consumer_count = (uint32_t)tsock__producer_join_order(p, order);
+    for (uint32_t i = 0; i < r->consumer_count; i++)
+        tsock__producer_snapshot_consumer(p, order[i], &r->consumers[i]);
+    int n = tsock__stats_reply_encode(r, p->stats_frame, sizeof p->stats_frame);
+    if (n < 0) {
+        tsock__log(TSOCK_LOG_ERROR, "cannot encode a statistics reply: %s", tsock_strerror(n));
+        return;
+    }
+    /* Best effort, like any answer to a peer that may not be a consumer. */
+    (void)tsock__channel_reply_frame(p->channel, from, p->stats_frame, (size_t)n);
+}
+
+static void
+note_bad_message(tsock_producer *p, size_t size, int parts, int err)
+{
+    p->stat_bad++;
+    /* A flood of garbage must not turn into a flood of log lines. */
+    if (p->stat_bad <= 10 || p->stat_bad % 1000 == 0)
+        tsock__log(TSOCK_LOG_WARN, "rejected a malformed message (%zu bytes, %d frames): %s", size,
+                   parts, tsock_strerror(err));
+}
+
+static void
+on_malformed(void *ctx, const struct tsock__peer_id *from, int index, size_t size, int parts,
+             int err)
+{
+    tsock_producer *p = ctx;
+    note_bad_message(p, size, parts, err);
+    if (err == TSOCK_E_VERSION)
+        reject(p, from, TSOCK_E_VERSION);
+}
+
+/* A well-formed message no consumer sends (WELCOME, BATCH, ...). */
+static void
+on_unexpected(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+{
+    tsock_producer *p = ctx;
+    p->stat_bad++;
+    if (p->stat_bad <= 10 || p->stat_bad % 1000 == 0)
+        tsock__log(TSOCK_LOG_WARN, "rejected a %s message, which no consumer sends",
+                   tsock__msg_type_name(m->type));
+}
+
+static void
+on_peer_lost(void *ctx, int index)
+{
+    drop_consumer(ctx, index, "timed out (no heartbeat)", 1);
+}
+
+static void
+on_send_failed(void *ctx, int index, int err)
+{
+    drop_unreachable(ctx, index, TSOCK_MSG_HEARTBEAT, err);
+}
+
+/* Starts a new rate window for every consumer whose current one is over. */
+static void
+update_rates(void *ctx, uint64_t now)
+{
+    tsock_producer *p = ctx;
+    for (int i = 0; i < MAX_CONSUMERS; i++) {
+        struct tsock__consumer_rec *c = &p->consumers[i];
+        uint64_t elapsed = now - c->rate_mark_ns;
+        if (!c->active || elapsed < RATE_WINDOW_NS)
+            continue;
+        double per_s = (double)(c->released - c->rate_mark_released) * 1e9 / (double)elapsed;
+        c->rate_milli = (uint64_t)(per_s * 1000.0 + 0.5);
+        c->rate_mark_ns = now;
+        c->rate_mark_released = c->released;
+    }
+}
+
+/* ---- announcing -------------------------------------------------------------------------- */
+
+/* Announces every published slot to the consumers still holding it: encoded once, sent to
+ * all of them. */
+static void
+flush_outgoing(tsock_producer *p)
+{
+    while (p->queue_len > 0) {
+        struct tsock__outgoing *o = &p->queue[p->queue_head];
+        p->queue_head = (p->queue_head + 1) % p->slot_count;
+        p->queue_len--;
+        /* A holder dropped since publish has had its bit cleared by the ring. */
+        uint64_t to = 0;
+        for (int i = 0; i < MAX_CONSUMERS; i++) {
+            uint64_t bit = (uint64_t)1 << i;
+            if ((o->holders & bit) &&
+                tsock__ring_holds(&p->ring, o->batch.slot, (uint32_t)i, o->batch.seq) == 1)
+                to |= bit;
+        }
+        if (!to)
+            continue;
+        struct tsock_msg m;
+        m.type = TSOCK_MSG_BATCH;
+        m.u.batch = o->batch;
+        uint64_t failed = tsock__channel_send_many(p->channel, to, &m);
+        for (int i = 0; i < MAX_CONSUMERS; i++) {
+            uint64_t bit = (uint64_t)1 << i;
+            if (!(to & bit))
+                continue;
+            p->consumers[i].batches++;
+            p->consumers[i].samples += o->batch.samples;
+            if (failed & bit)
+                drop_unreachable(p, i, TSOCK_MSG_BATCH, -EHOSTUNREACH);
+        }
+    }
+}
+
+static void
+send_shutdown(tsock_producer *p, uint32_t reason)
+{
+    struct tsock_msg m;
+    m.type = TSOCK_MSG_SHUTDOWN;
+    m.u.shutdown.reason = reason;
+    for (int i = 0; i < MAX_CONSUMERS; i++)
+        if (p->consumers[i].active)
+            send_to(p, i, &m);
+    p->shutdown_sent = 1;
+}
+
+/* ---- the service thread ------------------------------------------------------------------ */
+
+static void *
+service_main(void *arg)
+{
+    tsock_producer *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->stop_thread) {
+        pthread_mutex_unlock(&p->mu);
+        tsock__channel_wait(p->channel, -1);
+        pthread_mutex_lock(&p->mu);
+        tsock__channel_dispatch(p->channel);
+        settle_unreachable(p);
+        flush_outgoing(p);
+        if (p->state == TSOCK__P_FINISHED && !p->shutdown_sent)
+            send_shutdown(p, TSOCK_SHUTDOWN_END);
+    }
+    flush_outgoing(p);
+    if (!p->shutdown_sent)
+        send_shutdown(p,
+                      p->state == TSOCK__P_FINISHED ? TSOCK_SHUTDOWN_END : TSOCK_SHUTDOWN_STOPPED);
+    tsock__channel_dispatch(p->channel);
+    settle_unreachable(p);
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+int
+tsock__producer_service_start(tsock_producer *p)
+{
+    struct tsock__channel_handlers h = {
+        .ctx = p,
+        .on_unexpected = on_unexpected,
+        .on_malformed = on_malformed,
+        .on_beat = update_rates,
+        .on_peer_lost = on_peer_lost,
+        .on_send_failed = on_send_failed,
+    };
+    h.on[TSOCK_MSG_HELLO] = on_hello;
+    h.on[TSOCK_MSG_RELEASE] = on_release;
+    h.on[TSOCK_MSG_HEARTBEAT] = on_heartbeat;
+    h.on[TSOCK_MSG_BYE] = on_bye;
+    h.on[TSOCK_MSG_PAUSE] = on_pause_resume;
+    h.on[TSOCK_MSG_RESUME] = on_pause_resume;
+    h.on[TSOCK_MSG_CONSUMER_STATS] = on_consumer_stats;
+    h.on[TSOCK_MSG_STATS_REQUEST] = on_stats_request;
+    struct tsock__channel_timing t = {p->hb_interval_ms, p->hb_timeout_ms};
+    int err = tsock__channel_bind(&p->channel, p->endpoint, &h, t);
+    if (err < 0)
+        return err;
+    err = pthread_create(&p->thread, NULL, service_main, p);
+    if (err) {
+        tsock__channel_close(p->channel, 0);
+        p->channel = NULL;
+        return -err;
+    }
+    p->thread_started = 1;
+    return 0;
+}
+
+void
+tsock__producer_service_stop(tsock_producer *p)
+{
+    if (p->thread_started) {
+        pthread_mutex_lock(&p->mu);
+        p->stop_thread = 1;
+        if (p->state == TSOCK__P_RUNNING)
+            p->state = TSOCK__P_STOPPED;
+        pthread_cond_broadcast(&p->cond);
+        pthread_mutex_unlock(&p->mu);
+        tsock__channel_wake(p->channel);
+        pthread_join(p->thread, NULL);
+        p->thread_started = 0;
+    }
+    /* Linger a little so the SHUTDOWN messages reach the consumers. */
+    tsock__channel_close(p->channel, CLOSE_LINGER_MS);
+    p->channel = NULL;
+}

@@ -1,0 +1,343 @@
+/* The channel: a socket, its wake-up, heartbeats, watched peers' liveness, and the dispatch of
+ * decoded messages to the owner's handlers. See channel.h for the contract. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "core/core.h"
+#include "transport/channel.h"
+#include "transport/transport.h"
+
+struct watched_peer {
+    int active;
+    struct tsock__peer_id id;
+    uint64_t last_heard_ns;
+};
+
+struct tsock__channel {
+    char endpoint[TSOCK__ENDPOINT_MAX];
+    int routed; /* ROUTER: every frame starts with the sender's routing id */
+    void *zctx;
+    void *sock;
+    int wake_fd;
+    struct tsock__channel_handlers h;
+    uint64_t beat_ns, timeout_ns;
+    uint64_t next_beat_ns; /* 0: at the next dispatch */
+    char ipc_file[TSOCK__ENDPOINT_MAX];
+    ino_t ipc_inode;
+    struct watched_peer peers[TSOCK__CHANNEL_MAX_PEERS];
+    struct tsock_frame frame;             /* the frame being handled */
+    struct tsock_msg msg;                 /* its decoding */
+    uint8_t out[TSOCK_PROTO_MAX_MESSAGE]; /* the message being sent */
+};
+
+const char *
+tsock__channel_ipc_file(const char *endpoint)
+{
+    const char *path = tsock__ipc_path(endpoint);
+    return path && path[0] != '@' ? path : NULL;
+}
+
+static int
+channel_new(struct tsock__channel **out, const char *endpoint,
+            const struct tsock__channel_handlers *h, struct tsock__channel_timing t)
+{
+    *out = NULL;
+    if (strlen(endpoint) >= TSOCK__ENDPOINT_MAX)
+        return -ENAMETOOLONG;
+    struct tsock__channel *ch = calloc(1, sizeof *ch);
+    if (!ch)
+        return -ENOMEM;
+    strcpy(ch->endpoint, endpoint);
+    ch->h = *h;
+    ch->beat_ns = (uint64_t)t.beat_ms * 1000000u;
+    ch->timeout_ns = (uint64_t)t.timeout_ms * 1000000u;
+    ch->wake_fd = tsock__wake_open();
+    ch->zctx = ch->wake_fd >= 0 ? zmq_ctx_new() : NULL;
+    if (!ch->zctx) {
+        int err = ch->wake_fd < 0 ? ch->wake_fd : -ENOMEM;
+        tsock__channel_close(ch, 0);
+        return err;
+    }
+    *out = ch;
+    return 0;
+}
+
+/* Binds, claiming an ipc socket file first and keeping it private to this user. */
+static int
+bind_router(struct tsock__channel *ch)
+{
+    const char *path = tsock__ipc_path(ch->endpoint);
+    if (path) {
+        int err = tsock__ipc_claim(path);
+        if (err < 0)
+            return err;
+    }
+    int err = 0;
+    ch->sock = tsock__router_open(ch->zctx, ch->endpoint, &err);
+    if (!ch->sock)
+        return err == -EADDRINUSE ? TSOCK_E_BUSY_ENDPOINT : err;
+    struct stat st;
+    if (path && path[0] != '@' && stat(path, &st) == 0) {
+        /* Only the owner may connect: consumers of other users cannot map the ring anyway. */
+        chmod(path, 0600);
+        snprintf(ch->ipc_file, sizeof ch->ipc_file, "%s", path);
+        ch->ipc_inode = st.st_ino;
+    }
+    return 0;
+}
+
+int
+tsock__channel_bind(struct tsock__channel **out, const char *endpoint,
+                    const struct tsock__channel_handlers *h, struct tsock__channel_timing t)
+{
+    int err = channel_new(out, endpoint, h, t);
+    if (err < 0)
+        return err;
+    (*out)->routed = 1;
+    err = bind_router(*out);
+    if (err < 0) {
+        tsock__channel_close(*out, 0);
+        *out = NULL;
+    }
+    return err;
+}
+
+int
+tsock__channel_connect(struct tsock__channel **out, const char *endpoint,
+                       const struct tsock__channel_handlers *h, struct tsock__channel_timing t)
+{
+    int err = channel_new(out, endpoint, h, t);
+    if (err < 0)
+        return err;
+    (*out)->sock = tsock__dealer_open((*out)->zctx, endpoint, &err);
+    if (!(*out)->sock) {
+        tsock__channel_close(*out, 0);
+        *out = NULL;
+    }
+    return err;
+}
+
+int
+tsock__channel_reconnect(struct tsock__channel *ch, int linger_ms)
+{
+    tsock__socket_close(ch->sock, linger_ms);
+    memset(ch->peers, 0, sizeof ch->peers);
+    ch->next_beat_ns = 0;
+    tsock__wake_drain(ch->wake_fd);
+    int err = 0;
+    ch->sock = tsock__dealer_open(ch->zctx, ch->endpoint, &err);
+    return ch->sock ? 0 : err;
+}
+
+/* Removes the socket file only if it is still the one this channel bound. */
+static void
+remove_ipc_file(const struct tsock__channel *ch)
+{
+    struct stat st;
+    if (ch->ipc_file[0] && stat(ch->ipc_file, &st) == 0 && st.st_ino == ch->ipc_inode)
+        unlink(ch->ipc_file);
+}
+
+void
+tsock__channel_close(struct tsock__channel *ch, int linger_ms)
+{
+    if (!ch)
+        return;
+    tsock__socket_close(ch->sock, linger_ms);
+    if (ch->zctx)
+        zmq_ctx_term(ch->zctx);
+    remove_ipc_file(ch);
+    if (ch->wake_fd >= 0)
+        close(ch->wake_fd);
+    free(ch);
+}
+
+/* ---- peers ------------------------------------------------------------------------------- */
+
+void
+tsock__channel_watch(struct tsock__channel *ch, int peer, const struct tsock__peer_id *id)
+{
+    if (peer < 0 || peer >= TSOCK__CHANNEL_MAX_PEERS)
+        return;
+    struct watched_peer *w = &ch->peers[peer];
+    w->active = 1;
+    w->id.len = 0;
+    if (id)
+        w->id = *id;
+    w->last_heard_ns = tsock__now_ns();
+}
+
+void
+tsock__channel_unwatch(struct tsock__channel *ch, int peer)
+{
+    if (peer >= 0 && peer < TSOCK__CHANNEL_MAX_PEERS)
+        ch->peers[peer].active = 0;
+}
+
+/* The watched index of the peer a frame came from, or -1. */
+static int
+find_peer(const struct tsock__channel *ch, const struct tsock_frame *f)
+{
+    for (int i = 0; i < TSOCK__CHANNEL_MAX_PEERS; i++) {
+        const struct watched_peer *w = &ch->peers[i];
+        if (w->active && w->id.len == f->id_len && memcmp(w->id.bytes, f->id, f->id_len) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* ---- sending ----------------------------------------------------------------------------- */
+
+static int
+send_bytes(struct tsock__channel *ch, const struct tsock__peer_id *to, const uint8_t *frame,
+           size_t size)
+{
+    int routed = ch->routed && to;
+    return tsock__send_frame(ch->sock, routed ? to->bytes : NULL, routed ? to->len : 0, frame,
+                             size);
+}
+
+static int
+encode(struct tsock__channel *ch, const struct tsock_msg *m)
+{
+    return tsock__msg_encode(m, ch->out, sizeof ch->out);
+}
+
+int
+tsock__channel_send(struct tsock__channel *ch, int peer, const struct tsock_msg *m)
+{
+    if (ch->routed && (peer < 0 || peer >= TSOCK__CHANNEL_MAX_PEERS || !ch->peers[peer].active))
+        return -EHOSTUNREACH;
+    int n = encode(ch, m);
+    if (n < 0)
+        return n;
+    return send_bytes(ch, ch->routed ? &ch->peers[peer].id : NULL, ch->out, (size_t)n);
+}
+
+uint64_t
+tsock__channel_send_many(struct tsock__channel *ch, uint64_t peers, const struct tsock_msg *m)
+{
+    int n = encode(ch, m);
+    if (n < 0)
+        return peers;
+    uint64_t failed = 0;
+    for (int i = 0; i < TSOCK__CHANNEL_MAX_PEERS; i++) {
+        uint64_t bit = (uint64_t)1 << i;
+        if (!(peers & bit))
+            continue;
+        if (!ch->peers[i].active ||
+            send_bytes(ch, ch->routed ? &ch->peers[i].id : NULL, ch->out, (size_t)n) < 0)
+            failed |= bit;
+    }
+    return failed;
+}
+
+int
+tsock__channel_reply(struct tsock__channel *ch, const struct tsock__peer_id *to,
+                     const struct tsock_msg *m)
+{
+    int n = encode(ch, m);
+    return n < 0 ? n : send_bytes(ch, to, ch->out, (size_t)n);
+}
+
+int
+tsock__channel_reply_frame(struct tsock__channel *ch, const struct tsock__peer_id *to,
+                           const uint8_t *frame, size_t size)
+{
+    return send_bytes(ch, to, frame, size);
+}
+
+/* ---- the loop ---------------------------------------------------------------------------- */
+
+void
+tsock__channel_wait(struct tsock__channel *ch, int max_ms)
+{
+    uint64_t now = tsock__now_ns();
+    long wait_ms = max_ms < 0 ? -1 : max_ms;
+    if (ch->beat_ns) {
+        long until_beat =
+            ch->next_beat_ns <= now ? 0 : (long)((ch->next_beat_ns - now) / 1000000u) + 1;
+        if (wait_ms < 0 || until_beat < wait_ms)
+            wait_ms = until_beat;
+    }
+    zmq_pollitem_t items[2] = {{ch->sock, 0, ZMQ_POLLIN, 0}, {NULL, ch->wake_fd, ZMQ_POLLIN, 0}};
+    zmq_poll(items, 2, wait_ms);
+    if (items[1].revents)
+        tsock__wake_drain(ch->wake_fd);
+}
+
+void
+tsock__channel_wake(struct tsock__channel *ch)
+{
+    tsock__wake_signal(ch->wake_fd);
+}
+
+static void
+handle_frame(struct tsock__channel *ch)
+{
+    const struct tsock_frame *f = &ch->frame;
+    struct tsock__peer_id from = {.len = f->id_len};
+    memcpy(from.bytes, f->id, f->id_len);
+    int peer = find_peer(ch, f);
+    int err =
+        f->parts != 1 || f->oversized || (ch->routed && f->id_len == 0) ? TSOCK_E_PROTOCOL : 0;
+    int type = err ? err : tsock__msg_peek_type(f->data, f->size);
+    if (type == TSOCK_MSG_STATS_REPLY && ch->h.on_stats_reply) {
+        ch->h.on_stats_reply(ch->h.ctx, f->data, f->size);
+        return;
+    }
+    err = type < 0 ? type : tsock__msg_decode(f->data, f->size, &ch->msg);
+    if (err < 0) {
+        if (ch->h.on_malformed)
+            ch->h.on_malformed(ch->h.ctx, &from, peer, f->size, f->parts, err);
+        return;
+    }
+    if (peer >= 0)
+        ch->peers[peer].last_heard_ns = tsock__now_ns();
+    tsock__channel_msg_fn fn =
+        ch->h.on[ch->msg.type] ? ch->h.on[ch->msg.type] : ch->h.on_unexpected;
+    if (fn)
+        fn(ch->h.ctx, &from, peer, &ch->msg);
+}
+
+/* HEARTBEAT to every watched peer still heard from; the silent ones are reported lost. */
+static void
+beat(struct tsock__channel *ch, uint64_t now)
+{
+    struct tsock_msg hb;
+    hb.type = TSOCK_MSG_HEARTBEAT;
+    int n = encode(ch, &hb);
+    for (int i = 0; i < TSOCK__CHANNEL_MAX_PEERS; i++) {
+        struct watched_peer *w = &ch->peers[i];
+        if (!w->active)
+            continue;
+        if (ch->timeout_ns && now - w->last_heard_ns > ch->timeout_ns) {
+            w->active = 0;
+            if (ch->h.on_peer_lost)
+                ch->h.on_peer_lost(ch->h.ctx, i);
+            continue;
+        }
+        int err = n < 0 ? n : send_bytes(ch, &w->id, ch->out, (size_t)n);
+        if (err < 0 && ch->h.on_send_failed)
+            ch->h.on_send_failed(ch->h.ctx, i, err);
+    }
+    if (ch->h.on_beat)
+        ch->h.on_beat(ch->h.ctx, now);
+}
+
+void
+tsock__channel_dispatch(struct tsock__channel *ch)
+{
+    while (tsock__recv(ch->sock, ch->routed, &ch->frame) > 0)
+        handle_frame(ch);
+    uint64_t now = tsock__now_ns();
+    if (ch->beat_ns && now >= ch->next_beat_ns) {
+        ch->next_beat_ns = now + ch->beat_ns;
+        beat(ch, now);
+    }
+}
