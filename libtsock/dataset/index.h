@@ -30,6 +30,9 @@
  * freshness test re-stats the directories of the tree (mtime, inode, size): adding, removing
  * or renaming a file anywhere in the tree changes its directory's mtime. Changes of a file's
  * content in place are not detected; the reader copes with files whose size changed.
+ *
+ * This header is the interface the pipeline uses. The cache codec (the file's bytes, pure and
+ * fuzzed) is in index_cache.h; index_int.h lists the files behind both and what each does.
  */
 #ifndef TSOCK_DATASET_INDEX_H
 #define TSOCK_DATASET_INDEX_H
@@ -154,14 +157,6 @@ int tsock__index_remove(struct tsock_index *idx, const uint8_t *drop);
 
 /* Whether the watched objects are unchanged since the scan: 0, or -ESTALE. */
 int tsock__index_check_fresh(const struct tsock_index *idx);
-
-/* The cache format, in memory. Encode: returns 0 and a malloc'ed buffer (*out, *size), or
- * -ENOMEM / -EOVERFLOW. Decode: validates every field, offset and length of untrusted bytes
- * and returns 0 and a new index, or -EBADMSG, -ENOMEM; `verify_checksum` = 0 skips only the
- * checksum comparison (for the fuzzer, which could never forge one). */
-int tsock__index_encode(const struct tsock_index *idx, uint8_t **out, size_t *size);
-int tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum,
-                        struct tsock_index **out);
 
 /* Path of sample i relative to idx->root (or absolute, in a list), or NULL when out of range.
  * Owned by the index. */

@@ -1,4 +1,4 @@
-/* libFuzzer target for the index cache decoder (libtsock/dataset/index.c).
+/* libFuzzer target for the index cache decoder (libtsock/dataset/index_cache.c).
  *
  * Any input must decode, with and without checksum verification, without touching memory
  * outside it and with one of the promised results. The checksum would stop the fuzzer at the
@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dataset/index.h"
+#include "dataset/index_cache.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

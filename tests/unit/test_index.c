@@ -24,6 +24,7 @@
 
 #include "check.h"
 #include "dataset/index.h"
+#include "dataset/index_cache.h"
 #include "tsock/tsock.h"
 
 static char tmp[256];
@@ -571,7 +572,7 @@ test_corrupt(void)
     tsock__index_destroy(loaded);
 
     /* Fields checked beyond the checksum (decoded without it, as the fuzzer does). Offsets
-     * follow the format in index.c: header 88 bytes, source path, class offsets, watches,
+     * follow the format in index_cache.c: header 88 bytes, source path, class offsets, watches,
      * entries. */
     size_t src = strlen(root), classes = 4, watches = idx->watch_count;
     size_t entries = 88 + src + classes * 8 + watches * 32;
