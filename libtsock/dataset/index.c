@@ -129,7 +129,7 @@ cmp_u32(const void *a, const void *b)
 }
 
 int
-tsock__index_count_empty_classes(struct tsock_index *idx)
+tsock__index_count_empty_classes(struct tsock__index *idx)
 {
     uint64_t distinct = 0;
 
@@ -166,14 +166,14 @@ tsock__index_count_empty_classes(struct tsock_index *idx)
 }
 
 void
-tsock__index_log_empty_classes(const struct tsock_index *idx)
+tsock__index_log_empty_classes(const struct tsock__index *idx)
 {
     if (!idx->empty_classes)
         return;
-    if (idx->source == TSOCK_INDEX_FOLDER) {
+    if (idx->source == TSOCK__INDEX_FOLDER) {
         uint32_t logged = 0;
         uint64_t at = 0;
-        for (uint32_t c = 0; c < idx->classes && logged < TSOCK_INDEX_LOG_EXAMPLES; c++) {
+        for (uint32_t c = 0; c < idx->classes && logged < TSOCK__INDEX_LOG_EXAMPLES; c++) {
             while (at < idx->count && idx->entries[at].label < c)
                 at++;
             if (at == idx->count || idx->entries[at].label != c) {
@@ -188,7 +188,7 @@ tsock__index_log_empty_classes(const struct tsock_index *idx)
                idx->empty_classes, idx->classes);
 }
 int
-tsock__index_remove(struct tsock_index *idx, const uint8_t *drop)
+tsock__index_remove(struct tsock__index *idx, const uint8_t *drop)
 {
     uint64_t kept = 0, bytes = 0, removed;
 
@@ -219,13 +219,13 @@ tsock__index_remove(struct tsock_index *idx, const uint8_t *drop)
 /* ---------------------------------------------------------------------------------------- */
 
 const char *
-tsock__index_path(const struct tsock_index *idx, uint64_t i)
+tsock__index_path(const struct tsock__index *idx, uint64_t i)
 {
     return idx && i < idx->count ? idx->pool + idx->entries[i].path : NULL;
 }
 
 const char *
-tsock__index_class_name(const struct tsock_index *idx, uint32_t label)
+tsock__index_class_name(const struct tsock__index *idx, uint32_t label)
 {
     if (!idx || !idx->class_names || label >= idx->classes)
         return NULL;
@@ -233,7 +233,7 @@ tsock__index_class_name(const struct tsock_index *idx, uint32_t label)
 }
 
 size_t
-tsock__index_memory(const struct tsock_index *idx)
+tsock__index_memory(const struct tsock__index *idx)
 {
     if (!idx)
         return 0;
@@ -245,7 +245,7 @@ tsock__index_memory(const struct tsock_index *idx)
 }
 
 void
-tsock__index_destroy(struct tsock_index *idx)
+tsock__index_destroy(struct tsock__index *idx)
 {
     if (!idx)
         return;

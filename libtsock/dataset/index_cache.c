@@ -17,7 +17,7 @@
  *       56     8  empty       \
  *       64     8  unreadable   > files left out, by reason
  *       72     8  too_large   /
- *       80     4  source_len (1..TSOCK_INDEX_MAX_PATH; the source path, no NUL)
+ *       80     4  source_len (1..TSOCK__INDEX_MAX_PATH; the source path, no NUL)
  *       84     4  not_image (files left out by the header check; saturates at 2^32-1)
  *       88        source path bytes
  *                 folder only: classes x u64 pool offsets of the class names (sorted, unique)
@@ -102,7 +102,7 @@ checksum64(const uint8_t *p, size_t n)
 }
 
 int
-tsock__index_encode(const struct tsock_index *idx, uint8_t **out, size_t *size)
+tsock__index_encode(const struct tsock__index *idx, uint8_t **out, size_t *size)
 {
     uint64_t total;
     size_t src_len;
@@ -110,7 +110,7 @@ tsock__index_encode(const struct tsock_index *idx, uint8_t **out, size_t *size)
     if (!idx || !out || !size || !idx->source_path)
         return -EINVAL;
     src_len = strlen(idx->source_path);
-    uint64_t names = idx->source == TSOCK_INDEX_FOLDER ? (uint64_t)idx->classes * 8 : 0;
+    uint64_t names = idx->source == TSOCK__INDEX_FOLDER ? (uint64_t)idx->classes * 8 : 0;
     total = CACHE_HEADER + src_len + names + (uint64_t)idx->watch_count * CACHE_WATCH_BYTES +
             idx->count * CACHE_ENTRY_BYTES;
     if (idx->count > TSOCK__INDEX_MAX_SAMPLES || idx->pool_size > SIZE_MAX - total - 8)
@@ -139,7 +139,7 @@ tsock__index_encode(const struct tsock_index *idx, uint8_t **out, size_t *size)
     p += CACHE_HEADER;
     memcpy(p, idx->source_path, src_len);
     p += src_len;
-    if (idx->source == TSOCK_INDEX_FOLDER)
+    if (idx->source == TSOCK__INDEX_FOLDER)
         for (uint32_t c = 0; c < idx->classes; c++, p += 8)
             put64(p, idx->class_names[c]);
     for (uint32_t i = 0; i < idx->watch_count; i++, p += CACHE_WATCH_BYTES) {
@@ -179,9 +179,10 @@ is_clean_relative(const char *s)
 }
 
 int
-tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum, struct tsock_index **out)
+tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum,
+                    struct tsock__index **out)
 {
-    struct tsock_index *idx = NULL;
+    struct tsock__index *idx = NULL;
     const uint8_t *p;
     int r = -EBADMSG;
 
@@ -194,13 +195,13 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum, struc
     uint32_t source = get32(data + 12), classes = get32(data + 24), nwatch = get32(data + 28);
     uint64_t count = get64(data + 32), pool_size = get64(data + 40);
     uint32_t src_len = get32(data + 80);
-    if (source > TSOCK_INDEX_LIST || src_len == 0 || src_len > TSOCK_INDEX_MAX_PATH ||
+    if (source > TSOCK__INDEX_LIST || src_len == 0 || src_len > TSOCK__INDEX_MAX_PATH ||
         count > TSOCK__INDEX_MAX_SAMPLES || nwatch == 0 ||
-        (source == TSOCK_INDEX_LIST && nwatch != 1) ||
-        (source == TSOCK_INDEX_FOLDER && classes == 0) || pool_size == 0 || pool_size > size)
+        (source == TSOCK__INDEX_LIST && nwatch != 1) ||
+        (source == TSOCK__INDEX_FOLDER && classes == 0) || pool_size == 0 || pool_size > size)
         return -EBADMSG;
     /* Every term is bounded (2^32 x 32 at most), so the sum cannot overflow 64 bits. */
-    uint64_t names = source == TSOCK_INDEX_FOLDER ? (uint64_t)classes * 8 : 0;
+    uint64_t names = source == TSOCK__INDEX_FOLDER ? (uint64_t)classes * 8 : 0;
     uint64_t want = (uint64_t)CACHE_HEADER + src_len + names +
                     (uint64_t)nwatch * CACHE_WATCH_BYTES + count * CACHE_ENTRY_BYTES + pool_size +
                     8;
@@ -232,20 +233,20 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum, struc
     idx->pool = malloc((size_t)pool_size);
     idx->entries = malloc(count ? (size_t)count * sizeof *idx->entries : 1);
     idx->watch = malloc((size_t)nwatch * sizeof *idx->watch);
-    if (source == TSOCK_INDEX_FOLDER)
+    if (source == TSOCK__INDEX_FOLDER)
         idx->class_names = malloc((size_t)classes * sizeof *idx->class_names);
     if (!idx->source_path || !idx->pool || !idx->entries || !idx->watch ||
-        (source == TSOCK_INDEX_FOLDER && !idx->class_names))
+        (source == TSOCK__INDEX_FOLDER && !idx->class_names))
         goto nomem;
     idx->root =
-        source == TSOCK_INDEX_FOLDER ? strdup(idx->source_path) : tsock__dir_of(idx->source_path);
+        source == TSOCK__INDEX_FOLDER ? strdup(idx->source_path) : tsock__dir_of(idx->source_path);
     if (!idx->root)
         goto nomem;
     memcpy(idx->pool, pool_bytes, (size_t)pool_size);
     const char *pool = idx->pool;
 
     p = data + CACHE_HEADER + src_len;
-    for (uint32_t c = 0; c < idx->classes && source == TSOCK_INDEX_FOLDER; c++, p += 8) {
+    for (uint32_t c = 0; c < idx->classes && source == TSOCK__INDEX_FOLDER; c++, p += 8) {
         uint64_t off = get64(p);
         if (off >= pool_size)
             goto bad;
@@ -257,7 +258,7 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum, struc
         idx->class_names[c] = off;
     }
     for (uint32_t i = 0; i < nwatch; i++, p += CACHE_WATCH_BYTES) {
-        struct tsock_index_watch *w = &idx->watch[i];
+        struct tsock__index_watch *w = &idx->watch[i];
         w->path = get64(p);
         w->ino = get64(p + 8);
         w->size = get64(p + 16);
@@ -267,13 +268,13 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum, struc
         const char *s = pool + w->path;
         /* The root comes first; the rest lie inside it. A list's one watch is the list file,
          * which lies in the root directory itself. */
-        if (source == TSOCK_INDEX_FOLDER ? (i == 0 ? s[0] != '\0' : !is_clean_relative(s))
-                                         : (!is_clean_relative(s) || strchr(s, '/')))
+        if (source == TSOCK__INDEX_FOLDER ? (i == 0 ? s[0] != '\0' : !is_clean_relative(s))
+                                          : (!is_clean_relative(s) || strchr(s, '/')))
             goto bad;
     }
     uint64_t total = 0;
     for (uint64_t i = 0; i < count; i++, p += CACHE_ENTRY_BYTES) {
-        struct tsock_index_entry *e = &idx->entries[i];
+        struct tsock__index_entry *e = &idx->entries[i];
         e->path = get64(p);
         e->size = get32(p + 8);
         e->label = get32(p + 12);
@@ -282,7 +283,7 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum, struc
         const char *s = pool + e->path;
         if (!s[0])
             goto bad;
-        if (source == TSOCK_INDEX_FOLDER) {
+        if (source == TSOCK__INDEX_FOLDER) {
             const char *cn = pool + idx->class_names[e->label];
             size_t n = strlen(cn);
             if ((i > 0 && e->label < idx->entries[i - 1].label) || strncmp(s, cn, n) != 0 ||

@@ -17,8 +17,8 @@
  * index (owned by the caller), or -EBADMSG, -ENOMEM, -EINVAL (out is NULL); `verify_checksum`
  * = 0 skips only the checksum comparison (for the fuzzer, which could never forge one). The
  * decoder copies what it keeps, so the caller may free `data` at once. */
-int tsock__index_encode(const struct tsock_index *idx, uint8_t **out, size_t *size);
+int tsock__index_encode(const struct tsock__index *idx, uint8_t **out, size_t *size);
 int tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum,
-                        struct tsock_index **out);
+                        struct tsock__index **out);
 
 #endif

@@ -65,7 +65,7 @@ struct class_scan {
         uint32_t size;
     } * files;
     size_t nfiles, cap_files;
-    struct tsock_index_watch *watch;
+    struct tsock__index_watch *watch;
     size_t nwatch, cap_watch;
     uint64_t bytes;
     struct tsock__index_leftout left;
@@ -111,7 +111,7 @@ add_watch(struct class_scan *cs, const char *rel, const struct stat *st)
     int64_t off = tsock__strpool_add3(&cs->pool, cs->name, rel[0] ? "/" : "", rel);
     if (off < 0)
         return -1;
-    cs->watch[cs->nwatch++] = (struct tsock_index_watch){
+    cs->watch[cs->nwatch++] = (struct tsock__index_watch){
         .path = (uint64_t)off,
         .ino = (uint64_t)st->st_ino,
         .size = (uint64_t)st->st_size,
@@ -158,15 +158,15 @@ list_dir(struct class_scan *cs, int fd, uint32_t di, struct walk_dir **dirs, siz
             }
             const char *rel = (*dirs)[di].rel;
             size_t path_len = class_len + 1 + strlen(rel) + (rel[0] ? 1 : 0) + strlen(name);
-            if (path_len > TSOCK_INDEX_MAX_PATH) {
+            if (path_len > TSOCK__INDEX_MAX_PATH) {
                 tsock__log(TSOCK_LOG_WARN, "index: skipped (path longer than %d bytes): %s/%s/%s",
-                           TSOCK_INDEX_MAX_PATH, cs->name, rel, name);
+                           TSOCK__INDEX_MAX_PATH, cs->name, rel, name);
                 continue;
             }
             if (is_dir) {
-                if ((*dirs)[di].depth + 1 > TSOCK_INDEX_MAX_DEPTH) {
+                if ((*dirs)[di].depth + 1 > TSOCK__INDEX_MAX_DEPTH) {
                     tsock__log(TSOCK_LOG_WARN, "index: skipped (nested deeper than %d): %s/%s/%s",
-                               TSOCK_INDEX_MAX_DEPTH, cs->name, rel, name);
+                               TSOCK__INDEX_MAX_DEPTH, cs->name, rel, name);
                     continue;
                 }
                 if (tsock__array_grow((void **)dirs, cap_dirs, *ndirs, sizeof **dirs) != 0)
@@ -288,7 +288,7 @@ scan_class(void *arg, size_t c, char *buf)
 
     for (size_t i = 0; i < nfiles; i++) {
         const char *rel = dirs[files[i].dir].rel;
-        char path[TSOCK_INDEX_MAX_PATH + 1]; /* list_dir kept only paths that fit */
+        char path[TSOCK__INDEX_MAX_PATH + 1]; /* list_dir kept only paths that fit */
         snprintf(path, sizeof path, "%s/%s%s%s", cs->name, rel, rel[0] ? "/" : "",
                  names.p + files[i].name);
         if (files[i].status >= 0) {
@@ -325,9 +325,9 @@ cmp_name_ptr(const void *a, const void *b)
 }
 
 int
-tsock__index_scan_folder(const char *root, int threads, struct tsock_index **out)
+tsock__index_scan_folder(const char *root, int threads, struct tsock__index **out)
 {
-    struct tsock_index *idx = NULL;
+    struct tsock__index *idx = NULL;
     struct class_scan *cls = NULL;
     char **names = NULL;
     size_t nnames = 0, cap_names = 0;
@@ -337,7 +337,7 @@ tsock__index_scan_folder(const char *root, int threads, struct tsock_index **out
     int64_t start = tsock__realtime_ns();
     uint64_t t0 = tsock__now_ns();
 
-    if (!root || !root[0] || !out || strlen(root) > TSOCK_INDEX_MAX_PATH)
+    if (!root || !root[0] || !out || strlen(root) > TSOCK__INDEX_MAX_PATH)
         return -EINVAL;
     *out = NULL;
     root_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -414,7 +414,7 @@ tsock__index_scan_folder(const char *root, int threads, struct tsock_index **out
     idx = calloc(1, sizeof *idx);
     if (!idx)
         goto oom;
-    idx->source = TSOCK_INDEX_FOLDER;
+    idx->source = TSOCK__INDEX_FOLDER;
     idx->scan_time_ns = start;
     idx->classes = (uint32_t)nnames;
     if (!(idx->source_path = strdup(root)) || !(idx->root = strdup(root)))
@@ -443,10 +443,10 @@ tsock__index_scan_folder(const char *root, int threads, struct tsock_index **out
     if (!idx->entries || !idx->class_names || !idx->pool || !idx->watch)
         goto oom;
     idx->pool[0] = '\0';
-    idx->watch[0] = (struct tsock_index_watch){.path = 0,
-                                               .ino = (uint64_t)root_st.st_ino,
-                                               .size = (uint64_t)root_st.st_size,
-                                               .mtime_ns = tsock__stat_mtime_ns(&root_st)};
+    idx->watch[0] = (struct tsock__index_watch){.path = 0,
+                                                .ino = (uint64_t)root_st.st_ino,
+                                                .size = (uint64_t)root_st.st_size,
+                                                .mtime_ns = tsock__stat_mtime_ns(&root_st)};
     uint64_t at = 1, e = 0, w = 1;
     for (size_t c = 0; c < nnames; c++) {
         size_t n = strlen(cls[c].name) + 1;
@@ -460,7 +460,7 @@ tsock__index_scan_folder(const char *root, int threads, struct tsock_index **out
             memcpy(idx->pool + at, cls[c].pool.p, cls[c].pool.len);
         at += cls[c].pool.len;
         for (size_t i = 0; i < cls[c].nfiles; i++)
-            idx->entries[e++] = (struct tsock_index_entry){
+            idx->entries[e++] = (struct tsock__index_entry){
                 .path = base + cls[c].files[i].path,
                 .size = cls[c].files[i].size,
                 .label = (uint32_t)c,

@@ -34,16 +34,16 @@ enum tsock__index_reason {
     TSOCK__INDEX_REASONS = 3
 };
 
-/* Up to TSOCK_INDEX_LOG_EXAMPLES left-out paths per reason, kept so that the log names the
+/* Up to TSOCK__INDEX_LOG_EXAMPLES left-out paths per reason, kept so that the log names the
  * first ones in sample order whatever the thread timing. Zero it to start; one per thread. */
 struct tsock__index_leftout {
     uint64_t count[TSOCK__INDEX_REASONS];
-    char *example[TSOCK__INDEX_REASONS][TSOCK_INDEX_LOG_EXAMPLES];
+    char *example[TSOCK__INDEX_REASONS][TSOCK__INDEX_LOG_EXAMPLES];
     uint32_t examples[TSOCK__INDEX_REASONS];
 };
 
 /* Counts one file left out for `reason`, keeping its path (the concatenation of a, b and c;
- * NULL counts as "") while fewer than TSOCK_INDEX_LOG_EXAMPLES are kept. */
+ * NULL counts as "") while fewer than TSOCK__INDEX_LOG_EXAMPLES are kept. */
 void tsock__index_leftout_add(struct tsock__index_leftout *l, int reason, const char *a,
                               const char *b, const char *c);
 void tsock__index_leftout_free(struct tsock__index_leftout *l);
@@ -57,9 +57,9 @@ void tsock__index_leftout_log(struct tsock__index_leftout *parts, size_t nparts,
 int tsock__index_is_dot(const char *name);
 
 /* Sets idx->empty_classes from the entries' labels. Returns 0 or -ENOMEM. */
-int tsock__index_count_empty_classes(struct tsock_index *idx);
+int tsock__index_count_empty_classes(struct tsock__index *idx);
 
 /* Logs the classes with no sample (the first few by name, for a folder) and their count. */
-void tsock__index_log_empty_classes(const struct tsock_index *idx);
+void tsock__index_log_empty_classes(const struct tsock__index *idx);
 
 #endif

@@ -14,7 +14,7 @@ tsock__index_leftout_add(struct tsock__index_leftout *l, int reason, const char 
                          const char *c)
 {
     l->count[reason]++;
-    if (l->examples[reason] < TSOCK_INDEX_LOG_EXAMPLES) {
+    if (l->examples[reason] < TSOCK__INDEX_LOG_EXAMPLES) {
         struct tsock__strpool s = {0};
         if (tsock__strpool_add3(&s, a, b, c) >= 0)
             l->example[reason][l->examples[reason]++] = s.p;
@@ -40,7 +40,7 @@ tsock__index_leftout_log(struct tsock__index_leftout *parts, size_t nparts, size
             struct tsock__index_leftout *l =
                 (struct tsock__index_leftout *)((char *)parts + i * stride);
             total += l->count[r];
-            for (uint32_t k = 0; k < l->examples[r] && logged < TSOCK_INDEX_LOG_EXAMPLES; k++) {
+            for (uint32_t k = 0; k < l->examples[r] && logged < TSOCK__INDEX_LOG_EXAMPLES; k++) {
                 tsock__log(TSOCK_LOG_WARN, "index: left out (%s): %s", reason_text[r],
                            l->example[r][k]);
                 logged++;

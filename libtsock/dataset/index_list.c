@@ -109,7 +109,7 @@ parse_list_line(char *s, size_t len, const char **path, uint32_t *label, const c
     size_t pe = t;
     while (pe > b && is_blank(s[pe - 1]))
         pe--;
-    if (pe - b > TSOCK_INDEX_MAX_PATH) {
+    if (pe - b > TSOCK__INDEX_MAX_PATH) {
         *why = "path too long";
         return -1;
     }
@@ -120,9 +120,9 @@ parse_list_line(char *s, size_t len, const char **path, uint32_t *label, const c
 }
 
 int
-tsock__index_scan_list(const char *list_path, int threads, struct tsock_index **out)
+tsock__index_scan_list(const char *list_path, int threads, struct tsock__index **out)
 {
-    struct tsock_index *idx = NULL;
+    struct tsock__index *idx = NULL;
     struct list_line *lines = NULL;
     size_t nlines = 0, cap_lines = 0, bad = 0, size = 0;
     char *text = NULL;
@@ -131,7 +131,7 @@ tsock__index_scan_list(const char *list_path, int threads, struct tsock_index **
     int64_t start = tsock__realtime_ns();
     uint64_t t0 = tsock__now_ns();
 
-    if (!list_path || !list_path[0] || !out || strlen(list_path) > TSOCK_INDEX_MAX_PATH)
+    if (!list_path || !list_path[0] || !out || strlen(list_path) > TSOCK__INDEX_MAX_PATH)
         return -EINVAL;
     *out = NULL;
     fd = open(list_path, O_RDONLY | O_CLOEXEC);
@@ -190,7 +190,7 @@ tsock__index_scan_list(const char *list_path, int threads, struct tsock_index **
         r = -ENOMEM;
         goto out;
     }
-    idx->source = TSOCK_INDEX_LIST;
+    idx->source = TSOCK__INDEX_LIST;
     idx->scan_time_ns = start;
     idx->classes = nlines ? (uint32_t)(max_label + 1) : 0;
     dir_fd = open(idx->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -232,10 +232,10 @@ tsock__index_scan_list(const char *list_path, int threads, struct tsock_index **
         r = -ENOMEM;
         goto out;
     }
-    idx->watch[0] = (struct tsock_index_watch){.path = 0,
-                                               .ino = (uint64_t)st.st_ino,
-                                               .size = (uint64_t)st.st_size,
-                                               .mtime_ns = tsock__stat_mtime_ns(&st)};
+    idx->watch[0] = (struct tsock__index_watch){.path = 0,
+                                                .ino = (uint64_t)st.st_ino,
+                                                .size = (uint64_t)st.st_size,
+                                                .mtime_ns = tsock__stat_mtime_ns(&st)};
     uint64_t at = strlen(base) + 1, e = 0;
     memcpy(idx->pool, base, at);
     for (size_t i = 0; i < nlines; i++) {
@@ -243,7 +243,7 @@ tsock__index_scan_list(const char *list_path, int threads, struct tsock_index **
             continue;
         size_t n = strlen(lines[i].path) + 1;
         memcpy(idx->pool + at, lines[i].path, n);
-        idx->entries[e++] = (struct tsock_index_entry){
+        idx->entries[e++] = (struct tsock__index_entry){
             .path = at, .size = (uint32_t)lines[i].size, .label = lines[i].label};
         idx->total_bytes += lines[i].size;
         at += n;

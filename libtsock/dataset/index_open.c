@@ -12,10 +12,10 @@
 #include "dataset/index_int.h"
 
 static int
-is_racy(const struct tsock_index *idx)
+is_racy(const struct tsock__index *idx)
 {
     for (uint32_t i = 0; i < idx->watch_count; i++)
-        if (idx->watch[i].mtime_ns > idx->scan_time_ns - TSOCK_INDEX_RACY_NS)
+        if (idx->watch[i].mtime_ns > idx->scan_time_ns - TSOCK__INDEX_RACY_NS)
             return 1;
     return 0;
 }
@@ -23,7 +23,7 @@ is_racy(const struct tsock_index *idx)
 /* Whether the cache file would go into a directory the index watches: writing it there
  * changes that directory's mtime, so the cache would be stale at once, on every run. */
 static int
-cache_in_tree(const struct tsock_index *idx, const char *cache_path)
+cache_in_tree(const struct tsock__index *idx, const char *cache_path)
 {
     char *dir = tsock__dir_of(cache_path);
     struct stat cache_dir, root;
@@ -40,7 +40,7 @@ cache_in_tree(const struct tsock_index *idx, const char *cache_path)
 /* Runs the caller's check on a fresh scan and removes what it marks. An index left with no
  * sample is an error, as a scan that finds no usable file is. */
 static int
-apply_check(tsock_index_check_fn check, void *arg, struct tsock_index **idx)
+apply_check(tsock__index_check_fn check, void *arg, struct tsock__index **idx)
 {
     uint8_t *drop = calloc((size_t)(*idx)->count + 1, 1);
     int r = drop ? check(arg, *idx, drop) : -ENOMEM;
@@ -63,18 +63,18 @@ apply_check(tsock_index_check_fn check, void *arg, struct tsock_index **idx)
 
 int
 tsock__index_open(int source, const char *path, const char *cache_path, int threads,
-                  struct tsock_index **out)
+                  struct tsock__index **out)
 {
     return tsock__index_open_checked(source, path, cache_path, threads, NULL, NULL, out);
 }
 
 int
 tsock__index_open_checked(int source, const char *path, const char *cache_path, int threads,
-                          tsock_index_check_fn check, void *arg, struct tsock_index **out)
+                          tsock__index_check_fn check, void *arg, struct tsock__index **out)
 {
     int r;
 
-    if (!path || !out || (source != TSOCK_INDEX_FOLDER && source != TSOCK_INDEX_LIST))
+    if (!path || !out || (source != TSOCK__INDEX_FOLDER && source != TSOCK__INDEX_LIST))
         return -EINVAL;
     if (cache_path) {
         r = tsock__index_load(cache_path, source, path, out);
@@ -89,8 +89,8 @@ tsock__index_open_checked(int source, const char *path, const char *cache_path, 
                    : r == -EBADMSG ? "not a valid index cache"
                                    : strerror(-r));
     }
-    r = source == TSOCK_INDEX_FOLDER ? tsock__index_scan_folder(path, threads, out)
-                                     : tsock__index_scan_list(path, threads, out);
+    r = source == TSOCK__INDEX_FOLDER ? tsock__index_scan_folder(path, threads, out)
+                                      : tsock__index_scan_list(path, threads, out);
     if (r == 0 && check)
         r = apply_check(check, arg, out);
     if (r != 0 || !cache_path)
@@ -104,7 +104,7 @@ tsock__index_open_checked(int source, const char *path, const char *cache_path, 
         tsock__log(TSOCK_LOG_INFO,
                    "index: cache %s not written: the dataset was modified in the last %d s, "
                    "so it may still change unnoticed; the next run will write it",
-                   cache_path, (int)(TSOCK_INDEX_RACY_NS / 1000000000LL));
+                   cache_path, (int)(TSOCK__INDEX_RACY_NS / 1000000000LL));
     else
         tsock__index_save(*out, cache_path); /* logs its own failure; the index is usable */
     return 0;

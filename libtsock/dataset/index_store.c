@@ -16,10 +16,10 @@
 #include "dataset/index_cache.h"
 #include "dataset/index_int.h"
 
-static _Atomic(tsock_index_write_fn) write_hook;
+static _Atomic(tsock__index_write_fn) write_hook;
 
 void
-tsock__index_set_write_hook(tsock_index_write_fn fn)
+tsock__index_set_write_hook(tsock__index_write_fn fn)
 {
     atomic_store(&write_hook, fn);
 }
@@ -27,7 +27,7 @@ tsock__index_set_write_hook(tsock_index_write_fn fn)
 static int
 write_all(int fd, const uint8_t *p, size_t n)
 {
-    tsock_index_write_fn fn = atomic_load(&write_hook);
+    tsock__index_write_fn fn = atomic_load(&write_hook);
     while (n) {
         ssize_t w = fn ? fn(fd, p, n) : write(fd, p, n);
         if (w < 0 && errno == EINTR)
@@ -43,15 +43,15 @@ write_all(int fd, const uint8_t *p, size_t n)
 }
 
 int
-tsock__index_save(const struct tsock_index *idx, const char *cache_path)
+tsock__index_save(const struct tsock__index *idx, const char *cache_path)
 {
     static atomic_uint counter;
     uint8_t *bytes = NULL;
     size_t size = 0;
-    char tmp[TSOCK_INDEX_MAX_PATH + 64];
+    char tmp[TSOCK__INDEX_MAX_PATH + 64];
     int r, fd = -1;
 
-    if (!idx || !cache_path || !cache_path[0] || strlen(cache_path) > TSOCK_INDEX_MAX_PATH)
+    if (!idx || !cache_path || !cache_path[0] || strlen(cache_path) > TSOCK__INDEX_MAX_PATH)
         return -EINVAL;
     if ((r = tsock__index_encode(idx, &bytes, &size)) != 0)
         return r;
@@ -87,7 +87,7 @@ out:
 }
 
 int
-tsock__index_check_fresh(const struct tsock_index *idx)
+tsock__index_check_fresh(const struct tsock__index *idx)
 {
     int root_fd = open(idx->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     int r = 0;
@@ -95,22 +95,22 @@ tsock__index_check_fresh(const struct tsock_index *idx)
     if (root_fd < 0)
         return -ESTALE;
     for (uint32_t i = 0; i < idx->watch_count && r == 0; i++) {
-        const struct tsock_index_watch *w = &idx->watch[i];
+        const struct tsock__index_watch *w = &idx->watch[i];
         const char *rel = idx->pool + w->path;
         struct stat st;
         if (fstatat(root_fd, rel, &st, rel[0] ? 0 : AT_EMPTY_PATH) != 0 ||
             (uint64_t)st.st_ino != w->ino || (uint64_t)st.st_size != w->size ||
             tsock__stat_mtime_ns(&st) != w->mtime_ns)
             r = -ESTALE;
-        else if (w->mtime_ns > idx->scan_time_ns - TSOCK_INDEX_RACY_NS)
-            r = -ESTALE; /* see TSOCK_INDEX_RACY_NS */
+        else if (w->mtime_ns > idx->scan_time_ns - TSOCK__INDEX_RACY_NS)
+            r = -ESTALE; /* see TSOCK__INDEX_RACY_NS */
     }
     close(root_fd);
     return r;
 }
 
 int
-tsock__index_load(const char *cache_path, int source, const char *path, struct tsock_index **out)
+tsock__index_load(const char *cache_path, int source, const char *path, struct tsock__index **out)
 {
     char *bytes = NULL;
     size_t size = 0;
@@ -128,7 +128,7 @@ tsock__index_load(const char *cache_path, int source, const char *path, struct t
         r = -EBADMSG; /* not a regular file */
     if (r != 0)
         return r;
-    struct tsock_index *idx;
+    struct tsock__index *idx;
     r = tsock__index_decode((const uint8_t *)bytes, size, 1, &idx);
     free(bytes);
     if (r != 0)

@@ -21,10 +21,10 @@
 #include "core/layout.h"
 #include "core/sync.h"
 #include "dataset/sampler.h"
+#include "engine/stats.h"
 #include "image/convert.h"
 #include "proto/proto.h"
 #include "ring/ring.h"
-#include "engine/stats.h"
 #include "transport/transport.h"
 
 #define MAX_CONSUMERS TSOCK_RING_MAX_CONSUMERS
@@ -102,7 +102,7 @@ struct tsock_producer {
 
     int use_sampler;
     uint64_t sampler_samples, sampler_seed, sampler_epochs;
-    struct tsock_sampler sampler;
+    struct tsock__sampler sampler;
     uint64_t *slot_ids; /* slot_count * batch_size sample ids */
     struct tsock_slot current;
     int filling;

@@ -15,21 +15,21 @@
 #define MAX_OUT_SIDE 32768
 
 int
-tsock__decoder_create(struct tsock_decoder **out)
+tsock__decoder_create(struct tsock__decoder **out)
 {
-    struct tsock_decoder *d = calloc(1, sizeof *d);
+    struct tsock__decoder *d = calloc(1, sizeof *d);
 
     *out = NULL;
     if (!d)
         return -ENOMEM;
-    d->max_pixels = TSOCK_IMAGE_MAX_PIXELS;
-    d->max_scans = TSOCK_IMAGE_MAX_SCANS;
+    d->max_pixels = TSOCK__IMAGE_MAX_PIXELS;
+    d->max_scans = TSOCK__IMAGE_MAX_SCANS;
     *out = d;
     return 0;
 }
 
 void
-tsock__decoder_destroy(struct tsock_decoder *d)
+tsock__decoder_destroy(struct tsock__decoder *d)
 {
     if (!d)
         return;
@@ -46,7 +46,7 @@ tsock__decoder_destroy(struct tsock_decoder *d)
 }
 
 void
-tsock__decoder_set_limits(struct tsock_decoder *d, uint64_t max_pixels, int max_scans)
+tsock__decoder_set_limits(struct tsock__decoder *d, uint64_t max_pixels, int max_scans)
 {
     if (max_pixels)
         d->max_pixels = max_pixels;
@@ -55,24 +55,24 @@ tsock__decoder_set_limits(struct tsock_decoder *d, uint64_t max_pixels, int max_
 }
 
 void
-tsock__decoder_set_flags(struct tsock_decoder *d, int flags)
+tsock__decoder_set_flags(struct tsock__decoder *d, int flags)
 {
     d->flags = flags;
-    d->ch.no_avx2 = d->cv.no_avx2 = (flags & TSOCK_DECODE_NO_AVX2) != 0;
+    d->ch.no_avx2 = d->cv.no_avx2 = (flags & TSOCK__DECODE_NO_AVX2) != 0;
 }
 
-const struct tsock_decode_report *
-tsock__decoder_report(const struct tsock_decoder *d)
+const struct tsock__decode_report *
+tsock__decoder_report(const struct tsock__decoder *d)
 {
     return &d->report;
 }
 
 int
-tsock__decode_resize(struct tsock_decoder *d, const uint8_t *data, size_t size,
-                     const struct tsock_resize_spec *spec, uint8_t *out)
+tsock__decode_resize(struct tsock__decoder *d, const uint8_t *data, size_t size,
+                     const struct tsock__resize_spec *spec, uint8_t *out)
 {
-    struct tsock_image_info info;
-    struct tsock_resize_spec s;
+    struct tsock__image_info info;
+    struct tsock__resize_spec s;
     int r;
 
     if (!d || !spec || !out || (!data && size))
@@ -101,17 +101,17 @@ tsock__decode_resize(struct tsock_decoder *d, const uint8_t *data, size_t size,
         s.out_w > s.resize_w - s.win_x || s.out_h > s.resize_h - s.win_y)
         return -EINVAL;
 
-    if (info.format == TSOCK_IMAGE_JPEG)
+    if (info.format == TSOCK__IMAGE_JPEG)
         return tsock__jpeg_decode(d, data, size, &info, &s, out);
     return tsock__png_decode(d, data, size, &info, &s, out);
 }
 
 int
-tsock__decode_crop_resize(struct tsock_decoder *d, const uint8_t *data, size_t size,
-                          const struct tsock_box *crop, int out_w, int out_h, int flip,
+tsock__decode_crop_resize(struct tsock__decoder *d, const uint8_t *data, size_t size,
+                          const struct tsock__box *crop, int out_w, int out_h, int flip,
                           uint8_t *out)
 {
-    struct tsock_resize_spec s;
+    struct tsock__resize_spec s;
 
     memset(&s, 0, sizeof s);
     if (crop) {

@@ -1,4 +1,4 @@
-/* The resize plan every codec back end follows (see struct tsock__plan in
+/* The resize plan every codec back end follows (see struct tsock__resize_plan in
  * image_int.h): which decoded rows and columns the resampler reads, the coefficient tables,
  * and the second half of every decode once the codec has delivered its rows. jpeg.c and png.c
  * call it; it calls only resize.c. */
@@ -9,9 +9,9 @@
 #include "image/image_int.h"
 
 int
-tsock__plan_make(struct tsock_decoder *d, struct tsock__plan *pl, int src_w, int src_h, double bx0,
-                 double by0, double bx1, double by1, int cx0, int cy0, int cx1, int cy1,
-                 const struct tsock_resize_spec *spec, int nch)
+tsock__resize_plan_make(struct tsock__decoder *d, struct tsock__resize_plan *pl, int src_w,
+                        int src_h, double bx0, double by0, double bx1, double by1, int cx0, int cy0,
+                        int cx1, int cy1, const struct tsock__resize_spec *spec, int nch)
 {
     int first, end, r;
 
@@ -44,8 +44,8 @@ tsock__plan_make(struct tsock_decoder *d, struct tsock__plan *pl, int src_w, int
 }
 
 int
-tsock__finish(struct tsock_decoder *d, const struct tsock__plan *pl, const uint8_t *rows,
-              size_t pitch, int rows_x0, int px, uint8_t *out)
+tsock__resize_plan_finish(struct tsock__decoder *d, const struct tsock__resize_plan *pl,
+                          const uint8_t *rows, size_t pitch, int rows_x0, int px, uint8_t *out)
 {
     const size_t out_row = (size_t)pl->out_w * (size_t)pl->nch;
     const int rows_first = pl->need_y0 - pl->clamp_y;
