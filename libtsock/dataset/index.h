@@ -30,6 +30,9 @@
  * freshness test re-stats the directories of the tree (mtime, inode, size): adding, removing
  * or renaming a file anywhere in the tree changes its directory's mtime. Changes of a file's
  * content in place are not detected; the reader copes with files whose size changed.
+ *
+ * This header is the interface the pipeline uses. The cache codec (the file's bytes, pure and
+ * fuzzed) is in index_cache.h; index_int.h lists the files behind both and what each does.
  */
 #ifndef TSOCK_DATASET_INDEX_H
 #define TSOCK_DATASET_INDEX_H
@@ -38,13 +41,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-enum tsock_index_source {
-    TSOCK_INDEX_FOLDER = 0, /* an ImageFolder tree */
-    TSOCK_INDEX_LIST = 1    /* a "path label" list file */
+enum tsock__index_source {
+    TSOCK__INDEX_FOLDER = 0, /* an ImageFolder tree */
+    TSOCK__INDEX_LIST = 1    /* a "path label" list file */
 };
 
 /* One sample: 16 bytes. */
-struct tsock_index_entry {
+struct tsock__index_entry {
     uint64_t path;  /* offset in the pool of the NUL-terminated path relative to the root */
     uint32_t size;  /* bytes when the index was built (never 0: empty files are left out) */
     uint32_t label; /* < classes */
@@ -52,7 +55,7 @@ struct tsock_index_entry {
 
 /* A file-system object whose change makes a cache stale: every directory of a folder tree,
  * the root included, or the list file of a list. */
-struct tsock_index_watch {
+struct tsock__index_watch {
     uint64_t path; /* pool offset of its path relative to the root ("" is the root itself) */
     uint64_t ino;
     uint64_t size;
@@ -60,29 +63,29 @@ struct tsock_index_watch {
 };
 
 /* How many left-out paths of each kind are logged before only counting. */
-#define TSOCK_INDEX_LOG_EXAMPLES 5
+#define TSOCK__INDEX_LOG_EXAMPLES 5
 
 /* The longest dataset-relative path and the deepest nesting accepted (deeper or longer
  * entries are skipped and logged). */
-#define TSOCK_INDEX_MAX_PATH 4095
-#define TSOCK_INDEX_MAX_DEPTH 64
+#define TSOCK__INDEX_MAX_PATH 4095
+#define TSOCK__INDEX_MAX_DEPTH 64
 
 /* A directory whose mtime is within this much of the scan's start may change again within the
  * same timestamp tick without its mtime moving; a cache holding one is treated as stale. */
-#define TSOCK_INDEX_RACY_NS 2000000000LL
+#define TSOCK__INDEX_RACY_NS 2000000000LL
 
-struct tsock_index {
-    int source;        /* enum tsock_index_source */
+struct tsock__index {
+    int source;        /* enum tsock__index_source */
     char *source_path; /* the root (folder) or the list file (list), as given */
     char *root;        /* directory the sample paths are relative to: the root, or the
                         * list file's directory (list paths may also be absolute) */
     uint32_t classes;  /* folder: class directories; list: largest label + 1 */
     uint64_t count;    /* samples */
-    struct tsock_index_entry *entries; /* count entries, in sample-id order */
-    uint64_t *class_names;             /* folder: pool offset of each class's name; list: NULL */
+    struct tsock__index_entry *entries; /* count entries, in sample-id order */
+    uint64_t *class_names;              /* folder: pool offset of each class's name; list: NULL */
     char *pool;
     uint64_t pool_size;
-    struct tsock_index_watch *watch;
+    struct tsock__index_watch *watch;
     uint32_t watch_count;
     uint64_t total_bytes; /* sum of the entries' sizes */
     int64_t scan_time_ns; /* CLOCK_REALTIME when the scan started */
@@ -99,7 +102,7 @@ struct tsock_index {
  * directories are opened: files are only fstatat'ed (and only those with an image
  * extension). Returns 0 and sets *out (owned by the caller), or -ENOENT (no class directory,
  * or no usable file at all), a negated errno from opening the root, -ENOMEM. */
-int tsock__index_scan_folder(const char *root, int threads, struct tsock_index **out);
+int tsock__index_scan_folder(const char *root, int threads, struct tsock__index **out);
 
 /* Reads a list file: one sample per line, "path label", where label is a decimal integer in
  * 0..2^32-2 after the last run of blanks and path is everything before it (so it may hold
@@ -110,71 +113,63 @@ int tsock__index_scan_folder(const char *root, int threads, struct tsock_index *
  * Listed files are fstatat'ed on `threads` threads and left out by the same rules as in a
  * folder; samples keep the list's order. Returns 0, -EINVAL, -ENOENT (no usable file),
  * a negated errno from reading the list, -ENOMEM. */
-int tsock__index_scan_list(const char *list_path, int threads, struct tsock_index **out);
+int tsock__index_scan_list(const char *list_path, int threads, struct tsock__index **out);
 
 /* Loads a cache written by tsock__index_save and checks it belongs to (source, path) and is
  * fresh (every watched object has the recorded inode, size and mtime, and none was modified
- * within TSOCK_INDEX_RACY_NS of the scan). Returns 0 and sets *out, or -ENOENT (no cache),
+ * within TSOCK__INDEX_RACY_NS of the scan). Returns 0 and sets *out, or -ENOENT (no cache),
  * -EBADMSG (not a valid cache: bad magic, version, length, field, checksum), -ESTALE (valid
  * but for another source, or the tree changed), another negated errno from reading it. */
 int tsock__index_load(const char *cache_path, int source, const char *path,
-                      struct tsock_index **out);
+                      struct tsock__index **out);
 
 /* Writes the index to `cache_path` atomically: a temporary file in the same directory, then
  * rename. On any failure (a full disk included) the temporary file is removed and the previous
  * cache, if any, is left as it was. Returns 0 or a negated errno. */
-int tsock__index_save(const struct tsock_index *idx, const char *cache_path);
+int tsock__index_save(const struct tsock__index *idx, const char *cache_path);
 
 /* The usual way in: loads the cache when `cache_path` is not NULL and it is valid and fresh,
  * otherwise scans (folder or list per `source`) and, when `cache_path` is not NULL, writes a
  * new cache. Why a cache was not used, and a failure to write one, are logged; neither fails
- * the call. A scan whose directories changed within TSOCK_INDEX_RACY_NS is not cached (its
+ * the call. A scan whose directories changed within TSOCK__INDEX_RACY_NS is not cached (its
  * cache would be stale at once), nor is one inside the folder tree (writing it would change
  * the tree): keep the cache outside the dataset. Returns what the scan returns. */
 int tsock__index_open(int source, const char *path, const char *cache_path, int threads,
-                      struct tsock_index **out);
+                      struct tsock__index **out);
 
 /* A check of a fresh scan's files (for example of their image headers): sets drop[i] to
  * non-zero for every sample i to leave out, and returns 0 or a negated errno (which fails the
  * open). It runs only after a scan, never on a cache, so what it removed stays removed in the
  * cache it leads to, and a restart neither re-reads the files nor logs them again. */
-typedef int (*tsock_index_check_fn)(void *arg, const struct tsock_index *idx, uint8_t *drop);
+typedef int (*tsock__index_check_fn)(void *arg, const struct tsock__index *idx, uint8_t *drop);
 
 /* tsock__index_open with a check run on a fresh scan before the cache is written. An index
  * the check empties fails with -ENOENT. Returns what tsock__index_open returns, or the
  * check's error. */
 int tsock__index_open_checked(int source, const char *path, const char *cache_path, int threads,
-                              tsock_index_check_fn check, void *arg, struct tsock_index **out);
+                              tsock__index_check_fn check, void *arg, struct tsock__index **out);
 
 /* Removes the samples i with drop[i] non-zero (drop has idx->count bytes), keeping the order
  * of the others: the ids after a removed sample shift down, labels never change. Adds the
  * number removed to idx->not_image and recounts empty classes. Returns that number or
  * -EINVAL, -ENOMEM. */
-int tsock__index_remove(struct tsock_index *idx, const uint8_t *drop);
+int tsock__index_remove(struct tsock__index *idx, const uint8_t *drop);
 
 /* Whether the watched objects are unchanged since the scan: 0, or -ESTALE. */
-int tsock__index_check_fresh(const struct tsock_index *idx);
-
-/* The cache format, in memory. Encode: returns 0 and a malloc'ed buffer (*out, *size), or
- * -ENOMEM / -EOVERFLOW. Decode: validates every field, offset and length of untrusted bytes
- * and returns 0 and a new index, or -EBADMSG, -ENOMEM; `verify_checksum` = 0 skips only the
- * checksum comparison (for the fuzzer, which could never forge one). */
-int tsock__index_encode(const struct tsock_index *idx, uint8_t **out, size_t *size);
-int tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum,
-                        struct tsock_index **out);
+int tsock__index_check_fresh(const struct tsock__index *idx);
 
 /* Path of sample i relative to idx->root (or absolute, in a list), or NULL when out of range.
  * Owned by the index. */
-const char *tsock__index_path(const struct tsock_index *idx, uint64_t i);
+const char *tsock__index_path(const struct tsock__index *idx, uint64_t i);
 
 /* Name of class `label` (folder source), or NULL. Owned by the index. */
-const char *tsock__index_class_name(const struct tsock_index *idx, uint32_t label);
+const char *tsock__index_class_name(const struct tsock__index *idx, uint32_t label);
 
 /* Bytes of memory the index holds (table, pool, class names, watches, strings). */
-size_t tsock__index_memory(const struct tsock_index *idx);
+size_t tsock__index_memory(const struct tsock__index *idx);
 
 /* Frees the index; NULL does nothing. */
-void tsock__index_destroy(struct tsock_index *idx);
+void tsock__index_destroy(struct tsock__index *idx);
 
 /* Python's str order for file names: compares the code points of the two NUL-terminated
  * names decoded from UTF-8 with surrogateescape (an undecodable byte b becomes U+DC00 + b).
@@ -187,7 +182,7 @@ int tsock__index_has_image_extension(const char *name);
 
 /* Test seam: the function tsock__index_save writes with (NULL restores write(2)), so tests can
  * inject a full disk anywhere in the file. Process-wide; set it before saving, not during. */
-typedef ssize_t (*tsock_index_write_fn)(int fd, const void *buf, size_t n);
-void tsock__index_set_write_hook(tsock_index_write_fn fn);
+typedef ssize_t (*tsock__index_write_fn)(int fd, const void *buf, size_t n);
+void tsock__index_set_write_hook(tsock__index_write_fn fn);
 
 #endif

@@ -114,9 +114,9 @@ cmp_u64(const void *a, const void *b)
 }
 
 int
-tsock__sampler_keep_segments(struct tsock_sampler *s, const uint64_t *phases, size_t count)
+tsock__sampler_keep_segments(struct tsock__sampler *s, const uint64_t *phases, size_t count)
 {
-    if (s == NULL || (count > 0 && phases == NULL) || count > TSOCK_SAMPLER_MAX_PHASES)
+    if (s == NULL || (count > 0 && phases == NULL) || count > TSOCK__SAMPLER_MAX_PHASES)
         return -EINVAL;
     s->keep_count = 0;
     for (size_t i = 0; i < count; i++)
@@ -134,7 +134,7 @@ tsock__sampler_keep_segments(struct tsock_sampler *s, const uint64_t *phases, si
 /* Turns perm (epoch e - 1) into epoch e: a fresh permutation when no boundary must be kept,
  * otherwise each kept segment shuffled in place. */
 static void
-start_epoch(struct tsock_sampler *s)
+start_epoch(struct tsock__sampler *s)
 {
     if (s->epoch == 0 || s->keep_count == 0) {
         tsock__sampler_permutation(s->samples, s->seed, s->epoch, s->perm);
@@ -150,13 +150,13 @@ start_epoch(struct tsock_sampler *s)
 }
 
 uint64_t
-tsock__sampler_stream_position(const struct tsock_sampler *s)
+tsock__sampler_stream_position(const struct tsock__sampler *s)
 {
     return s->epoch * s->samples + s->position;
 }
 
 int
-tsock__sampler_init(struct tsock_sampler *s, uint64_t samples, uint64_t seed, uint64_t epochs)
+tsock__sampler_init(struct tsock__sampler *s, uint64_t samples, uint64_t seed, uint64_t epochs)
 {
     if (s == NULL)
         return -EINVAL;
@@ -177,7 +177,7 @@ tsock__sampler_init(struct tsock_sampler *s, uint64_t samples, uint64_t seed, ui
 }
 
 void
-tsock__sampler_free(struct tsock_sampler *s)
+tsock__sampler_free(struct tsock__sampler *s)
 {
     if (s == NULL)
         return;
@@ -186,14 +186,14 @@ tsock__sampler_free(struct tsock_sampler *s)
 }
 
 int
-tsock__sampler_exhausted(const struct tsock_sampler *s)
+tsock__sampler_exhausted(const struct tsock__sampler *s)
 {
     return s->perm == NULL || (s->epochs != 0 && s->epoch >= s->epochs);
 }
 
 /* Moves past a batch of k ids; returns 1 when that batch ended the epoch. */
 static int
-sampler_advance(struct tsock_sampler *s, uint64_t k)
+sampler_advance(struct tsock__sampler *s, uint64_t k)
 {
     s->position += k;
     s->batch_in_epoch++;
@@ -206,7 +206,7 @@ sampler_advance(struct tsock_sampler *s, uint64_t k)
 }
 
 uint32_t
-tsock__sampler_next(struct tsock_sampler *s, uint32_t max, uint64_t *ids, uint64_t *epoch,
+tsock__sampler_next(struct tsock__sampler *s, uint32_t max, uint64_t *ids, uint64_t *epoch,
                     uint64_t *index_in_epoch, int *epoch_end)
 {
     /* max == 0 cannot hold a batch; the stream is left where it is. */

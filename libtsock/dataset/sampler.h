@@ -11,26 +11,26 @@
 #include <stdint.h>
 
 /* The most distinct consumer phases an epoch can keep (one per connected consumer). */
-#define TSOCK_SAMPLER_MAX_PHASES 64
+#define TSOCK__SAMPLER_MAX_PHASES 64
 
-struct tsock_sampler {
+struct tsock__sampler {
     uint64_t samples; /* dataset size n */
     uint64_t seed;
     uint64_t epochs;   /* 0: endless */
     uint64_t epoch;    /* epoch of the next batch */
     uint64_t position; /* position of the next batch's first sample within its epoch */
     uint64_t batch_in_epoch;
-    uint64_t *perm;                          /* permutation of the current epoch, n entries */
-    uint64_t keep[TSOCK_SAMPLER_MAX_PHASES]; /* sorted, unique phases in (0, n) */
+    uint64_t *perm;                           /* permutation of the current epoch, n entries */
+    uint64_t keep[TSOCK__SAMPLER_MAX_PHASES]; /* sorted, unique phases in (0, n) */
     size_t keep_count;
 };
 
 /* Sets up the stream. Returns 0, -EINVAL (samples == 0 or too large), -ENOMEM. */
-int tsock__sampler_init(struct tsock_sampler *s, uint64_t samples, uint64_t seed, uint64_t epochs);
-void tsock__sampler_free(struct tsock_sampler *s);
+int tsock__sampler_init(struct tsock__sampler *s, uint64_t samples, uint64_t seed, uint64_t epochs);
+void tsock__sampler_free(struct tsock__sampler *s);
 
 /* Whether the stream has issued its last epoch (never for an endless one). */
-int tsock__sampler_exhausted(const struct tsock_sampler *s);
+int tsock__sampler_exhausted(const struct tsock__sampler *s);
 
 /* Tells the sampler the phases (offsets within an epoch where a consumer's window starts) of
  * the consumers whose windows will straddle the start of the next epoch. When that epoch
@@ -38,16 +38,16 @@ int tsock__sampler_exhausted(const struct tsock_sampler *s);
  * shuffles inside segments (sampler.c explains why that is necessary and sufficient for every
  * such consumer to see each sample exactly once per its own epoch). Phases of 0 or >= n need no
  * boundary and are ignored. Call it before the batch that starts an epoch; the set stays until
- * the next call. Returns 0 or -EINVAL (more than TSOCK_SAMPLER_MAX_PHASES). */
-int tsock__sampler_keep_segments(struct tsock_sampler *s, const uint64_t *phases, size_t count);
+ * the next call. Returns 0 or -EINVAL (more than TSOCK__SAMPLER_MAX_PHASES). */
+int tsock__sampler_keep_segments(struct tsock__sampler *s, const uint64_t *phases, size_t count);
 
 /* Stream position of the next batch's first sample: samples issued since the stream began. */
-uint64_t tsock__sampler_stream_position(const struct tsock_sampler *s);
+uint64_t tsock__sampler_stream_position(const struct tsock__sampler *s);
 
 /* Fills ids[0..] with the next batch of at most `max` ids and reports its place (epoch,
  * index_in_epoch and epoch_end may be NULL). Returns the number of ids (>= 1), or 0 when every
  * epoch has been issued or max == 0. */
-uint32_t tsock__sampler_next(struct tsock_sampler *s, uint32_t max, uint64_t *ids, uint64_t *epoch,
+uint32_t tsock__sampler_next(struct tsock__sampler *s, uint32_t max, uint64_t *ids, uint64_t *epoch,
                              uint64_t *index_in_epoch, int *epoch_end);
 
 /* Writes the permutation of epoch `epoch` for (samples, seed) into perm[0..samples-1]: a

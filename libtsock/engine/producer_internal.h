@@ -88,7 +88,7 @@ struct tsock_producer {
 
     int use_sampler;
     uint64_t sampler_samples, sampler_seed, sampler_epochs;
-    struct tsock_sampler sampler;
+    struct tsock__sampler sampler;
     uint64_t *slot_ids; /* slot_count * batch_size sample ids */
     struct tsock_slot current;
     int filling;

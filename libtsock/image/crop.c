@@ -10,13 +10,13 @@
 #define GOLDEN 0x9E3779B97F4A7C15u
 
 void
-tsock__rng_seed(struct tsock_rng *rng, uint64_t seed)
+tsock__rng_seed(struct tsock__rng *rng, uint64_t seed)
 {
     rng->state = seed;
 }
 
 uint64_t
-tsock__rng_next(struct tsock_rng *rng)
+tsock__rng_next(struct tsock__rng *rng)
 {
     /* tsock__mix64 adds the increment itself, so output i is the splitmix64 output for state
      * seed + (i + 1) * GOLDEN. */
@@ -26,19 +26,19 @@ tsock__rng_next(struct tsock_rng *rng)
 }
 
 double
-tsock__rng_double(struct tsock_rng *rng)
+tsock__rng_double(struct tsock__rng *rng)
 {
     return (double)(tsock__rng_next(rng) >> 11) * 0x1.0p-53;
 }
 
 double
-tsock__rng_uniform(struct tsock_rng *rng, double lo, double hi)
+tsock__rng_uniform(struct tsock__rng *rng, double lo, double hi)
 {
     return lo + (hi - lo) * tsock__rng_double(rng);
 }
 
 uint64_t
-tsock__rng_below(struct tsock_rng *rng, uint64_t n)
+tsock__rng_below(struct tsock__rng *rng, uint64_t n)
 {
     uint64_t x, threshold;
 
@@ -66,8 +66,8 @@ round_half_even(double x)
 }
 
 int
-tsock__rrc_box(struct tsock_rng *rng, int w, int h, double scale_min, double scale_max,
-               double ratio_min, double ratio_max, struct tsock_box *box)
+tsock__rrc_box(struct tsock__rng *rng, int w, int h, double scale_min, double scale_max,
+               double ratio_min, double ratio_max, struct tsock__box *box)
 {
     const double area = (double)w * (double)h;
     double log_lo, log_hi, in_ratio;

@@ -1,5 +1,6 @@
-/* The decoder: per-thread scratch, argument checks, and the plan every codec follows (which
- * decoded rows and columns the resampler reads), then dispatch to the JPEG or PNG back end. */
+/* The decoder: per-thread scratch and argument checks, then dispatch to the JPEG or PNG back
+ * end. The resize plan the back ends follow is resize_plan.c's, so that the back ends never
+ * call back into this file. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -14,21 +15,21 @@
 #define MAX_OUT_SIDE 32768
 
 int
-tsock__decoder_create(struct tsock_decoder **out)
+tsock__decoder_create(struct tsock__decoder **out)
 {
-    struct tsock_decoder *d = calloc(1, sizeof *d);
+    struct tsock__decoder *d = calloc(1, sizeof *d);
 
     *out = NULL;
     if (!d)
         return -ENOMEM;
-    d->max_pixels = TSOCK_IMAGE_MAX_PIXELS;
-    d->max_scans = TSOCK_IMAGE_MAX_SCANS;
+    d->max_pixels = TSOCK__IMAGE_MAX_PIXELS;
+    d->max_scans = TSOCK__IMAGE_MAX_SCANS;
     *out = d;
     return 0;
 }
 
 void
-tsock__decoder_destroy(struct tsock_decoder *d)
+tsock__decoder_destroy(struct tsock__decoder *d)
 {
     if (!d)
         return;
@@ -45,7 +46,7 @@ tsock__decoder_destroy(struct tsock_decoder *d)
 }
 
 void
-tsock__decoder_set_limits(struct tsock_decoder *d, uint64_t max_pixels, int max_scans)
+tsock__decoder_set_limits(struct tsock__decoder *d, uint64_t max_pixels, int max_scans)
 {
     if (max_pixels)
         d->max_pixels = max_pixels;
@@ -54,99 +55,24 @@ tsock__decoder_set_limits(struct tsock_decoder *d, uint64_t max_pixels, int max_
 }
 
 void
-tsock__decoder_set_flags(struct tsock_decoder *d, int flags)
+tsock__decoder_set_flags(struct tsock__decoder *d, int flags)
 {
     d->flags = flags;
-    d->ch.no_avx2 = d->cv.no_avx2 = (flags & TSOCK_DECODE_NO_AVX2) != 0;
+    d->ch.no_avx2 = d->cv.no_avx2 = (flags & TSOCK__DECODE_NO_AVX2) != 0;
 }
 
-const struct tsock_decode_report *
-tsock__decoder_report(const struct tsock_decoder *d)
+const struct tsock__decode_report *
+tsock__decoder_report(const struct tsock__decoder *d)
 {
     return &d->report;
 }
 
 int
-tsock__plan_make(struct tsock_decoder *d, struct tsock__plan *pl, int src_w, int src_h, double bx0,
-                 double by0, double bx1, double by1, int cx0, int cy0, int cx1, int cy1,
-                 const struct tsock_resize_spec *spec, int nch)
+tsock__decode_resize(struct tsock__decoder *d, const uint8_t *data, size_t size,
+                     const struct tsock__resize_spec *spec, uint8_t *out)
 {
-    int first, end, r;
-
-    /* Tables are relative to the clamp rectangle, as PIL's are relative to the cropped image:
-     * computing them with an offset would change the rounding of the tap positions. The flip
-     * is the horizontal table in reverse order: each output pixel is computed exactly as
-     * without it, only written elsewhere. */
-    r = tsock__coeffs_compute(&d->ch, bx0 - cx0, bx1 - cx0, cx1 - cx0, spec->resize_w, spec->win_x,
-                              spec->out_w, spec->flip);
-    if (r == 0)
-        r = tsock__coeffs_compute(&d->cv, by0 - cy0, by1 - cy0, cy1 - cy0, spec->resize_h,
-                                  spec->win_y, spec->out_h, 0);
-    if (r != 0)
-        return r;
-    pl->src_w = src_w;
-    pl->src_h = src_h;
-    pl->clamp_x = cx0;
-    pl->clamp_y = cy0;
-    tsock__coeffs_span(&d->ch, &first, &end);
-    pl->need_x0 = cx0 + first;
-    pl->need_x1 = cx0 + end;
-    tsock__coeffs_span(&d->cv, &first, &end);
-    pl->need_y0 = cy0 + first;
-    pl->need_y1 = cy0 + end;
-    pl->nch = nch;
-    pl->hfirst = tsock__horizontal_first(cx1 - cx0, cy1 - cy0, spec->resize_w, spec->resize_h);
-    pl->out_w = spec->out_w;
-    pl->out_h = spec->out_h;
-    return 0;
-}
-
-int
-tsock__finish(struct tsock_decoder *d, const struct tsock__plan *pl, const uint8_t *rows,
-              size_t pitch, int rows_x0, int px, uint8_t *out)
-{
-    const size_t out_row = (size_t)pl->out_w * (size_t)pl->nch;
-    const int rows_first = pl->need_y0 - pl->clamp_y;
-    uint8_t *line = tsock__buf_get(&d->conv2, out_row);
-    int32_t *acc;
-
-    if (pl->hfirst) {
-        acc = tsock__buf_get(&d->acc, out_row * sizeof(int32_t));
-        if (!line || !acc)
-            return -ENOMEM;
-        for (int y = 0; y < pl->out_h; y++) {
-            uint8_t *dst = out + (size_t)y * pl->out_w * 3;
-            /* RGB rows go straight to the output (the vertical pass writes exactly len
-             * bytes); gray ones through `line`, to be widened. */
-            tsock__resample_col(&d->cv, y, rows, rows_first, out_row, out_row, acc,
-                                pl->nch == 3 ? dst : line);
-            if (pl->nch != 3)
-                tsock__emit_row(line, pl->out_w, pl->nch, dst);
-        }
-        return 0;
-    }
-    /* Vertical first: each output row is a vertical pass over the decoded columns the
-     * horizontal pass will read, then the horizontal pass. */
-    const size_t len = (size_t)(pl->need_x1 - pl->need_x0) * (size_t)px;
-    const uint8_t *base = rows + (size_t)(pl->need_x0 - rows_x0) * (size_t)px;
-    uint8_t *mid = tsock__buf_get(&d->conv, len);
-    acc = tsock__buf_get(&d->acc, len * sizeof(int32_t));
-    if (!line || !mid || !acc)
-        return -ENOMEM;
-    for (int y = 0; y < pl->out_h; y++) {
-        tsock__resample_col(&d->cv, y, base, rows_first, pitch, len, acc, mid);
-        tsock__resample_row(&d->ch, mid, len, pl->need_x0 - pl->clamp_x, px, pl->nch, line);
-        tsock__emit_row(line, pl->out_w, pl->nch, out + (size_t)y * pl->out_w * 3);
-    }
-    return 0;
-}
-
-int
-tsock__decode_resize(struct tsock_decoder *d, const uint8_t *data, size_t size,
-                     const struct tsock_resize_spec *spec, uint8_t *out)
-{
-    struct tsock_image_info info;
-    struct tsock_resize_spec s;
+    struct tsock__image_info info;
+    struct tsock__resize_spec s;
     int r;
 
     if (!d || !spec || !out || (!data && size))
@@ -175,17 +101,17 @@ tsock__decode_resize(struct tsock_decoder *d, const uint8_t *data, size_t size,
         s.out_w > s.resize_w - s.win_x || s.out_h > s.resize_h - s.win_y)
         return -EINVAL;
 
-    if (info.format == TSOCK_IMAGE_JPEG)
+    if (info.format == TSOCK__IMAGE_JPEG)
         return tsock__jpeg_decode(d, data, size, &info, &s, out);
     return tsock__png_decode(d, data, size, &info, &s, out);
 }
 
 int
-tsock__decode_crop_resize(struct tsock_decoder *d, const uint8_t *data, size_t size,
-                          const struct tsock_box *crop, int out_w, int out_h, int flip,
+tsock__decode_crop_resize(struct tsock__decoder *d, const uint8_t *data, size_t size,
+                          const struct tsock__box *crop, int out_w, int out_h, int flip,
                           uint8_t *out)
 {
-    struct tsock_resize_spec s;
+    struct tsock__resize_spec s;
 
     memset(&s, 0, sizeof s);
     if (crop) {

@@ -2,7 +2,7 @@
  * of the ImageNet presets. Internal to libtsock.
  *
  * Every function here is a pure function of its arguments: no global state, so any number of
- * threads may call them at once. Decoding needs a struct tsock_decoder, which holds the codec
+ * threads may call them at once. Decoding needs a struct tsock__decoder, which holds the codec
  * handles and scratch buffers one thread reuses from image to image; give each worker thread
  * its own. After the first few images the decoder's own buffers have grown to their working
  * size and are only reused; libjpeg and libpng still allocate their small per-image state.
@@ -37,7 +37,7 @@
  *
  * Truncated data. A JPEG whose data ends early is decoded as libjpeg decodes it (and as PIL does
  * with ImageFile.LOAD_TRUNCATED_IMAGES = True): the blocks with no data become mid-grey. It is
- * accepted when at least TSOCK_IMAGE_MIN_VALID of its rows (counted in 8- or 16-row MCU rows)
+ * accepted when at least TSOCK__IMAGE_MIN_VALID of its rows (counted in 8- or 16-row MCU rows)
  * were decoded from real data, or when the data ends after the first scan of a progressive or
  * multi-scan JPEG (the whole picture is present, only coarser); otherwise it is truncated
  * beyond repair and the decode fails with -EPROTO. The verdict depends on the file only, never
@@ -54,46 +54,46 @@
 #include <stdint.h>
 
 /* The least fraction of MCU rows a truncated sequential JPEG must still hold to be decoded. */
-#define TSOCK_IMAGE_MIN_VALID 0.5
+#define TSOCK__IMAGE_MIN_VALID 0.5
 
 /* Default decoder limits. The pixel limit is PIL's own decompression-bomb error threshold
  * (2 * Image.MAX_IMAGE_PIXELS), so tsock refuses nothing PIL would load; the scan limit is the
  * one TurboJPEG's TJFLAG_LIMITSCANS applies (real progressive JPEGs have about 10 scans; a
  * crafted one with thousands makes every scan a full pass over the coefficients). */
-#define TSOCK_IMAGE_MAX_PIXELS 178956970u
-#define TSOCK_IMAGE_MAX_SCANS 500
+#define TSOCK__IMAGE_MAX_PIXELS 178956970u
+#define TSOCK__IMAGE_MAX_SCANS 500
 
-enum tsock_image_format {
-    TSOCK_IMAGE_UNKNOWN = 0,
-    TSOCK_IMAGE_JPEG = 1,
-    TSOCK_IMAGE_PNG = 2,
+enum tsock__image_format {
+    TSOCK__IMAGE_UNKNOWN = 0,
+    TSOCK__IMAGE_JPEG = 1,
+    TSOCK__IMAGE_PNG = 2,
     /* Recognised by their signature only, so that they can be reported as such (-ENOTSUP). */
-    TSOCK_IMAGE_GIF = 3,
-    TSOCK_IMAGE_BMP = 4,
-    TSOCK_IMAGE_WEBP = 5,
-    TSOCK_IMAGE_TIFF = 6
+    TSOCK__IMAGE_GIF = 3,
+    TSOCK__IMAGE_BMP = 4,
+    TSOCK__IMAGE_WEBP = 5,
+    TSOCK__IMAGE_TIFF = 6
 };
 
 /* How the stored samples are to be read. JPEG colour spaces are named as libjpeg infers them
  * (JFIF and Adobe markers, component ids), which is what the decoder will do. */
-enum tsock_image_color {
-    TSOCK_COLOR_UNKNOWN = 0,
-    TSOCK_COLOR_GRAY = 1,
-    TSOCK_COLOR_RGB = 2,        /* JPEG without colour transform, or PNG truecolour */
-    TSOCK_COLOR_YCBCR = 3,      /* the usual JPEG */
-    TSOCK_COLOR_CMYK = 4,       /* 4-component JPEG without Adobe transform 2 */
-    TSOCK_COLOR_YCCK = 5,       /* 4-component JPEG with Adobe transform 2 */
-    TSOCK_COLOR_GRAY_ALPHA = 6, /* PNG */
-    TSOCK_COLOR_RGBA = 7,       /* PNG */
-    TSOCK_COLOR_PALETTE = 8     /* PNG */
+enum tsock__image_color {
+    TSOCK__COLOR_UNKNOWN = 0,
+    TSOCK__COLOR_GRAY = 1,
+    TSOCK__COLOR_RGB = 2,        /* JPEG without colour transform, or PNG truecolour */
+    TSOCK__COLOR_YCBCR = 3,      /* the usual JPEG */
+    TSOCK__COLOR_CMYK = 4,       /* 4-component JPEG without Adobe transform 2 */
+    TSOCK__COLOR_YCCK = 5,       /* 4-component JPEG with Adobe transform 2 */
+    TSOCK__COLOR_GRAY_ALPHA = 6, /* PNG */
+    TSOCK__COLOR_RGBA = 7,       /* PNG */
+    TSOCK__COLOR_PALETTE = 8     /* PNG */
 };
 
-struct tsock_image_info {
-    int format; /* enum tsock_image_format */
+struct tsock__image_info {
+    int format; /* enum tsock__image_format */
     int width;  /* pixels; 0 when not known */
     int height;
     int components;      /* JPEG: components in the frame (1, 3, 4); PNG: channels (palette: 1) */
-    int color;           /* enum tsock_image_color */
+    int color;           /* enum tsock__image_color */
     int progressive;     /* JPEG: progressive (SOF2, SOF10); PNG: Adam7 interlaced */
     int bit_depth;       /* bits per sample: 8 for JPEG, 1..16 for PNG */
     int adobe_transform; /* JPEG: the Adobe APP14 transform (0, 1, 2), or -1 without APP14 */
@@ -111,35 +111,35 @@ struct tsock_image_info {
  * as libjpeg does, junk bytes between segments), PNG up to IHDR (whose CRC is checked).
  * `info` is always written; on failure it holds what was learnt (format at least).
  * Returns 0, -ENODATA, -EILSEQ, -ENOTSUP or -EPROTO (see above). */
-int tsock__image_probe(const uint8_t *data, size_t size, struct tsock_image_info *info);
+int tsock__image_probe(const uint8_t *data, size_t size, struct tsock__image_info *info);
 
 /* A rectangle in pixels: x is the left column, y the top row (torchvision's j and i). */
-struct tsock_box {
+struct tsock__box {
     int x, y, w, h;
 };
 
 /* ---- decoder ---- */
 
-struct tsock_decoder;
+struct tsock__decoder;
 
 /* Creates a decoder with the default limits. Returns 0 and sets *out, or -ENOMEM. */
-int tsock__decoder_create(struct tsock_decoder **out);
+int tsock__decoder_create(struct tsock__decoder **out);
 /* Frees a decoder and its buffers; NULL does nothing. */
-void tsock__decoder_destroy(struct tsock_decoder *d);
+void tsock__decoder_destroy(struct tsock__decoder *d);
 
 /* Images with more than max_pixels pixels, or progressive JPEGs with more than max_scans scans,
  * fail with -EFBIG (0 for either keeps the current value). */
-void tsock__decoder_set_limits(struct tsock_decoder *d, uint64_t max_pixels, int max_scans);
+void tsock__decoder_set_limits(struct tsock__decoder *d, uint64_t max_pixels, int max_scans);
 
 /* Switches for tests and benchmarks; 0 (the default) enables every speed-up. */
-#define TSOCK_DECODE_NO_DCT_SCALE 1 /* always decode at full size */
-#define TSOCK_DECODE_NO_PARTIAL 2   /* decode every column and the rows from the top */
-#define TSOCK_DECODE_NO_AVX2 4      /* resample with SSE2 / plain C even where AVX2 is there */
-void tsock__decoder_set_flags(struct tsock_decoder *d, int flags);
+#define TSOCK__DECODE_NO_DCT_SCALE 1 /* always decode at full size */
+#define TSOCK__DECODE_NO_PARTIAL 2   /* decode every column and the rows from the top */
+#define TSOCK__DECODE_NO_AVX2 4      /* resample with SSE2 / plain C even where AVX2 is there */
+void tsock__decoder_set_flags(struct tsock__decoder *d, int flags);
 
 /* What the last decode did; for tests, statistics and benchmarks. */
-struct tsock_decode_report {
-    int format;    /* enum tsock_image_format */
+struct tsock__decode_report {
+    int format;    /* enum tsock__image_format */
     int scale_num; /* DCT scaling used: scale_num/8 (8: none) */
     int decoded_w; /* columns and rows the codec produced (after scaling and cropping) */
     int decoded_h;
@@ -147,7 +147,7 @@ struct tsock_decode_report {
     double valid;  /* fraction of MCU rows decoded from real data (1 when complete) */
     int warnings;  /* libjpeg warnings (corrupt data that was decoded anyway) */
 };
-const struct tsock_decode_report *tsock__decoder_report(const struct tsock_decoder *d);
+const struct tsock__decode_report *tsock__decoder_report(const struct tsock__decoder *d);
 
 /* The general form of every decode: crop, resize, take a window of the result, flip.
  *
@@ -171,21 +171,21 @@ const struct tsock_decode_report *tsock__decoder_report(const struct tsock_decod
  * a margin that keeps libjpeg's fancy upsampling at the cut identical to a full decode.
  *
  * Returns 0 or a negative code (see above); `out` is unspecified after a failure. */
-struct tsock_resize_spec {
-    struct tsock_box crop;
+struct tsock__resize_spec {
+    struct tsock__box crop;
     int resize_w, resize_h;
     int win_x, win_y, out_w, out_h;
     int flip;
 };
-int tsock__decode_resize(struct tsock_decoder *d, const uint8_t *data, size_t size,
-                         const struct tsock_resize_spec *spec, uint8_t *out);
+int tsock__decode_resize(struct tsock__decoder *d, const uint8_t *data, size_t size,
+                         const struct tsock__resize_spec *spec, uint8_t *out);
 
 /* Decodes `crop` of the image (NULL: the whole image), resizes it to out_w x out_h and writes
  * it, mirrored when `flip`, to out (out_h * out_w * 3 bytes, RGB). torchvision's
  * F.resized_crop(img, crop.y, crop.x, crop.h, crop.w, (out_h, out_w)), then hflip.
  * Returns as tsock__decode_resize. */
-int tsock__decode_crop_resize(struct tsock_decoder *d, const uint8_t *data, size_t size,
-                              const struct tsock_box *crop, int out_w, int out_h, int flip,
+int tsock__decode_crop_resize(struct tsock__decoder *d, const uint8_t *data, size_t size,
+                              const struct tsock__box *crop, int out_w, int out_h, int flip,
                               uint8_t *out);
 
 /* ---- seeded randomness ---- */
@@ -193,17 +193,17 @@ int tsock__decode_crop_resize(struct tsock_decoder *d, const uint8_t *data, size
 /* splitmix64: the state advances by a fixed odd constant and each output is tsock__mix64 of it.
  * A generator seeded with tsock__mix64 of (seed, epoch, sample id) gives every sample its own
  * stream, independent of the thread that uses it. */
-struct tsock_rng {
+struct tsock__rng {
     uint64_t state;
 };
-void tsock__rng_seed(struct tsock_rng *rng, uint64_t seed);
-uint64_t tsock__rng_next(struct tsock_rng *rng);
+void tsock__rng_seed(struct tsock__rng *rng, uint64_t seed);
+uint64_t tsock__rng_next(struct tsock__rng *rng);
 /* Uniform in [0, 1), 53 random bits. */
-double tsock__rng_double(struct tsock_rng *rng);
+double tsock__rng_double(struct tsock__rng *rng);
 /* Uniform in [lo, hi). */
-double tsock__rng_uniform(struct tsock_rng *rng, double lo, double hi);
+double tsock__rng_uniform(struct tsock__rng *rng, double lo, double hi);
 /* Uniform integer in [0, n) without modulo bias; n >= 1 (n == 0 returns 0). */
-uint64_t tsock__rng_below(struct tsock_rng *rng, uint64_t n);
+uint64_t tsock__rng_below(struct tsock__rng *rng, uint64_t n);
 
 /* ---- sampling rules of torchvision's transforms ---- */
 
@@ -215,8 +215,8 @@ uint64_t tsock__rng_below(struct tsock_rng *rng, uint64_t n);
  * reproduced. Returns 1 when a random attempt was accepted, 0 for the fallback, -EINVAL for
  * bad arguments (w or h < 1, scale_min > scale_max, scale_min < 0, ratio_min <= 0,
  * ratio_min > ratio_max). */
-int tsock__rrc_box(struct tsock_rng *rng, int w, int h, double scale_min, double scale_max,
-                   double ratio_min, double ratio_max, struct tsock_box *box);
+int tsock__rrc_box(struct tsock__rng *rng, int w, int h, double scale_min, double scale_max,
+                   double ratio_min, double ratio_max, struct tsock__box *box);
 
 /* Resize(short_side) of a w x h image: the short side becomes short_side and the long side
  * int(short_side * long / short), truncated as torchvision truncates. Returns 0 or -EINVAL. */
@@ -228,7 +228,7 @@ int tsock__center_offset(int size, int crop);
 
 /* ---- presets ---- */
 
-struct tsock_train_params {
+struct tsock__train_params {
     int size;                    /* output side: 224 */
     double scale_min, scale_max; /* 0.08, 1.0 */
     double ratio_min, ratio_max; /* 3/4, 4/3 */
@@ -241,14 +241,14 @@ struct tsock_train_params {
  * that the crop stream does not depend on the option). Writes size*size*3 bytes to out.
  * `box` (may be NULL) receives the crop chosen and `flipped` (may be NULL) whether it was
  * mirrored. Returns as tsock__decode_resize. */
-int tsock__preset_train(struct tsock_decoder *d, const uint8_t *data, size_t size,
-                        struct tsock_rng *rng, const struct tsock_train_params *p, uint8_t *out,
-                        struct tsock_box *box, int *flipped);
+int tsock__preset_train(struct tsock__decoder *d, const uint8_t *data, size_t size,
+                        struct tsock__rng *rng, const struct tsock__train_params *p, uint8_t *out,
+                        struct tsock__box *box, int *flipped);
 
 /* The ImageNet validation preset: Resize(resize) (shorter side to `resize`, antialiased) then
  * CenterCrop(crop), as torchvision computes both. Writes crop*crop*3 bytes to out. Returns as
  * tsock__decode_resize; -EINVAL when crop > resize. */
-int tsock__preset_val(struct tsock_decoder *d, const uint8_t *data, size_t size, int resize,
+int tsock__preset_val(struct tsock__decoder *d, const uint8_t *data, size_t size, int resize,
                       int crop, uint8_t *out);
 
 #endif

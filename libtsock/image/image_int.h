@@ -1,4 +1,8 @@
-/* Shared internals of libtsock/image: the decoder's scratch, the resampler, the codec glue. */
+/* Shared internals of libtsock/image: the decoder's scratch, the resampler, the codec glue.
+ *
+ * Calls between the files go one way: decoder.c (checks, dispatch) -> jpeg.c, png.c (codec
+ * back ends) -> resize_plan.c (the resize plan they follow) -> resize.c (resampler, scratch
+ * buffers); probe.c is called by decoder.c and jpeg.c and calls none of them. */
 #ifndef TSOCK_IMAGE_INT_H
 #define TSOCK_IMAGE_INT_H
 
@@ -78,9 +82,11 @@ void tsock__emit_row(const uint8_t *row, int w, int nch, uint8_t *dst);
  * (out == in) is allowed. */
 void tsock__cmyk_to_rgb(const uint8_t *in, uint8_t *out, int n);
 
-/* The plan both codecs follow, in the coordinates of the decoded (possibly DCT-scaled)
- * image: which rows and columns the filter reads, and the coefficient tables. */
-struct tsock__plan {
+/* The resize plan both codecs follow (resize_plan.c), in the coordinates of the decoded
+ * (possibly DCT-scaled) image: which rows and columns the filter reads; the coefficient
+ * tables it goes with are the decoder's `ch` and `cv`. Not the GPU conversion plan
+ * (convert.h) nor a consumer's epoch plan (ring/epoch_plan.h). */
+struct tsock__resize_plan {
     int src_w, src_h;     /* decoded image size (after DCT scaling) */
     int clamp_x, clamp_y; /* the crop's first column and row in decoded pixels */
     int need_x0, need_x1; /* decoded columns the horizontal pass reads: [need_x0, need_x1) */
@@ -90,11 +96,11 @@ struct tsock__plan {
     int out_w, out_h;
 };
 
-struct tsock_decoder {
+struct tsock__decoder {
     uint64_t max_pixels;
     int max_scans;
     int flags;
-    struct tsock_decode_report report;
+    struct tsock__decode_report report;
     struct tsock__coeffs ch, cv; /* horizontal and vertical tables */
     struct tsock__buf rows;      /* rows kept for the second pass */
     struct tsock__buf line;      /* codec output lines not kept */
@@ -105,29 +111,30 @@ struct tsock_decoder {
     void *jpeg;                  /* struct tsock__jpeg (jpeg.c), created on first use */
 };
 
-/* Sets up the plan and the tables for a decoded image of src_w x src_h, into which the crop
+/* Sets up the resize plan and the tables for a decoded image of src_w x src_h, into which the crop
  * maps as the box [bx0, bx1) x [by0, by1) clamped to the pixels [cx0, cx1) x [cy0, cy1).
  * The pass order is PIL's for the clamp rectangle's size. Returns 0 or a negative code. */
-int tsock__plan_make(struct tsock_decoder *d, struct tsock__plan *pl, int src_w, int src_h,
-                     double bx0, double by0, double bx1, double by1, int cx0, int cy0, int cx1,
-                     int cy1, const struct tsock_resize_spec *spec, int nch);
+int tsock__resize_plan_make(struct tsock__decoder *d, struct tsock__resize_plan *pl, int src_w,
+                            int src_h, double bx0, double by0, double bx1, double by1, int cx0,
+                            int cy0, int cx1, int cy1, const struct tsock__resize_spec *spec,
+                            int nch);
 
-/* Codec back ends. `info` is the probe's result for the data; `spec` has been checked and
- * holds the resolved crop. Return 0 or a negative code. */
-int tsock__jpeg_decode(struct tsock_decoder *d, const uint8_t *data, size_t size,
-                       const struct tsock_image_info *info, const struct tsock_resize_spec *spec,
-                       uint8_t *out);
-void tsock__jpeg_free(void *jpeg);
 /* The second half of every decode, once the codec has delivered its rows. With the horizontal
  * pass first, `rows` holds the horizontally resampled rows need_y0 .. need_y1-1 (out_w * nch
  * bytes each). Otherwise it holds the decoded rows need_y0 .. need_y1-1, `pitch` bytes apart,
  * each starting at decoded column `rows_x0` with `px` bytes per pixel of which the first nch
  * are used. Writes the output. Returns 0 or -ENOMEM. */
-int tsock__finish(struct tsock_decoder *d, const struct tsock__plan *pl, const uint8_t *rows,
-                  size_t pitch, int rows_x0, int px, uint8_t *out);
+int tsock__resize_plan_finish(struct tsock__decoder *d, const struct tsock__resize_plan *pl,
+                              const uint8_t *rows, size_t pitch, int rows_x0, int px, uint8_t *out);
 
-int tsock__png_decode(struct tsock_decoder *d, const uint8_t *data, size_t size,
-                      const struct tsock_image_info *info, const struct tsock_resize_spec *spec,
+/* Codec back ends. `info` is the probe's result for the data; `spec` has been checked and
+ * holds the resolved crop. Return 0 or a negative code. */
+int tsock__jpeg_decode(struct tsock__decoder *d, const uint8_t *data, size_t size,
+                       const struct tsock__image_info *info, const struct tsock__resize_spec *spec,
+                       uint8_t *out);
+void tsock__jpeg_free(void *jpeg);
+int tsock__png_decode(struct tsock__decoder *d, const uint8_t *data, size_t size,
+                      const struct tsock__image_info *info, const struct tsock__resize_spec *spec,
                       uint8_t *out);
 
 /* Whether a JPEG holds an EOI marker after its first scan header: a cheap, crop-independent

@@ -180,11 +180,11 @@ tsock__jpeg_free(void *jpeg)
 /* The DCT scale numerator (of 8): the smallest of 1/8, 1/4, 1/2 at which the scaled crop is
  * still DCT_MIN_RESIDUAL times the resized size in both dimensions, else 8/8. */
 static int
-choose_scale(const struct tsock_resize_spec *s, int flags)
+choose_scale(const struct tsock__resize_spec *s, int flags)
 {
     static const int candidates[3] = {1, 2, 4};
 
-    if (flags & TSOCK_DECODE_NO_DCT_SCALE)
+    if (flags & TSOCK__DECODE_NO_DCT_SCALE)
         return 8;
     for (int i = 0; i < 3; i++) {
         int n = candidates[i];
@@ -216,11 +216,11 @@ map_error(const struct tsock__jpeg *j)
 /* The decode proper, between setjmp and the cleanup. Everything that must survive a longjmp
  * lives in *j or *d, never in this function's locals. */
 static int
-decode(struct tsock_decoder *d, struct tsock__jpeg *j, const struct tsock_image_info *info,
-       const struct tsock_resize_spec *s, uint8_t *out)
+decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__image_info *info,
+       const struct tsock__resize_spec *s, uint8_t *out)
 {
     j_decompress_ptr cinfo = &j->cinfo;
-    struct tsock__plan pl;
+    struct tsock__resize_plan pl;
     int n, nch, in_comps, px, r, partial, suspect, multi;
     JDIMENSION x0 = 0, xw;
     double bx0, by0, bx1, by1;
@@ -228,7 +228,7 @@ decode(struct tsock_decoder *d, struct tsock__jpeg *j, const struct tsock_image_
     uint8_t *lines, *rows;
     JSAMPROW ptrs[LINES_PER_CALL];
 
-    partial = !(d->flags & TSOCK_DECODE_NO_PARTIAL);
+    partial = !(d->flags & TSOCK__DECODE_NO_PARTIAL);
     suspect = !tsock__jpeg_has_eoi(j->data, j->size, info->header_size);
 
     if (jpeg_read_header(cinfo, TRUE) != JPEG_HEADER_OK)
@@ -276,7 +276,7 @@ decode(struct tsock_decoder *d, struct tsock__jpeg *j, const struct tsock_image_
             cx1 = sw;
         if (cy1 > sh)
             cy1 = sh;
-        r = tsock__plan_make(d, &pl, sw, sh, bx0, by0, bx1, by1, cx0, cy0, cx1, cy1, s, nch);
+        r = tsock__resize_plan_make(d, &pl, sw, sh, bx0, by0, bx1, by1, cx0, cy0, cx1, cy1, s, nch);
         if (r != 0)
             return r;
     }
@@ -367,19 +367,19 @@ decode(struct tsock_decoder *d, struct tsock__jpeg *j, const struct tsock_image_
             valid = 1.0;
         d->report.truncated = 1;
         d->report.valid = valid;
-        if (valid < TSOCK_IMAGE_MIN_VALID)
+        if (valid < TSOCK__IMAGE_MIN_VALID)
             return -EPROTO;
     }
     if (pl.hfirst)
-        return tsock__finish(d, &pl, rows, keep_bytes, 0, nch, out);
-    return tsock__finish(d, &pl, rows, keep_bytes, (int)x0, px, out);
+        return tsock__resize_plan_finish(d, &pl, rows, keep_bytes, 0, nch, out);
+    return tsock__resize_plan_finish(d, &pl, rows, keep_bytes, (int)x0, px, out);
 }
 
 /* Runs one decode under setjmp. Its parameters are never modified, so they survive a longjmp
  * intact (locals set after setjmp would not be guaranteed to). */
 static int
-run(struct tsock_decoder *d, struct tsock__jpeg *j, const uint8_t *data, size_t size,
-    const struct tsock_image_info *info, const struct tsock_resize_spec *spec, uint8_t *out)
+run(struct tsock__decoder *d, struct tsock__jpeg *j, const uint8_t *data, size_t size,
+    const struct tsock__image_info *info, const struct tsock__resize_spec *spec, uint8_t *out)
 {
     int r;
 
@@ -427,8 +427,8 @@ run(struct tsock_decoder *d, struct tsock__jpeg *j, const uint8_t *data, size_t 
 }
 
 int
-tsock__jpeg_decode(struct tsock_decoder *d, const uint8_t *data, size_t size,
-                   const struct tsock_image_info *info, const struct tsock_resize_spec *spec,
+tsock__jpeg_decode(struct tsock__decoder *d, const uint8_t *data, size_t size,
+                   const struct tsock__image_info *info, const struct tsock__resize_spec *spec,
                    uint8_t *out)
 {
     if (!d->jpeg) {

@@ -23,12 +23,12 @@
 #include "image/image_int.h"
 
 int
-tsock__png_decode(struct tsock_decoder *d, const uint8_t *data, size_t size,
-                  const struct tsock_image_info *info, const struct tsock_resize_spec *s,
+tsock__png_decode(struct tsock__decoder *d, const uint8_t *data, size_t size,
+                  const struct tsock__image_info *info, const struct tsock__resize_spec *s,
                   uint8_t *out)
 {
     png_image img;
-    struct tsock__plan pl;
+    struct tsock__resize_plan pl;
     int nch, comps, r;
     size_t stride, bytes, row_bytes;
     uint8_t *pixels, *rows;
@@ -52,9 +52,9 @@ tsock__png_decode(struct tsock_decoder *d, const uint8_t *data, size_t size,
         img.format = comps == 2 ? PNG_FORMAT_GA : PNG_FORMAT_GRAY;
     }
 
-    r = tsock__plan_make(d, &pl, info->width, info->height, s->crop.x, s->crop.y,
-                         s->crop.x + s->crop.w, s->crop.y + s->crop.h, s->crop.x, s->crop.y,
-                         s->crop.x + s->crop.w, s->crop.y + s->crop.h, s, nch);
+    r = tsock__resize_plan_make(d, &pl, info->width, info->height, s->crop.x, s->crop.y,
+                                s->crop.x + s->crop.w, s->crop.y + s->crop.h, s->crop.x, s->crop.y,
+                                s->crop.x + s->crop.w, s->crop.y + s->crop.h, s, nch);
     if (r != 0) {
         png_image_free(&img);
         return r;
@@ -82,11 +82,12 @@ tsock__png_decode(struct tsock_decoder *d, const uint8_t *data, size_t size,
     d->report.decoded_h = info->height;
 
     if (!pl.hfirst)
-        return tsock__finish(d, &pl, pixels + (size_t)pl.need_y0 * stride, stride, 0, comps, out);
+        return tsock__resize_plan_finish(d, &pl, pixels + (size_t)pl.need_y0 * stride, stride, 0,
+                                         comps, out);
     /* Every row has what remains of the image after the last one readable. */
     size_t at = (size_t)pl.need_y0 * stride + (size_t)pl.clamp_x * comps;
     size_t last = (size_t)(pl.need_y1 - 1) * stride + (size_t)pl.clamp_x * comps;
     tsock__resample_rows(&d->ch, pixels + at, stride, bytes - last, 0, comps, nch, rows, row_bytes,
                          pl.need_y1 - pl.need_y0);
-    return tsock__finish(d, &pl, rows, row_bytes, 0, nch, out);
+    return tsock__resize_plan_finish(d, &pl, rows, row_bytes, 0, nch, out);
 }

@@ -7,7 +7,7 @@
 /* The header, which the box depends on. On failure the decoder's report says only what the
  * probe found, as after a failed decode. */
 static int
-probe(struct tsock_decoder *d, const uint8_t *data, size_t size, struct tsock_image_info *info)
+probe(struct tsock__decoder *d, const uint8_t *data, size_t size, struct tsock__image_info *info)
 {
     int r = tsock__image_probe(data, size, info);
     if (r != 0) {
@@ -18,12 +18,12 @@ probe(struct tsock_decoder *d, const uint8_t *data, size_t size, struct tsock_im
 }
 
 int
-tsock__preset_train(struct tsock_decoder *d, const uint8_t *data, size_t size,
-                    struct tsock_rng *rng, const struct tsock_train_params *p, uint8_t *out,
-                    struct tsock_box *box, int *flipped)
+tsock__preset_train(struct tsock__decoder *d, const uint8_t *data, size_t size,
+                    struct tsock__rng *rng, const struct tsock__train_params *p, uint8_t *out,
+                    struct tsock__box *box, int *flipped)
 {
-    struct tsock_image_info info;
-    struct tsock_box b;
+    struct tsock__image_info info;
+    struct tsock__box b;
     int r, flip;
 
     if (!d || !rng || !p || !out || p->size < 1)
@@ -46,11 +46,11 @@ tsock__preset_train(struct tsock_decoder *d, const uint8_t *data, size_t size,
 }
 
 int
-tsock__preset_val(struct tsock_decoder *d, const uint8_t *data, size_t size, int resize, int crop,
+tsock__preset_val(struct tsock__decoder *d, const uint8_t *data, size_t size, int resize, int crop,
                   uint8_t *out)
 {
-    struct tsock_image_info info;
-    struct tsock_resize_spec s;
+    struct tsock__image_info info;
+    struct tsock__resize_spec s;
     int r;
 
     if (!d || !out || crop < 1 || resize < crop)

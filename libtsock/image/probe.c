@@ -36,7 +36,7 @@ le32(const uint8_t *p)
 
 /* The data ended inside the header: `need` bytes would let the parse go on. */
 static int
-short_header(struct tsock_image_info *info, size_t need)
+short_header(struct tsock__image_info *info, size_t need)
 {
     info->need = need;
     return -EPROTO;
@@ -47,31 +47,31 @@ static int
 jpeg_color(int components, int saw_jfif, int adobe_transform, const int ids[3])
 {
     switch (components) {
-    case 1: return TSOCK_COLOR_GRAY;
+    case 1: return TSOCK__COLOR_GRAY;
     case 3:
         if (saw_jfif)
-            return TSOCK_COLOR_YCBCR;
+            return TSOCK__COLOR_YCBCR;
         if (adobe_transform >= 0)
-            return adobe_transform == 0 ? TSOCK_COLOR_RGB : TSOCK_COLOR_YCBCR;
+            return adobe_transform == 0 ? TSOCK__COLOR_RGB : TSOCK__COLOR_YCBCR;
         if (ids[0] == 82 && ids[1] == 71 && ids[2] == 66) /* 'R', 'G', 'B' */
-            return TSOCK_COLOR_RGB;
-        return TSOCK_COLOR_YCBCR;
+            return TSOCK__COLOR_RGB;
+        return TSOCK__COLOR_YCBCR;
     case 4:
         if (adobe_transform >= 0)
-            return adobe_transform == 0 ? TSOCK_COLOR_CMYK : TSOCK_COLOR_YCCK;
-        return TSOCK_COLOR_CMYK;
-    default: return TSOCK_COLOR_UNKNOWN;
+            return adobe_transform == 0 ? TSOCK__COLOR_CMYK : TSOCK__COLOR_YCCK;
+        return TSOCK__COLOR_CMYK;
+    default: return TSOCK__COLOR_UNKNOWN;
     }
 }
 
 static int
-probe_jpeg(const uint8_t *p, size_t n, struct tsock_image_info *info)
+probe_jpeg(const uint8_t *p, size_t n, struct tsock__image_info *info)
 {
     size_t pos = 2; /* after SOI */
     int saw_sof = 0, saw_jfif = 0, unsupported = 0;
     int ids[3] = {0, 0, 0};
 
-    info->format = TSOCK_IMAGE_JPEG;
+    info->format = TSOCK__IMAGE_JPEG;
     info->bit_depth = 8;
     for (;;) {
         unsigned m, len;
@@ -203,12 +203,12 @@ png_crc(const uint8_t *p, size_t n)
 }
 
 static int
-probe_png(const uint8_t *p, size_t n, struct tsock_image_info *info)
+probe_png(const uint8_t *p, size_t n, struct tsock__image_info *info)
 {
     uint32_t w, h;
     int depth, type;
 
-    info->format = TSOCK_IMAGE_PNG;
+    info->format = TSOCK__IMAGE_PNG;
     if (n < 33)
         return short_header(info, 33);
     if (be32(p + 8) != 13 || memcmp(p + 12, "IHDR", 4) != 0)
@@ -227,31 +227,31 @@ probe_png(const uint8_t *p, size_t n, struct tsock_image_info *info)
     info->progressive = p[28] == 1;
     switch (type) {
     case 0:
-        info->color = TSOCK_COLOR_GRAY;
+        info->color = TSOCK__COLOR_GRAY;
         info->components = 1;
         if (depth != 1 && depth != 2 && depth != 4 && depth != 8 && depth != 16)
             return -EPROTO;
         break;
     case 2:
-        info->color = TSOCK_COLOR_RGB;
+        info->color = TSOCK__COLOR_RGB;
         info->components = 3;
         if (depth != 8 && depth != 16)
             return -EPROTO;
         break;
     case 3:
-        info->color = TSOCK_COLOR_PALETTE;
+        info->color = TSOCK__COLOR_PALETTE;
         info->components = 1;
         if (depth != 1 && depth != 2 && depth != 4 && depth != 8)
             return -EPROTO;
         break;
     case 4:
-        info->color = TSOCK_COLOR_GRAY_ALPHA;
+        info->color = TSOCK__COLOR_GRAY_ALPHA;
         info->components = 2;
         if (depth != 8 && depth != 16)
             return -EPROTO;
         break;
     case 6:
-        info->color = TSOCK_COLOR_RGBA;
+        info->color = TSOCK__COLOR_RGBA;
         info->components = 4;
         if (depth != 8 && depth != 16)
             return -EPROTO;
@@ -267,7 +267,7 @@ probe_png(const uint8_t *p, size_t n, struct tsock_image_info *info)
 static const uint8_t png_signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
 
 int
-tsock__image_probe(const uint8_t *data, size_t size, struct tsock_image_info *info)
+tsock__image_probe(const uint8_t *data, size_t size, struct tsock__image_info *info)
 {
     memset(info, 0, sizeof *info);
     info->adobe_transform = -1;
@@ -279,19 +279,19 @@ tsock__image_probe(const uint8_t *data, size_t size, struct tsock_image_info *in
         return probe_png(data, size, info);
     /* A prefix of the PNG signature long enough to be one: a header cut short. */
     if (size >= 4 && size < 8 && memcmp(data, png_signature, size) == 0) {
-        info->format = TSOCK_IMAGE_PNG;
+        info->format = TSOCK__IMAGE_PNG;
         return short_header(info, 33);
     }
     if (size >= 6 && (memcmp(data, "GIF87a", 6) == 0 || memcmp(data, "GIF89a", 6) == 0)) {
-        info->format = TSOCK_IMAGE_GIF;
+        info->format = TSOCK__IMAGE_GIF;
         return -ENOTSUP;
     }
     if (size >= 12 && memcmp(data, "RIFF", 4) == 0 && memcmp(data + 8, "WEBP", 4) == 0) {
-        info->format = TSOCK_IMAGE_WEBP;
+        info->format = TSOCK__IMAGE_WEBP;
         return -ENOTSUP;
     }
     if (size >= 4 && (memcmp(data, "II*\0", 4) == 0 || memcmp(data, "MM\0*", 4) == 0)) {
-        info->format = TSOCK_IMAGE_TIFF;
+        info->format = TSOCK__IMAGE_TIFF;
         return -ENOTSUP;
     }
     /* "BM" alone is too common a pair of bytes; ask for a known DIB header size as well. */
@@ -299,7 +299,7 @@ tsock__image_probe(const uint8_t *data, size_t size, struct tsock_image_info *in
         uint32_t dib = le32(data + 14);
         if (dib == 12 || dib == 40 || dib == 52 || dib == 56 || dib == 64 || dib == 108 ||
             dib == 124) {
-            info->format = TSOCK_IMAGE_BMP;
+            info->format = TSOCK__IMAGE_BMP;
             return -ENOTSUP;
         }
     }

@@ -19,13 +19,13 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
-#define TSOCK_SSE2 1
+#define TSOCK__SSE2 1
 #endif
 /* An AVX2 horizontal pass, compiled for AVX2 whatever the build's flags and chosen at run time
  * (gcc and clang on x86-64). */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-#define TSOCK_AVX2 1
+#define TSOCK__AVX2 1
 #endif
 
 #include "core/core.h"
@@ -202,7 +202,7 @@ clip8(int32_t v)
     return (uint8_t)(v >> PRECISION_BITS);
 }
 
-#ifdef TSOCK_SSE2
+#ifdef TSOCK__SSE2
 /* (high << 11) + low + rounding, shifted: PIL's clip8 of the exact sum, four lanes at once
  * (packs/packus saturate to 0..255 as clip8 clamps). */
 static inline __m128i
@@ -241,7 +241,7 @@ pixel_scalar(const struct tsock__coeffs *c, int i, const uint8_t *in, int first,
                in + (size_t)(c->bounds[2 * i] - first) * (size_t)stride, stride, nch, o);
 }
 
-#ifdef TSOCK_SSE2
+#ifdef TSOCK__SSE2
 /* RGB output pixel i, written to o: each pair of taps is two 8-byte loads (a pixel and the next),
  * interleaved so that pmaddwd sums R0*k0 + R1*k1 and so on; the fourth lane is ignored.
  * Returns 0 (nothing written) for a pixel without taps or whose loads would pass the end of
@@ -289,7 +289,7 @@ static void
 pixel_to(const struct tsock__coeffs *c, int i, const uint8_t *in, size_t in_bytes, int first,
          int stride, int nch, uint8_t *o)
 {
-#ifdef TSOCK_SSE2
+#ifdef TSOCK__SSE2
     if (nch == 3 && pixel_rgb_sse2(c, i, in, in_bytes, first, stride, o))
         return;
 #else
@@ -305,7 +305,7 @@ one_pixel(const struct tsock__coeffs *c, int i, const uint8_t *in, size_t in_byt
     pixel_to(c, i, in, in_bytes, first, stride, nch, out + (size_t)i * nch);
 }
 
-#ifdef TSOCK_AVX2
+#ifdef TSOCK__AVX2
 /* vpshufb controls that turn 16 bytes of RGB (stride 3) or RGBX (stride 4) pixels into the
  * 16-bit operands of one pair of taps: R_a R_b G_a G_b B_a B_b 0 0, for the pair (0, 1) and
  * the pair (2, 3) of the first four pixels (0x80 makes a zero byte). */
@@ -387,7 +387,7 @@ row_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *in, size_t in_bytes, 
 }
 #endif
 
-#ifdef TSOCK_AVX2
+#ifdef TSOCK__AVX2
 /* Output pixel i of four rows at once, two rows per vector, one in each 128-bit lane. The
  * same output pixel of every row has the same taps, so each half of a pair of taps is one
  * broadcast load used four times, and the bookkeeping per pixel is shared: well under half
@@ -489,7 +489,7 @@ tsock__resample_rows(const struct tsock__coeffs *c, const uint8_t *in, size_t in
 {
     int y = 0;
 
-#ifdef TSOCK_AVX2
+#ifdef TSOCK__AVX2
     if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx2 && __builtin_cpu_supports("avx2")) {
         for (; y + 3 < rows; y += 4) {
             const uint8_t *const src[4] = {
@@ -513,7 +513,7 @@ tsock__resample_row(const struct tsock__coeffs *c, const uint8_t *in, size_t in_
 {
     int i = 0;
 
-#ifdef TSOCK_AVX2
+#ifdef TSOCK__AVX2
     if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx2 && __builtin_cpu_supports("avx2"))
         i = row_rgb_avx2(c, in, in_bytes, first, stride, out);
 #endif
@@ -531,7 +531,7 @@ tsock__horizontal_first(int in_w, int in_h, int out_w, int out_h)
     return !(dh > 0 && dh > dw * 2);
 }
 
-#ifdef TSOCK_AVX2
+#ifdef TSOCK__AVX2
 /* The SSE2 vertical loop of tsock__resample_col at twice the width, 32 samples at a time.
  * Unpacking and packing both work within 128-bit lanes and each undoes the other, so the
  * samples come out in order. Returns the number of samples done. */
@@ -584,11 +584,11 @@ tsock__resample_col(const struct tsock__coeffs *c, int y, const uint8_t *rows, i
     const int32_t *kp = c->kp + (size_t)y * (c->ksize + 1) * 4;
     size_t i = 0;
 
-#ifdef TSOCK_AVX2
+#ifdef TSOCK__AVX2
     if (!c->no_avx2 && __builtin_cpu_supports("avx2"))
         i = col_avx2(kp, n, src, pitch, len, out);
 #endif
-#ifdef TSOCK_SSE2
+#ifdef TSOCK__SSE2
     /* 16 samples at a time: two rows (a pair of taps) interleaved into pmaddwd, with the
      * high and low halves of the taps summed apart and combined at the end (exact). */
     const __m128i z = _mm_setzero_si128();

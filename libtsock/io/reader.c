@@ -47,11 +47,11 @@ struct uslot {
 };
 #endif
 
-struct tsock_reader {
+struct tsock__reader {
     int mode;
     int dir_fd;
     unsigned depth;
-    struct tsock_reader_stats stats;
+    struct tsock__reader_stats stats;
 #if USE_URING
     struct io_uring ring;
     int ring_ready;
@@ -61,9 +61,9 @@ struct tsock_reader {
     int badf_logged;
 #endif
     /* The completion callback of the tsock__reader_read_each call in progress. */
-    tsock_read_done_fn done;
+    tsock__read_done_fn done;
     void *done_arg;
-    struct tsock_read_req *reqs;
+    struct tsock__read_req *reqs;
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -71,7 +71,7 @@ struct tsock_reader {
 /* ---------------------------------------------------------------------------------------- */
 
 static void
-finish(struct tsock_reader *r, struct tsock_read_req *q, int64_t result, uint64_t size)
+finish(struct tsock__reader *r, struct tsock__read_req *q, int64_t result, uint64_t size)
 {
     q->result = result;
     q->file_size = size;
@@ -88,7 +88,7 @@ finish(struct tsock_reader *r, struct tsock_read_req *q, int64_t result, uint64_
  * `expected` bytes, fewer than asked, ends the request (the end of the file was reached);
  * otherwise reading goes on until read returns 0 or the buffer is full. */
 static void
-pread_one(struct tsock_reader *r, struct tsock_read_req *q, int trust_expected)
+pread_one(struct tsock__reader *r, struct tsock__read_req *q, int trust_expected)
 {
     uint64_t total = 0;
     int64_t result = 0;
@@ -150,7 +150,7 @@ pread_one(struct tsock_reader *r, struct tsock_read_req *q, int trust_expected)
 #if USE_URING
 /* Sets the ring up; returns 0 or the reason io_uring cannot be used. */
 static int
-uring_setup(struct tsock_reader *r)
+uring_setup(struct tsock__reader *r)
 {
     struct io_uring_params p;
     unsigned entries = 2 * r->depth;
@@ -190,7 +190,7 @@ uring_setup(struct tsock_reader *r)
 }
 
 static void
-uring_teardown(struct tsock_reader *r)
+uring_teardown(struct tsock__reader *r)
 {
     if (r->ring_ready)
         io_uring_queue_exit(&r->ring);
@@ -203,10 +203,10 @@ uring_teardown(struct tsock_reader *r)
 
 /* Settles the request of a slot whose CQEs have all arrived and frees the slot. */
 static void
-uring_complete(struct tsock_reader *r, struct tsock_read_req *reqs, uint32_t slot)
+uring_complete(struct tsock__reader *r, struct tsock__read_req *reqs, uint32_t slot)
 {
     struct uslot *s = &r->slots[slot];
-    struct tsock_read_req *q = &reqs[s->req];
+    struct tsock__read_req *q = &reqs[s->req];
 
     if (s->open_res < 0) {
         finish(r, q, s->open_res, 0);
@@ -236,7 +236,7 @@ uring_complete(struct tsock_reader *r, struct tsock_read_req *reqs, uint32_t slo
 
 /* Handles one CQE; returns 1 when it finished a request. */
 static int
-uring_cqe(struct tsock_reader *r, struct tsock_read_req *reqs, const struct io_uring_cqe *cqe)
+uring_cqe(struct tsock__reader *r, struct tsock__read_req *reqs, const struct io_uring_cqe *cqe)
 {
     uint32_t slot = (uint32_t)(cqe->user_data >> 1);
     struct uslot *s;
@@ -266,7 +266,7 @@ uring_cqe(struct tsock_reader *r, struct tsock_read_req *reqs, const struct io_u
 /* Reads every request through the ring. Returns 0, or a negated errno when the ring stopped
  * working; requests it did not finish are then left PENDING. */
 static int
-uring_read(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n)
+uring_read(struct tsock__reader *r, struct tsock__read_req *reqs, size_t n)
 {
     size_t next = 0;
     unsigned inflight = 0;
@@ -274,7 +274,7 @@ uring_read(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n)
 
     while (next < n || inflight) {
         while (next < n && r->nfree && io_uring_sq_space_left(&r->ring) >= 2) {
-            struct tsock_read_req *q = &reqs[next];
+            struct tsock__read_req *q = &reqs[next];
             uint32_t slot = r->free_slots[--r->nfree];
             struct uslot *s = &r->slots[slot];
             struct io_uring_sqe *open_sqe = io_uring_get_sqe(&r->ring);
@@ -327,12 +327,12 @@ uring_read(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n)
 /* ---------------------------------------------------------------------------------------- */
 
 int
-tsock__reader_create(struct tsock_reader **out, int mode, unsigned depth, const char *dir)
+tsock__reader_create(struct tsock__reader **out, int mode, unsigned depth, const char *dir)
 {
-    struct tsock_reader *r;
+    struct tsock__reader *r;
 
-    if (!out || depth < 1 || depth > TSOCK_IO_MAX_DEPTH ||
-        (mode != TSOCK_IO_AUTO && mode != TSOCK_IO_URING && mode != TSOCK_IO_PREAD))
+    if (!out || depth < 1 || depth > TSOCK__IO_MAX_DEPTH ||
+        (mode != TSOCK__IO_AUTO && mode != TSOCK__IO_URING && mode != TSOCK__IO_PREAD))
         return -EINVAL;
     *out = NULL;
     r = calloc(1, sizeof *r);
@@ -349,15 +349,15 @@ tsock__reader_create(struct tsock_reader **out, int mode, unsigned depth, const 
             return e;
         }
     }
-    r->mode = TSOCK_IO_PREAD;
-    if (mode != TSOCK_IO_PREAD) {
+    r->mode = TSOCK__IO_PREAD;
+    if (mode != TSOCK__IO_PREAD) {
 #if USE_URING
         int e = uring_setup(r);
         if (e == 0) {
-            r->mode = TSOCK_IO_URING;
+            r->mode = TSOCK__IO_URING;
         } else {
             uring_teardown(r);
-            if (mode == TSOCK_IO_URING) {
+            if (mode == TSOCK__IO_URING) {
                 tsock__log(TSOCK_LOG_ERROR, "reader: io_uring unavailable: %s", strerror(-e));
                 tsock__reader_destroy(r);
                 return e;
@@ -366,7 +366,7 @@ tsock__reader_create(struct tsock_reader **out, int mode, unsigned depth, const 
                        strerror(-e));
         }
 #else
-        if (mode == TSOCK_IO_URING) {
+        if (mode == TSOCK__IO_URING) {
             tsock__log(TSOCK_LOG_ERROR, "reader: built without io_uring (liburing not found)");
             tsock__reader_destroy(r);
             return -ENOSYS;
@@ -379,20 +379,20 @@ tsock__reader_create(struct tsock_reader **out, int mode, unsigned depth, const 
 }
 
 int
-tsock__reader_mode(const struct tsock_reader *r)
+tsock__reader_mode(const struct tsock__reader *r)
 {
     return r->mode;
 }
 
 int
-tsock__reader_read(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n)
+tsock__reader_read(struct tsock__reader *r, struct tsock__read_req *reqs, size_t n)
 {
     return tsock__reader_read_each(r, reqs, n, NULL, NULL);
 }
 
 int
-tsock__reader_read_each(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n,
-                        tsock_read_done_fn done, void *arg)
+tsock__reader_read_each(struct tsock__reader *r, struct tsock__read_req *reqs, size_t n,
+                        tsock__read_done_fn done, void *arg)
 {
     int ok = 0;
 
@@ -409,14 +409,14 @@ tsock__reader_read_each(struct tsock_reader *r, struct tsock_read_req *reqs, siz
     r->done_arg = arg;
     r->reqs = reqs;
 #if USE_URING
-    if (r->mode == TSOCK_IO_URING) {
+    if (r->mode == TSOCK__IO_URING) {
         int e = uring_read(r, reqs, n);
         if (e != 0) {
             /* The ring is broken. Requests it may still be working on fail with its error
              * (their buffers could still be written, so they are not re-read into them); the
              * ring stays allocated until destroy, and later calls use pread. */
             tsock__log(TSOCK_LOG_WARN, "reader: giving up on io_uring; reading with pread");
-            r->mode = TSOCK_IO_PREAD;
+            r->mode = TSOCK__IO_PREAD;
             for (size_t i = 0; i < n; i++)
                 if (reqs[i].result == PENDING)
                     finish(r, &reqs[i], e, 0);
@@ -438,13 +438,13 @@ tsock__reader_read_each(struct tsock_reader *r, struct tsock_read_req *reqs, siz
 }
 
 void
-tsock__reader_stats(const struct tsock_reader *r, struct tsock_reader_stats *out)
+tsock__reader_stats(const struct tsock__reader *r, struct tsock__reader_stats *out)
 {
     *out = r->stats;
 }
 
 void
-tsock__reader_destroy(struct tsock_reader *r)
+tsock__reader_destroy(struct tsock__reader *r)
 {
     if (!r)
         return;

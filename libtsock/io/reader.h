@@ -19,7 +19,7 @@
  *    then read with pread (logged once), so results stay right, only slower.
  *  - pread: open, pread until the end of the file, close; one request after the other.
  *
- * TSOCK_IO_AUTO uses io_uring when it works and falls back to pread with a log line when it
+ * TSOCK__IO_AUTO uses io_uring when it works and falls back to pread with a log line when it
  * does not (io_uring_queue_init fails with ENOSYS on old kernels or gVisor, EPERM under a
  * seccomp filter or with kernel.io_uring_disabled, or an operation is not supported).
  *
@@ -39,16 +39,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum tsock_io_mode {
-    TSOCK_IO_AUTO = 0,  /* io_uring if it works, else pread (logged) */
-    TSOCK_IO_URING = 1, /* io_uring or fail */
-    TSOCK_IO_PREAD = 2  /* pread */
+enum tsock__io_mode {
+    TSOCK__IO_AUTO = 0,  /* io_uring if it works, else pread (logged) */
+    TSOCK__IO_URING = 1, /* io_uring or fail */
+    TSOCK__IO_PREAD = 2  /* pread */
 };
 
 /* The most requests in flight per reader. */
-#define TSOCK_IO_MAX_DEPTH 4096
+#define TSOCK__IO_MAX_DEPTH 4096
 
-struct tsock_read_req {
+struct tsock__read_req {
     /* In. */
     const char *path;  /* relative to the reader's directory, or absolute; valid during the call */
     uint64_t expected; /* size the index recorded; 0 if unknown */
@@ -62,43 +62,43 @@ struct tsock_read_req {
     uint64_t file_size; /* the file's size as found (with -EFBIG too); 0 on other errors */
 };
 
-struct tsock_reader_stats {
+struct tsock__reader_stats {
     uint64_t files;     /* requests completed */
     uint64_t bytes;     /* bytes read by successful requests */
     uint64_t errors;    /* requests that ended with a negative result */
     uint64_t rechecked; /* requests settled by the exact pread pass (see above) */
 };
 
-struct tsock_reader;
+struct tsock__reader;
 
 /* Creates a reader for files relative to `dir` (NULL: the current directory), with up to
- * `depth` (1..TSOCK_IO_MAX_DEPTH) requests in flight. `mode` is an enum tsock_io_mode.
+ * `depth` (1..TSOCK__IO_MAX_DEPTH) requests in flight. `mode` is an enum tsock__io_mode.
  * Returns 0 and sets *out (owned by the caller), or -EINVAL, -ENOMEM, a negated errno from
- * opening `dir`, or, for TSOCK_IO_URING, the reason io_uring cannot be used (-ENOSYS when
+ * opening `dir`, or, for TSOCK__IO_URING, the reason io_uring cannot be used (-ENOSYS when
  * built without liburing). Any thread; the reader is then used by one thread at a time. */
-int tsock__reader_create(struct tsock_reader **out, int mode, unsigned depth, const char *dir);
+int tsock__reader_create(struct tsock__reader **out, int mode, unsigned depth, const char *dir);
 
-/* The way this reader reads: TSOCK_IO_URING or TSOCK_IO_PREAD. */
-int tsock__reader_mode(const struct tsock_reader *r);
+/* The way this reader reads: TSOCK__IO_URING or TSOCK__IO_PREAD. */
+int tsock__reader_mode(const struct tsock__reader *r);
 
 /* Reads each of the n requests' files into its buffer and fills in result and file_size.
  * Requests complete in any order; each fails or succeeds on its own. Returns the number of
  * requests whose result is >= 0, or -EINVAL for bad arguments (then no request was read). */
-int tsock__reader_read(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n);
+int tsock__reader_read(struct tsock__reader *r, struct tsock__read_req *reqs, size_t n);
 
 /* Called once per request, on the calling thread, as soon as that request is settled (its
  * result and file_size are final), with the request's position in the array. */
-typedef void (*tsock_read_done_fn)(void *arg, size_t i);
+typedef void (*tsock__read_done_fn)(void *arg, size_t i);
 
 /* tsock__reader_read, calling `done` (when not NULL) as each request completes, so that the
  * caller can hand files on while others are still being read. */
-int tsock__reader_read_each(struct tsock_reader *r, struct tsock_read_req *reqs, size_t n,
-                            tsock_read_done_fn done, void *arg);
+int tsock__reader_read_each(struct tsock__reader *r, struct tsock__read_req *reqs, size_t n,
+                            tsock__read_done_fn done, void *arg);
 
 /* Totals since creation. */
-void tsock__reader_stats(const struct tsock_reader *r, struct tsock_reader_stats *out);
+void tsock__reader_stats(const struct tsock__reader *r, struct tsock__reader_stats *out);
 
 /* Closes every file and frees the reader; NULL does nothing. */
-void tsock__reader_destroy(struct tsock_reader *r);
+void tsock__reader_destroy(struct tsock__reader *r);
 
 #endif

@@ -18,8 +18,8 @@
 #define LOG_EXAMPLES 100
 
 struct check_state {
-    const struct tsock_index *idx;
-    struct tsock_reader *reader;
+    const struct tsock__index *idx;
+    struct tsock__reader *reader;
     uint8_t *drop;
     uint64_t dropped;
 };
@@ -55,14 +55,14 @@ leave_out(struct check_state *st, uint64_t i, int code)
 static int64_t
 verdict(const uint8_t *data, size_t got, int whole_file)
 {
-    struct tsock_image_info info;
+    struct tsock__image_info info;
     int r = tsock__image_probe(data, got, &info);
 
     if (r == -EPROTO && !whole_file && info.need > got && info.need <= MAX_HEADER_BYTES)
         return (int64_t)info.need;
     if (r != 0)
         return r;
-    if ((uint64_t)info.width * (uint64_t)info.height > TSOCK_IMAGE_MAX_PIXELS)
+    if ((uint64_t)info.width * (uint64_t)info.height > TSOCK__IMAGE_MAX_PIXELS)
         return -EFBIG;
     return 0;
 }
@@ -76,11 +76,11 @@ check_long_header(struct check_state *st, uint64_t i, size_t need)
         uint8_t *buf = malloc(need);
         if (!buf)
             return -ENOMEM;
-        struct tsock_read_req q = {.path = tsock__index_path(st->idx, i),
-                                   .expected = st->idx->entries[i].size,
-                                   .buf = buf,
-                                   .capacity = need,
-                                   .prefix = 1};
+        struct tsock__read_req q = {.path = tsock__index_path(st->idx, i),
+                                    .expected = st->idx->entries[i].size,
+                                    .buf = buf,
+                                    .capacity = need,
+                                    .prefix = 1};
         tsock__reader_read(st->reader, &q, 1);
         int64_t v =
             q.result < 0 ? q.result : verdict(buf, (size_t)q.result, (size_t)q.result < need);
@@ -95,7 +95,7 @@ check_long_header(struct check_state *st, uint64_t i, size_t need)
 }
 
 int
-tsock__pipeline_header_check(void *arg, const struct tsock_index *idx, uint8_t *drop)
+tsock__pipeline_header_check(void *arg, const struct tsock__index *idx, uint8_t *drop)
 {
     struct tsock_pipeline *pl = arg;
     struct check_state st = {.idx = idx, .drop = drop};
@@ -107,7 +107,7 @@ tsock__pipeline_header_check(void *arg, const struct tsock_index *idx, uint8_t *
     if (r != 0)
         return r;
     uint8_t *bufs = malloc(depth * PREFIX_BYTES);
-    struct tsock_read_req *reqs = calloc(depth, sizeof *reqs);
+    struct tsock__read_req *reqs = calloc(depth, sizeof *reqs);
     if (!bufs || !reqs) {
         r = -ENOMEM;
         goto out;
@@ -115,11 +115,11 @@ tsock__pipeline_header_check(void *arg, const struct tsock_index *idx, uint8_t *
     for (uint64_t first = 0; first < idx->count && r == 0; first += depth) {
         size_t n = idx->count - first < depth ? (size_t)(idx->count - first) : depth;
         for (size_t k = 0; k < n; k++)
-            reqs[k] = (struct tsock_read_req){.path = tsock__index_path(idx, first + k),
-                                              .expected = idx->entries[first + k].size,
-                                              .buf = bufs + k * PREFIX_BYTES,
-                                              .capacity = PREFIX_BYTES,
-                                              .prefix = 1};
+            reqs[k] = (struct tsock__read_req){.path = tsock__index_path(idx, first + k),
+                                               .expected = idx->entries[first + k].size,
+                                               .buf = bufs + k * PREFIX_BYTES,
+                                               .capacity = PREFIX_BYTES,
+                                               .prefix = 1};
         tsock__reader_read(st.reader, reqs, n);
         for (size_t k = 0; k < n && r == 0; k++) {
             int64_t v = reqs[k].result < 0 ? reqs[k].result

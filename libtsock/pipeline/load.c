@@ -52,7 +52,7 @@ mark_bad(struct tsock_pipeline *pl, uint64_t id, int code)
 
 /* Every random decision about sample `id` in epoch `epoch` comes from this stream. */
 static void
-sample_rng(const struct tsock_pipeline *pl, uint64_t epoch, uint64_t id, struct tsock_rng *rng)
+sample_rng(const struct tsock_pipeline *pl, uint64_t epoch, uint64_t id, struct tsock__rng *rng)
 {
     tsock__rng_seed(rng, tsock__mix64(pl->seed ^ tsock__mix64(epoch ^ tsock__mix64(~id))));
 }
@@ -77,13 +77,13 @@ decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t epoch, 
     int r;
 
     if (pl->preset == TSOCK_PRESET_TRAIN) {
-        struct tsock_rng rng;
-        struct tsock_train_params p = {.size = pl->size,
-                                       .scale_min = pl->scale_min,
-                                       .scale_max = pl->scale_max,
-                                       .ratio_min = 3.0 / 4.0,
-                                       .ratio_max = 4.0 / 3.0,
-                                       .flip = pl->flip};
+        struct tsock__rng rng;
+        struct tsock__train_params p = {.size = pl->size,
+                                        .scale_min = pl->scale_min,
+                                        .scale_max = pl->scale_max,
+                                        .ratio_min = 3.0 / 4.0,
+                                        .ratio_max = 4.0 / 3.0,
+                                        .flip = pl->flip};
         sample_rng(pl, epoch, rng_id, &rng);
         r = tsock__preset_train(w->decoder, data, size, &rng, &p, out, NULL, NULL);
     } else {
@@ -113,10 +113,10 @@ read_on_worker(struct worker *w, uint64_t id, size_t hint)
             w->buf = b;
             w->buf_cap = want;
         }
-        struct tsock_read_req q = {.path = tsock__index_path(pl->index, id),
-                                   .expected = pl->index->entries[id].size,
-                                   .buf = w->buf,
-                                   .capacity = w->buf_cap};
+        struct tsock__read_req q = {.path = tsock__index_path(pl->index, id),
+                                    .expected = pl->index->entries[id].size,
+                                    .buf = w->buf,
+                                    .capacity = w->buf_cap};
         tsock__reader_read(w->reader, &q, 1);
         atomic_fetch_add_explicit(&pl->st_files, 1, memory_order_relaxed);
         if (q.result >= 0) {
@@ -152,7 +152,7 @@ replace(struct worker *w, uint32_t pos)
     const struct load_job *job = &pl->job;
     uint64_t id = job->ids[pos], n = pl->index->count;
 
-    for (uint64_t k = 1; k <= TSOCK_PIPELINE_MAX_REPLACE && k < n + 1; k++) {
+    for (uint64_t k = 1; k <= TSOCK__PIPELINE_MAX_REPLACE && k < n + 1; k++) {
         uint64_t c = (id + k) % n;
         if (is_bad(pl, c))
             continue;
@@ -169,7 +169,7 @@ replace(struct worker *w, uint32_t pos)
     }
     tsock__log(TSOCK_LOG_ERROR,
                "pipeline: no usable file among the %d samples after sample %llu: giving up",
-               TSOCK_PIPELINE_MAX_REPLACE, (unsigned long long)id);
+               TSOCK__PIPELINE_MAX_REPLACE, (unsigned long long)id);
     return TSOCK_E_BAD_SAMPLE;
 }
 
@@ -183,7 +183,7 @@ process(struct worker *w, uint32_t pos)
     size_t image_bytes = (size_t)pl->size * (size_t)pl->size * 3;
 
     if (!job->known_bad[pos]) {
-        const struct tsock_read_req *q = &job->reqs[pos];
+        const struct tsock__read_req *q = &job->reqs[pos];
         int r;
         if (q->result == -EFBIG) /* the file grew since the index was built */
             r = load_on_worker(w, pos, id, id, (size_t)q->file_size + 1);
@@ -244,7 +244,7 @@ tsock__pipeline_start_workers(struct tsock_pipeline *pl)
         w->pl = pl;
         int r = tsock__decoder_create(&w->decoder);
         if (r == 0)
-            r = tsock__reader_create(&w->reader, TSOCK_IO_PREAD, 1, pl->index->root);
+            r = tsock__reader_create(&w->reader, TSOCK__IO_PREAD, 1, pl->index->root);
         if (r != 0)
             return r;
     }
@@ -300,10 +300,10 @@ reserve(struct tsock_pipeline *pl, uint32_t n)
 {
     if (n <= pl->reqs_cap)
         return 0;
-    struct tsock_read_req *reqs = realloc(pl->reqs, (size_t)n * sizeof *reqs);
+    struct tsock__read_req *reqs = realloc(pl->reqs, (size_t)n * sizeof *reqs);
     if (reqs)
         pl->reqs = reqs;
-    struct tsock_read_req *gather = realloc(pl->gather, (size_t)n * sizeof *gather);
+    struct tsock__read_req *gather = realloc(pl->gather, (size_t)n * sizeof *gather);
     if (gather)
         pl->gather = gather;
     uint8_t *bad = realloc(pl->known_bad, n);
@@ -344,10 +344,10 @@ plan_reads(struct tsock_pipeline *pl, const uint64_t *ids, uint32_t n, uint32_t 
             continue;
         size_t cap = (size_t)pl->index->entries[ids[pos]].size + 1;
         /* The position's request lives at its own index, so workers find it by position. */
-        pl->reqs[pos] = (struct tsock_read_req){.path = tsock__index_path(pl->index, ids[pos]),
-                                                .expected = pl->index->entries[ids[pos]].size,
-                                                .buf = pl->arena + at,
-                                                .capacity = cap};
+        pl->reqs[pos] = (struct tsock__read_req){.path = tsock__index_path(pl->index, ids[pos]),
+                                                 .expected = pl->index->entries[ids[pos]].size,
+                                                 .buf = pl->arena + at,
+                                                 .capacity = cap};
         pos_of[m++] = pos;
         at += (cap + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
     }
@@ -359,7 +359,7 @@ plan_reads(struct tsock_pipeline *pl, const uint64_t *ids, uint32_t n, uint32_t 
  * their results copied back to the positions' requests before the positions are queued. */
 struct gather_ctx {
     struct tsock_pipeline *pl;
-    struct tsock_read_req *batch;
+    struct tsock__read_req *batch;
     const uint32_t *pos_of;
 };
 
@@ -374,7 +374,7 @@ on_gathered(void *arg, size_t k)
 static int
 read_batch(struct tsock_pipeline *pl, uint32_t m, const uint32_t *pos_of)
 {
-    struct tsock_read_req *batch = pl->gather;
+    struct tsock__read_req *batch = pl->gather;
     for (uint32_t k = 0; k < m; k++)
         batch[k] = pl->reqs[pos_of[k]];
     struct gather_ctx g = {pl, batch, pos_of};
@@ -437,7 +437,7 @@ tsock_pipeline_load(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids, uin
     pthread_mutex_unlock(&pl->mu);
 
     for (int64_t k = 0; k < m; k++) {
-        const struct tsock_read_req *q = &pl->reqs[pos_of[k]];
+        const struct tsock__read_req *q = &pl->reqs[pos_of[k]];
         atomic_fetch_add_explicit(&pl->st_files, 1, memory_order_relaxed);
         if (q->result > 0)
             atomic_fetch_add_explicit(&pl->st_bytes, (uint64_t)q->result, memory_order_relaxed);

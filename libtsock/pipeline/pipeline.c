@@ -17,12 +17,12 @@
 #define MAX_SIZE 8192
 
 /* The public enums are passed to the reader and the index as they are. */
-_Static_assert((int)TSOCK_READ_AUTO == (int)TSOCK_IO_AUTO &&
-                   (int)TSOCK_READ_URING == (int)TSOCK_IO_URING &&
-                   (int)TSOCK_READ_PREAD == (int)TSOCK_IO_PREAD,
+_Static_assert((int)TSOCK_READ_AUTO == (int)TSOCK__IO_AUTO &&
+                   (int)TSOCK_READ_URING == (int)TSOCK__IO_URING &&
+                   (int)TSOCK_READ_PREAD == (int)TSOCK__IO_PREAD,
                "the public read modes are the reader's");
-_Static_assert((int)TSOCK_SOURCE_FOLDER == (int)TSOCK_INDEX_FOLDER &&
-                   (int)TSOCK_SOURCE_LIST == (int)TSOCK_INDEX_LIST,
+_Static_assert((int)TSOCK_SOURCE_FOLDER == (int)TSOCK__INDEX_FOLDER &&
+                   (int)TSOCK_SOURCE_LIST == (int)TSOCK__INDEX_LIST,
                "the public sources are the index's");
 
 int
@@ -174,7 +174,7 @@ tsock_pipeline_set_index_cache(tsock_pipeline *pl, const char *path)
 static void
 log_index(const struct tsock_pipeline *pl)
 {
-    const struct tsock_index *idx = pl->index;
+    const struct tsock__index *idx = pl->index;
     uint64_t left = idx->empty + idx->unreadable + idx->too_large + idx->not_image;
 
     tsock__log(TSOCK_LOG_INFO,
@@ -302,7 +302,7 @@ tsock_pipeline_stat(const tsock_pipeline *pl, int key, uint64_t *value)
 {
     if (!pl || !value)
         return -EINVAL;
-    const struct tsock_index *idx = pl->index;
+    const struct tsock__index *idx = pl->index;
     switch (key) {
     case TSOCK_PIPELINE_SAMPLES: *value = atomic_load(&pl->st_samples); break;
     case TSOCK_PIPELINE_FILES_READ: *value = atomic_load(&pl->st_files); break;

@@ -17,7 +17,7 @@
 
 /* How many consecutive sample ids after a bad one are tried as its replacement before the
  * load gives up (a dataset where that many files in a row fail is broken, not unlucky). */
-#define TSOCK_PIPELINE_MAX_REPLACE 64
+#define TSOCK__PIPELINE_MAX_REPLACE 64
 
 /* One batch being loaded: written by the driving thread before the workers see a position,
  * read by the workers. */
@@ -27,16 +27,16 @@ struct load_job {
     uint32_t n;
     uint8_t *images;
     int64_t *labels, *indices;
-    struct tsock_read_req *reqs; /* n; result < 0 or a known-bad sample: replace it */
-    uint8_t *known_bad;          /* n flags: left out before this load, not read */
+    struct tsock__read_req *reqs; /* n; result < 0 or a known-bad sample: replace it */
+    uint8_t *known_bad;           /* n flags: left out before this load, not read */
 };
 
 struct worker {
     struct tsock_pipeline *pl;
     pthread_t thread;
-    struct tsock_decoder *decoder;
-    struct tsock_reader *reader; /* pread, for replacements and files that grew */
-    uint8_t *buf;                /* their bytes */
+    struct tsock__decoder *decoder;
+    struct tsock__reader *reader; /* pread, for replacements and files that grew */
+    uint8_t *buf;                 /* their bytes */
     size_t buf_cap;
     int started;
 };
@@ -52,8 +52,8 @@ struct tsock_pipeline {
 
     /* After open. */
     int open;
-    struct tsock_index *index;
-    struct tsock_reader *reader;
+    struct tsock__index *index;
+    struct tsock__reader *reader;
     struct worker *pool;
     int from_cache;
     int tensor_image; /* layout index of "image", or -1 before add_tensors */
@@ -64,8 +64,8 @@ struct tsock_pipeline {
     /* The batch arena: the files of one load, back to back. */
     uint8_t *arena;
     size_t arena_cap;
-    struct tsock_read_req *reqs;   /* by position */
-    struct tsock_read_req *gather; /* the same requests side by side, for the reader */
+    struct tsock__read_req *reqs;   /* by position */
+    struct tsock__read_req *gather; /* the same requests side by side, for the reader */
     uint8_t *known_bad;
     uint32_t reqs_cap;
 
@@ -83,9 +83,9 @@ struct tsock_pipeline {
         st_read_ns;
 };
 
-/* The tsock_index_check_fn of tsock__index_open_checked: reads the start of every file and
+/* The tsock__index_check_fn of tsock__index_open_checked: reads the start of every file and
  * marks those whose header shows they cannot be decoded. `arg` is the pipeline. */
-int tsock__pipeline_header_check(void *arg, const struct tsock_index *idx, uint8_t *drop);
+int tsock__pipeline_header_check(void *arg, const struct tsock__index *idx, uint8_t *drop);
 
 /* Starts and stops the workers (load.c). */
 int tsock__pipeline_start_workers(struct tsock_pipeline *pl);

@@ -41,10 +41,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* One decoder for the whole run, as a worker thread keeps one: reuse is part of what is
      * tested (state must not leak from one image into the next). */
-    static struct tsock_decoder *d;
+    static struct tsock__decoder *d;
     static uint8_t a[OUT_W * OUT_H * 3], b[OUT_W * OUT_H * 3];
-    struct tsock_image_info info;
-    struct tsock_box crop;
+    struct tsock__image_info info;
+    struct tsock__box crop;
     int r, r2;
 
     if (!d) {
@@ -59,7 +59,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     if (info.width < 1 || info.height < 1 || info.header_size > size ||
-        (info.format != TSOCK_IMAGE_JPEG && info.format != TSOCK_IMAGE_PNG))
+        (info.format != TSOCK__IMAGE_JPEG && info.format != TSOCK__IMAGE_PNG))
         abort();
 
     /* A crop in the lower right part, so that partial decoding skips rows and columns. */
@@ -67,18 +67,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     crop.y = info.height / 3;
     crop.w = info.width - crop.x;
     crop.h = info.height - crop.y;
-    tsock__decoder_set_flags(d, TSOCK_DECODE_NO_DCT_SCALE);
+    tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE);
     r = tsock__decode_crop_resize(d, data, size, &crop, OUT_W, OUT_H, 1, a);
     if (!allowed(r))
         abort();
     if (r == -EFBIG)
         return 0;
-    tsock__decoder_set_flags(d, TSOCK_DECODE_NO_DCT_SCALE | TSOCK_DECODE_NO_PARTIAL);
+    tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE | TSOCK__DECODE_NO_PARTIAL);
     r2 = tsock__decode_crop_resize(d, data, size, &crop, OUT_W, OUT_H, 1, b);
     if (r2 != r || (r == 0 && memcmp(a, b, sizeof a) != 0))
         abort();
     /* The SIMD resampling passes give the plain passes' bytes. */
-    tsock__decoder_set_flags(d, TSOCK_DECODE_NO_DCT_SCALE | TSOCK_DECODE_NO_AVX2);
+    tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE | TSOCK__DECODE_NO_AVX2);
     r2 = tsock__decode_crop_resize(d, data, size, &crop, OUT_W, OUT_H, 1, b);
     if (r2 != r || (r == 0 && memcmp(a, b, sizeof a) != 0))
         abort();

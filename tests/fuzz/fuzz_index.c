@@ -1,4 +1,4 @@
-/* libFuzzer target for the index cache decoder (libtsock/dataset/index.c).
+/* libFuzzer target for the index cache decoder (libtsock/dataset/index_cache.c).
  *
  * Any input must decode, with and without checksum verification, without touching memory
  * outside it and with one of the promised results. The checksum would stop the fuzzer at the
@@ -16,11 +16,12 @@
 #include <string.h>
 
 #include "dataset/index.h"
+#include "dataset/index_cache.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void
-check_reachable(const struct tsock_index *idx)
+check_reachable(const struct tsock__index *idx)
 {
     uint64_t total = 0;
 
@@ -38,7 +39,7 @@ check_reachable(const struct tsock_index *idx)
     }
     if (total != idx->total_bytes || tsock__index_path(idx, idx->count) != NULL)
         abort();
-    for (uint32_t c = 0; idx->source == TSOCK_INDEX_FOLDER && c < idx->classes; c++) {
+    for (uint32_t c = 0; idx->source == TSOCK__INDEX_FOLDER && c < idx->classes; c++) {
         const char *name = tsock__index_class_name(idx, c);
         if (!name || !name[0] || strchr(name, '/'))
             abort();
@@ -53,7 +54,7 @@ check_reachable(const struct tsock_index *idx)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct tsock_index *idx, *again;
+    struct tsock__index *idx, *again;
     uint8_t *enc;
     size_t enc_size;
     int verified = tsock__index_decode(data, size, 1, &idx);

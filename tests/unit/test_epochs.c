@@ -42,7 +42,7 @@ struct sim_consumer {
 
 /* The producer tells the sampler the phase of every running window before an epoch starts. */
 static void
-keep_phases(struct tsock_sampler *s, struct sim_consumer *cs, int n)
+keep_phases(struct tsock__sampler *s, struct sim_consumer *cs, int n)
 {
     uint64_t phases[MAX_SIM_CONSUMERS];
     size_t k = 0;
@@ -132,7 +132,7 @@ step_consumers(struct sim_consumer *cs, int nc, uint64_t batch_index)
 static void
 simulate(uint64_t n, uint32_t producer_batch, int nc, uint64_t batches)
 {
-    struct tsock_sampler s;
+    struct tsock__sampler s;
     CHECK_EQ(tsock__sampler_init(&s, n, rnd(1000), 0), 0);
     struct sim_consumer cs[MAX_SIM_CONSUMERS];
     memset(cs, 0, sizeof cs);
@@ -237,7 +237,7 @@ static void
 test_shuffle_quality(void)
 {
     const uint64_t n = 20000;
-    struct tsock_sampler s;
+    struct tsock__sampler s;
     uint64_t *prev = malloc(n * sizeof *prev), *ids = malloc(n * sizeof *ids);
     CHECK_EQ(tsock__sampler_init(&s, n, 99, 0), 0);
     tsock__sampler_next(&s, (uint32_t)n, prev, NULL, NULL, NULL);

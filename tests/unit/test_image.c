@@ -261,7 +261,7 @@ ref_resize(const uint8_t *in, int w, int h, int ow, int oh)
 }
 
 static uint8_t *
-ref_crop(const uint8_t *in, int w, struct tsock_box b)
+ref_crop(const uint8_t *in, int w, struct tsock__box b)
 {
     uint8_t *out = malloc((size_t)b.w * b.h * 3);
     for (int y = 0; y < b.h; y++)
@@ -322,17 +322,17 @@ test_probe(void)
         enum kind k;
         int components, color, progressive;
     } want[] = {
-        {K_420, 3, TSOCK_COLOR_YCBCR, 0},  {K_444, 3, TSOCK_COLOR_YCBCR, 0},
-        {K_GRAY, 1, TSOCK_COLOR_GRAY, 0},  {K_CMYK, 4, TSOCK_COLOR_YCCK, 0},
-        {K_PROG, 3, TSOCK_COLOR_YCBCR, 1}, {K_PROG_CMYK, 4, TSOCK_COLOR_YCCK, 1},
+        {K_420, 3, TSOCK__COLOR_YCBCR, 0},  {K_444, 3, TSOCK__COLOR_YCBCR, 0},
+        {K_GRAY, 1, TSOCK__COLOR_GRAY, 0},  {K_CMYK, 4, TSOCK__COLOR_YCCK, 0},
+        {K_PROG, 3, TSOCK__COLOR_YCBCR, 1}, {K_PROG_CMYK, 4, TSOCK__COLOR_YCCK, 1},
     };
-    struct tsock_image_info info;
+    struct tsock__image_info info;
 
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         size_t n;
         uint8_t *jpeg = make_jpeg(want[i].k, 123, 77, 1, 90, &n);
         CHECK_EQ(tsock__image_probe(jpeg, n, &info), 0);
-        CHECK_EQ(info.format, TSOCK_IMAGE_JPEG);
+        CHECK_EQ(info.format, TSOCK__IMAGE_JPEG);
         CHECK_EQ(info.width, 123);
         CHECK_EQ(info.height, 77);
         CHECK_EQ(info.components, want[i].components);
@@ -343,7 +343,7 @@ test_probe(void)
         /* Every prefix that ends inside the header is a short header, with a hint that is
          * larger than the prefix; from the end of SOS on, the header is complete. */
         for (size_t cut = 1; cut < info.header_size; cut++) {
-            struct tsock_image_info p;
+            struct tsock__image_info p;
             int r = tsock__image_probe(jpeg, cut, &p);
             CHECK_EQ(r, cut < 2 ? -EILSEQ : -EPROTO);
             if (r == -EPROTO)
@@ -359,15 +359,15 @@ test_probe(void)
         static const struct {
             png_uint_32 fmt;
             int color, components;
-        } pw[] = {{PNG_FORMAT_RGB, TSOCK_COLOR_RGB, 3},
-                  {PNG_FORMAT_RGBA, TSOCK_COLOR_RGBA, 4},
-                  {PNG_FORMAT_GRAY, TSOCK_COLOR_GRAY, 1},
-                  {PNG_FORMAT_GA, TSOCK_COLOR_GRAY_ALPHA, 2}};
+        } pw[] = {{PNG_FORMAT_RGB, TSOCK__COLOR_RGB, 3},
+                  {PNG_FORMAT_RGBA, TSOCK__COLOR_RGBA, 4},
+                  {PNG_FORMAT_GRAY, TSOCK__COLOR_GRAY, 1},
+                  {PNG_FORMAT_GA, TSOCK__COLOR_GRAY_ALPHA, 2}};
         for (size_t i = 0; i < 4; i++) {
             size_t n;
             uint8_t *png = png_encode(pix, 40, 30, pw[i].fmt, NULL, 0, &n);
             CHECK_EQ(tsock__image_probe(png, n, &info), 0);
-            CHECK_EQ(info.format, TSOCK_IMAGE_PNG);
+            CHECK_EQ(info.format, TSOCK__IMAGE_PNG);
             CHECK_EQ(info.width, 40);
             CHECK_EQ(info.height, 30);
             CHECK_EQ(info.color, pw[i].color);
@@ -394,14 +394,14 @@ test_probe(void)
         uint8_t zeros[64] = {0};
         CHECK_EQ(tsock__image_probe(NULL, 0, &info), -ENODATA);
         CHECK_EQ(tsock__image_probe(text, sizeof text, &info), -EILSEQ);
-        CHECK_EQ(info.format, TSOCK_IMAGE_UNKNOWN);
+        CHECK_EQ(info.format, TSOCK__IMAGE_UNKNOWN);
         CHECK_EQ(tsock__image_probe(zeros, sizeof zeros, &info), -EILSEQ);
         CHECK_EQ(tsock__image_probe(gif, sizeof gif, &info), -ENOTSUP);
-        CHECK_EQ(info.format, TSOCK_IMAGE_GIF);
+        CHECK_EQ(info.format, TSOCK__IMAGE_GIF);
         CHECK_EQ(tsock__image_probe(soi_eoi, sizeof soi_eoi, &info), -EPROTO);
         CHECK_EQ(tsock__image_probe(sos_first, sizeof sos_first, &info), -EPROTO);
         CHECK_EQ(tsock__image_probe(lossless, sizeof lossless, &info), -ENOTSUP);
-        CHECK_EQ(info.format, TSOCK_IMAGE_JPEG);
+        CHECK_EQ(info.format, TSOCK__IMAGE_JPEG);
         CHECK_EQ(info.width, 16);
     }
 }
@@ -412,7 +412,7 @@ test_probe(void)
 
 /* At its own size and without a crop, the decode is the plain decode: PIL's pixels. */
 static void
-test_decode_kinds(struct tsock_decoder *d)
+test_decode_kinds(struct tsock__decoder *d)
 {
     for (int k = 0; k < K_COUNT; k++) {
         const int w = 203, h = 141;
@@ -428,7 +428,7 @@ test_decode_kinds(struct tsock_decoder *d)
         uint8_t *src_rgb = malloc((size_t)w * h * 3);
 
         CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, NULL, w, h, 0, out), 0);
-        CHECK_EQ(tsock__decoder_report(d)->format, TSOCK_IMAGE_JPEG);
+        CHECK_EQ(tsock__decoder_report(d)->format, TSOCK__IMAGE_JPEG);
         CHECK_EQ(tsock__decoder_report(d)->scale_num, 8);
         if (memcmp(out, ref, (size_t)w * h * 3) != 0) {
             fprintf(stderr, "kind %s: decode differs from tjDecompress2\n", kind_name[k]);
@@ -483,7 +483,7 @@ test_decode_kinds(struct tsock_decoder *d)
         png = png_encode(rgb, w, h, PNG_FORMAT_RGB, NULL, 0, &n);
         CHECK_EQ(tsock__decode_crop_resize(d, png, n, NULL, w, h, 0, out), 0);
         CHECK(memcmp(out, rgb, (size_t)w * h * 3) == 0);
-        CHECK_EQ(tsock__decoder_report(d)->format, TSOCK_IMAGE_PNG);
+        CHECK_EQ(tsock__decoder_report(d)->format, TSOCK__IMAGE_PNG);
         free(png);
 
         png = png_encode(rgba, w, h, PNG_FORMAT_RGBA, NULL, 0, &n);
@@ -508,7 +508,7 @@ test_decode_kinds(struct tsock_decoder *d)
         free(png);
 
         png = png_encode(idx, w, h, PNG_FORMAT_RGB_COLORMAP, cmap, 16, &n);
-        CHECK_EQ(tsock__image_probe(png, n, &(struct tsock_image_info){0}), 0);
+        CHECK_EQ(tsock__image_probe(png, n, &(struct tsock__image_info){0}), 0);
         CHECK_EQ(tsock__decode_crop_resize(d, png, n, NULL, w, h, 0, out), 0);
         same = 1;
         for (size_t i = 0; i < (size_t)w * h; i++)
@@ -532,9 +532,9 @@ test_decode_kinds(struct tsock_decoder *d)
 /* Crops of every kind of JPEG: the partial decode gives the same bytes as decoding everything,
  * and both equal crop-then-resize of TurboJPEG's full decode with a plain PIL resampler. */
 static void
-test_partial_and_resample(struct tsock_decoder *d)
+test_partial_and_resample(struct tsock__decoder *d)
 {
-    struct tsock_rng rng;
+    struct tsock__rng rng;
     tsock__rng_seed(&rng, 42);
 
     for (int k = 0; k < K_COUNT; k++) {
@@ -546,7 +546,7 @@ test_partial_and_resample(struct tsock_decoder *d)
         int mismatches_partial = 0, mismatches_ref = 0;
 
         for (int i = 0; i < 25; i++) {
-            struct tsock_box b;
+            struct tsock__box b;
             int ow = 1 + (int)tsock__rng_below(&rng, 160),
                 oh = 1 + (int)tsock__rng_below(&rng, 160);
             b.w = 1 + (int)tsock__rng_below(&rng, (uint64_t)w);
@@ -554,19 +554,19 @@ test_partial_and_resample(struct tsock_decoder *d)
             b.x = (int)tsock__rng_below(&rng, (uint64_t)(w - b.w + 1));
             b.y = (int)tsock__rng_below(&rng, (uint64_t)(h - b.h + 1));
             if (i == 0)
-                b = (struct tsock_box){w - 5, h - 3, 5, 3}; /* the bottom-right corner */
+                b = (struct tsock__box){w - 5, h - 3, 5, 3}; /* the bottom-right corner */
             if (i == 1)
-                b = (struct tsock_box){0, 0, 17, 250}; /* a left strip */
+                b = (struct tsock__box){0, 0, 17, 250}; /* a left strip */
 
             uint8_t *a = malloc((size_t)ow * oh * 3), *c = malloc((size_t)ow * oh * 3);
-            tsock__decoder_set_flags(d, TSOCK_DECODE_NO_DCT_SCALE);
+            tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE);
             CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, ow, oh, 0, a), 0);
             CHECK(tsock__decoder_report(d)->decoded_w <= w);
-            tsock__decoder_set_flags(d, TSOCK_DECODE_NO_DCT_SCALE | TSOCK_DECODE_NO_PARTIAL);
+            tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE | TSOCK__DECODE_NO_PARTIAL);
             CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, ow, oh, 0, c), 0);
             mismatches_partial += memcmp(a, c, (size_t)ow * oh * 3) != 0;
             /* The SSE2 and plain passes give the same bytes as the AVX2 one. */
-            tsock__decoder_set_flags(d, TSOCK_DECODE_NO_DCT_SCALE | TSOCK_DECODE_NO_AVX2);
+            tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE | TSOCK__DECODE_NO_AVX2);
             CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, ow, oh, 0, c), 0);
             mismatches_partial += memcmp(a, c, (size_t)ow * oh * 3) != 0;
 
@@ -591,12 +591,12 @@ test_partial_and_resample(struct tsock_decoder *d)
 
 /* A small crop deep inside a large image really is decoded partially. */
 static void
-test_partial_saves(struct tsock_decoder *d)
+test_partial_saves(struct tsock__decoder *d)
 {
     size_t n;
     uint8_t *jpeg = make_jpeg(K_420, 640, 480, 5, 85, &n);
     uint8_t out[32 * 32 * 3];
-    struct tsock_box b = {300, 200, 64, 48};
+    struct tsock__box b = {300, 200, 64, 48};
 
     CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, 32, 32, 0, out), 0);
     CHECK(tsock__decoder_report(d)->decoded_w <= 64 + 2 * 16 + 4);
@@ -606,14 +606,14 @@ test_partial_saves(struct tsock_decoder *d)
 
 /* The flip is an exact mirror of the unflipped output, for colour and gray. */
 static void
-test_flip(struct tsock_decoder *d)
+test_flip(struct tsock__decoder *d)
 {
     for (int k = 0; k < 2; k++) {
         size_t n;
         uint8_t *jpeg = make_jpeg(k ? K_GRAY : K_420, 300, 200, 9, 90, &n);
         const int ow = 57, oh = 41;
         uint8_t a[57 * 41 * 3], b[57 * 41 * 3];
-        struct tsock_box box = {13, 7, 250, 180};
+        struct tsock__box box = {13, 7, 250, 180};
         int mirrored = 1;
 
         CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &box, ow, oh, 0, a), 0);
@@ -633,7 +633,7 @@ test_flip(struct tsock_decoder *d)
  * reductions and enlargements (2 to 9 taps), flipped or not, with the SIMD passes and
  * without them. */
 static void
-test_rgba_resize(struct tsock_decoder *d)
+test_rgba_resize(struct tsock__decoder *d)
 {
     const int w = 203, h = 61;
     uint8_t *rgba = malloc((size_t)w * h * 4), *rgb = malloc((size_t)w * h * 3);
@@ -654,10 +654,10 @@ test_rgba_resize(struct tsock_decoder *d)
         const int ow = sizes[s][0], oh = sizes[s][1];
         const size_t bytes = (size_t)ow * oh * 3;
         uint8_t *ref = malloc(bytes), *out = malloc(bytes);
-        struct tsock_box box = {3, 2, w - 5, h - 4};
+        struct tsock__box box = {3, 2, w - 5, h - 4};
         for (int flip = 0; flip < 2; flip++) {
             /* The reference: plain passes (or SSE2) on RGB. */
-            tsock__decoder_set_flags(d, TSOCK_DECODE_NO_AVX2);
+            tsock__decoder_set_flags(d, TSOCK__DECODE_NO_AVX2);
             CHECK_EQ(tsock__decode_crop_resize(d, png3, n3, &box, ow, oh, flip, ref), 0);
             CHECK_EQ(tsock__decode_crop_resize(d, png4, n4, &box, ow, oh, flip, out), 0);
             mismatches += memcmp(ref, out, bytes) != 0;
@@ -690,10 +690,10 @@ test_rgba_resize(struct tsock_decoder *d)
  *   im.crop((j, i, j + w, i + h)).resize((ow, oh), Image.BILINEAR) -> bytes -> fnv1a64
  */
 static void
-test_pil_golden(struct tsock_decoder *d)
+test_pil_golden(struct tsock__decoder *d)
 {
     static const struct {
-        struct tsock_box box;
+        struct tsock__box box;
         int ow, oh;
         uint64_t hash;
     } cases[] = {
@@ -740,11 +740,11 @@ test_pil_golden(struct tsock_decoder *d)
 /* A crop at least four times the output (twice after a 1/2-scale decode) is decoded at
  * reduced scale; the result stays within the resampling tolerance of the full-size path. */
 static void
-test_dct_scaling(struct tsock_decoder *d)
+test_dct_scaling(struct tsock__decoder *d)
 {
     static const struct {
         enum kind k;
-        struct tsock_box box;
+        struct tsock__box box;
         int ow, oh, scale;
     } cases[] = {
         {K_420, {0, 0, 1600, 1200}, 224, 224, 4},      {K_420, {0, 0, 1600, 1200}, 150, 150, 2},
@@ -768,7 +768,7 @@ test_dct_scaling(struct tsock_decoder *d)
                                            cases[i].oh, 0, a),
                  0);
         CHECK_EQ(tsock__decoder_report(d)->scale_num, cases[i].scale);
-        tsock__decoder_set_flags(d, TSOCK_DECODE_NO_DCT_SCALE);
+        tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE);
         CHECK_EQ(tsock__decode_crop_resize(d, jpeg[k], n[k], &cases[i].box, cases[i].ow,
                                            cases[i].oh, 0, b),
                  0);
@@ -789,11 +789,11 @@ test_dct_scaling(struct tsock_decoder *d)
 /* ------------------------------------------------------------------------------------------ */
 
 static void
-test_truncated(struct tsock_decoder *d)
+test_truncated(struct tsock__decoder *d)
 {
     const int w = 320, h = 240;
     uint8_t *out = malloc((size_t)w * h * 3);
-    struct tsock_image_info info;
+    struct tsock__image_info info;
     size_t n;
     uint8_t *jpeg = make_jpeg(K_420, w, h, 8, 90, &n);
 
@@ -806,7 +806,7 @@ test_truncated(struct tsock_decoder *d)
     {
         size_t cut = info.header_size + (n - info.header_size) * 85 / 100;
         uint8_t *t = exact_copy(jpeg, cut);
-        struct tsock_box top = {0, 0, 64, 32};
+        struct tsock__box top = {0, 0, 64, 32};
         uint8_t small[16 * 16 * 3];
         CHECK_EQ(tsock__decode_crop_resize(d, t, cut, NULL, w, h, 0, out), 0);
         CHECK_EQ(tsock__decoder_report(d)->truncated, 1);
@@ -823,7 +823,7 @@ test_truncated(struct tsock_decoder *d)
     {
         size_t cut = info.header_size + (n - info.header_size) * 10 / 100;
         uint8_t *t = exact_copy(jpeg, cut);
-        struct tsock_box top = {0, 0, 64, 16};
+        struct tsock__box top = {0, 0, 64, 16};
         uint8_t small[16 * 16 * 3];
         CHECK_EQ(tsock__decode_crop_resize(d, t, cut, NULL, w, h, 0, out), -EPROTO);
         CHECK_EQ(tsock__decode_crop_resize(d, t, cut, &top, 16, 16, 0, small), -EPROTO);
@@ -881,13 +881,13 @@ test_truncated(struct tsock_decoder *d)
 }
 
 static void
-test_errors(struct tsock_decoder *d)
+test_errors(struct tsock__decoder *d)
 {
     uint8_t out[64 * 64 * 3];
     uint8_t garbage[4096];
     size_t n;
     uint8_t *jpeg = make_jpeg(K_420, 100, 80, 2, 90, &n);
-    struct tsock_box b;
+    struct tsock__box b;
 
     for (size_t i = 0; i < sizeof garbage; i++)
         garbage[i] = (uint8_t)(hash3((uint32_t)i, 1, 2));
@@ -896,7 +896,7 @@ test_errors(struct tsock_decoder *d)
     CHECK_EQ(tsock__decode_crop_resize(d, garbage, sizeof garbage, NULL, 8, 8, 0, out), -EILSEQ);
     /* A valid header followed by noise: libjpeg decodes noise without a marker in it... */
     {
-        struct tsock_image_info info;
+        struct tsock__image_info info;
         CHECK_EQ(tsock__image_probe(jpeg, n, &info), 0);
         uint8_t *t = malloc(info.header_size + sizeof garbage);
         memcpy(t, jpeg, info.header_size);
@@ -907,15 +907,15 @@ test_errors(struct tsock_decoder *d)
         free(t);
     }
     /* Crops outside the image, bad sizes. */
-    b = (struct tsock_box){90, 0, 11, 10};
+    b = (struct tsock__box){90, 0, 11, 10};
     CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, 8, 8, 0, out), -EINVAL);
-    b = (struct tsock_box){-1, 0, 10, 10};
+    b = (struct tsock__box){-1, 0, 10, 10};
     CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, 8, 8, 0, out), -EINVAL);
-    b = (struct tsock_box){0, 0, 0, 0};
+    b = (struct tsock__box){0, 0, 0, 0};
     CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, 8, 8, 0, out), -EINVAL);
     CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, NULL, 0, 8, 0, out), -EINVAL);
     {
-        struct tsock_resize_spec s = {{0, 0, 0, 0}, 100, 100, 50, 50, 51, 10, 0};
+        struct tsock__resize_spec s = {{0, 0, 0, 0}, 100, 100, 50, 50, 51, 10, 0};
         CHECK_EQ(tsock__decode_resize(d, jpeg, n, &s, out), -EINVAL); /* window past the edge */
     }
     /* The pixel limit. */
@@ -923,14 +923,14 @@ test_errors(struct tsock_decoder *d)
     CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, NULL, 8, 8, 0, out), -EFBIG);
     tsock__decoder_set_limits(d, 100 * 80, 0);
     CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, NULL, 8, 8, 0, out), 0);
-    tsock__decoder_set_limits(d, TSOCK_IMAGE_MAX_PIXELS, 0);
+    tsock__decoder_set_limits(d, TSOCK__IMAGE_MAX_PIXELS, 0);
     free(jpeg);
 
     /* The scan limit: TurboJPEG's progressive files have 10 scans (gray: 6). */
     jpeg = make_jpeg(K_PROG, 100, 80, 2, 90, &n);
     tsock__decoder_set_limits(d, 0, 5);
     CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, NULL, 8, 8, 0, out), -EFBIG);
-    tsock__decoder_set_limits(d, 0, TSOCK_IMAGE_MAX_SCANS);
+    tsock__decoder_set_limits(d, 0, TSOCK__IMAGE_MAX_SCANS);
     CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, NULL, 8, 8, 0, out), 0);
     free(jpeg);
 }
@@ -942,7 +942,7 @@ test_errors(struct tsock_decoder *d)
 static void
 test_rng(void)
 {
-    struct tsock_rng r;
+    struct tsock__rng r;
     int counts[3] = {0, 0, 0};
     double sum = 0;
 
@@ -966,8 +966,8 @@ test_rng(void)
 static void
 test_box_rules(void)
 {
-    struct tsock_rng r;
-    struct tsock_box b;
+    struct tsock__rng r;
+    struct tsock__box b;
     int nw, nh;
 
     /* Resize(256): torchvision's int(size * long / short). */
@@ -1093,12 +1093,12 @@ test_rrc_distribution(void)
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         int w = sizes[i][0], h = sizes[i][1];
         struct rrc_stats a = {0}, b = {0};
-        struct tsock_rng r;
+        struct tsock__rng r;
         uint64_t xs = 0x1234567u + i;
 
         tsock__rng_seed(&r, tsock__mix64(1000 + i));
         for (int k = 0; k < 20000; k++) {
-            struct tsock_box box;
+            struct tsock__box box;
             int res = tsock__rrc_box(&r, w, h, 0.08, 1.0, 3.0 / 4, 4.0 / 3, &box);
             stats_add(&a, res == 0, w, h, box.w, box.h);
         }
@@ -1123,7 +1123,7 @@ test_rrc_distribution(void)
 /* ------------------------------------------------------------------------------------------ */
 
 static void
-test_presets(struct tsock_decoder *d)
+test_presets(struct tsock__decoder *d)
 {
     const int w = 500, h = 375;
     size_t n;
@@ -1135,7 +1135,7 @@ test_presets(struct tsock_decoder *d)
     /* Val: Resize(256) then CenterCrop(224), from the full decode with the plain resampler. */
     {
         uint8_t *resized = ref_resize(full, w, h, 341, 256);
-        struct tsock_box c = {58, 16, 224, 224};
+        struct tsock__box c = {58, 16, 224, 224};
         uint8_t *want = ref_crop(resized, 341, c);
         CHECK_EQ(tsock__preset_val(d, jpeg, n, 256, 224, out), 0);
         CHECK(memcmp(out, want, 224 * 224 * 3) == 0);
@@ -1147,11 +1147,11 @@ test_presets(struct tsock_decoder *d)
     /* Train: the box is tsock__rrc_box's with the same stream, the flip the next draw, and the
      * pixels those of decode_crop_resize; the same seed gives the same bytes. */
     {
-        struct tsock_train_params p = {224, 0.08, 1.0, 3.0 / 4, 4.0 / 3, 1};
+        struct tsock__train_params p = {224, 0.08, 1.0, 3.0 / 4, 4.0 / 3, 1};
         int flips = 0;
         for (uint64_t id = 0; id < 40; id++) {
-            struct tsock_rng r1, r2;
-            struct tsock_box box, want;
+            struct tsock__rng r1, r2;
+            struct tsock__box box, want;
             int flipped;
             tsock__rng_seed(&r1, tsock__mix64(id));
             tsock__rng_seed(&r2, tsock__mix64(id));
@@ -1165,7 +1165,7 @@ test_presets(struct tsock_decoder *d)
         }
         CHECK(flips > 5 && flips < 35);
         p.flip = 0;
-        struct tsock_rng r3;
+        struct tsock__rng r3;
         int flipped = 1;
         tsock__rng_seed(&r3, 5);
         CHECK_EQ(tsock__preset_train(d, jpeg, n, &r3, &p, out, NULL, &flipped), 0);
@@ -1182,7 +1182,7 @@ test_presets(struct tsock_decoder *d)
 int
 main(void)
 {
-    struct tsock_decoder *d;
+    struct tsock__decoder *d;
 
     CHECK_EQ(tsock__decoder_create(&d), 0);
     test_probe();

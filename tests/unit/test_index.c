@@ -24,6 +24,7 @@
 
 #include "check.h"
 #include "dataset/index.h"
+#include "dataset/index_cache.h"
 #include "tsock/tsock.h"
 
 static char tmp[256];
@@ -130,7 +131,7 @@ remove_tree(const char *path)
 
 /* Names and labels of an index as one string "path:label\n...", for exact comparison. */
 static char *
-listing(const struct tsock_index *idx)
+listing(const struct tsock__index *idx)
 {
     size_t cap = 64 + idx->pool_size + idx->count * 16;
     char *s = calloc(1, cap), *p = s;
@@ -141,7 +142,7 @@ listing(const struct tsock_index *idx)
 }
 
 static int
-same_index(const struct tsock_index *a, const struct tsock_index *b)
+same_index(const struct tsock__index *a, const struct tsock__index *b)
 {
     uint8_t *x, *y;
     size_t nx, ny;
@@ -279,7 +280,7 @@ static const char tree_expected[] = ".hidden/h.bmp:0\n"
 static void
 test_folder(void)
 {
-    struct tsock_index *idx, *again;
+    struct tsock__index *idx, *again;
     char root[1024];
 
     make_tree();
@@ -342,7 +343,7 @@ test_folder(void)
 static void
 test_list(void)
 {
-    struct tsock_index *idx;
+    struct tsock__index *idx;
     char list[1024], abs_img[1024], text[4096];
 
     put("listed/x/one.jpg", 10);
@@ -439,17 +440,17 @@ make_cache_tree(void)
 static void
 test_cache(void)
 {
-    struct tsock_index *idx, *loaded;
+    struct tsock__index *idx, *loaded;
     char root[1024], cache[1024], file[1024];
 
     make_cache_tree();
     path_of(root, sizeof root, "ctree");
     path_of(cache, sizeof cache, "ctree.idx");
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, root, &loaded), -ENOENT);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, root, &loaded), -ENOENT);
     CHECK_EQ(tsock__index_scan_folder(root, 2, &idx), 0);
     CHECK_EQ(idx->watch_count, 5); /* root, n01, n02, n02/deep, n03 */
     CHECK_EQ(tsock__index_save(idx, cache), 0);
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, root, &loaded), 0);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, root, &loaded), 0);
     CHECK(same_index(idx, loaded));
     CHECK(strcmp(loaded->root, root) == 0);
     CHECK(strcmp(tsock__index_class_name(loaded, 1), "n02") == 0);
@@ -459,12 +460,12 @@ test_cache(void)
     /* Valid, but for another source. */
     char other[1100];
     snprintf(other, sizeof other, "%s/", root);
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, other, &loaded), -ESTALE);
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_LIST, root, &loaded), -ESTALE);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, other, &loaded), -ESTALE);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_LIST, root, &loaded), -ESTALE);
 
     /* tsock__index_open takes the cache. */
     clear_log();
-    CHECK_EQ(tsock__index_open(TSOCK_INDEX_FOLDER, root, cache, 1, &loaded), 0);
+    CHECK_EQ(tsock__index_open(TSOCK__INDEX_FOLDER, root, cache, 1, &loaded), 0);
     CHECK(logged("samples from cache"));
     CHECK(same_index(idx, loaded));
     tsock__index_destroy(loaded);
@@ -472,54 +473,54 @@ test_cache(void)
     /* Every change of the file set makes it stale. */
     path_of(file, sizeof file, "ctree/n03/new.JPEG");
     put("ctree/n03/new.JPEG", 10); /* added */
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, root, &loaded), -ESTALE);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, root, &loaded), -ESTALE);
     unlink(file);
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, root, &loaded), -ESTALE);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, root, &loaded), -ESTALE);
     backdate("ctree");
     CHECK_EQ(tsock__index_scan_folder(root, 2, &loaded), 0); /* the tree as it is now */
     CHECK_EQ(tsock__index_save(loaded, cache), 0);
     tsock__index_destroy(loaded);
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, root, &loaded), 0);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, root, &loaded), 0);
     tsock__index_destroy(loaded);
     path_of(file, sizeof file, "ctree/n02/deep/d.JPEG");
     unlink(file); /* removed, in a nested directory */
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, root, &loaded), -ESTALE);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, root, &loaded), -ESTALE);
     put("ctree/n02/deep/d.JPEG", 400);
     backdate("ctree");
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, root, &loaded), -ESTALE); /* ino */
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, root, &loaded), -ESTALE); /* ino */
     mkdirs("ctree/n04"); /* a new class */
     put("ctree/n04/f.JPEG", 10);
     backdate("ctree");
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, root, &loaded), -ESTALE);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, root, &loaded), -ESTALE);
 
     /* tsock__index_open rescans a stale cache and writes a fresh one. */
     clear_log();
-    CHECK_EQ(tsock__index_open(TSOCK_INDEX_FOLDER, root, cache, 1, &loaded), 0);
+    CHECK_EQ(tsock__index_open(TSOCK__INDEX_FOLDER, root, cache, 1, &loaded), 0);
     CHECK(logged("the dataset changed"));
     CHECK_EQ(loaded->count, 6);
     CHECK_EQ(loaded->classes, 4);
     tsock__index_destroy(loaded);
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, root, &loaded), 0);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, root, &loaded), 0);
     CHECK_EQ(loaded->count, 6);
     tsock__index_destroy(loaded);
     tsock__index_destroy(idx);
 
-    /* A directory modified within TSOCK_INDEX_RACY_NS of the scan could change again
+    /* A directory modified within TSOCK__INDEX_RACY_NS of the scan could change again
      * unnoticed: such a cache counts as stale, and tsock__index_open does not write one. */
     put("ctree/n04/g.JPEG", 10); /* n04's mtime is now */
     CHECK_EQ(tsock__index_scan_folder(root, 1, &idx), 0);
     CHECK_EQ(tsock__index_save(idx, cache), 0);
     CHECK_EQ(tsock__index_check_fresh(idx), -ESTALE);
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, root, &loaded), -ESTALE);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, root, &loaded), -ESTALE);
     tsock__index_destroy(idx);
     unlink(cache);
     clear_log();
-    CHECK_EQ(tsock__index_open(TSOCK_INDEX_FOLDER, root, cache, 1, &idx), 0);
+    CHECK_EQ(tsock__index_open(TSOCK__INDEX_FOLDER, root, cache, 1, &idx), 0);
     CHECK(logged("not written"));
     CHECK(access(cache, F_OK) != 0);
     tsock__index_destroy(idx);
     backdate("ctree");
-    CHECK_EQ(tsock__index_open(TSOCK_INDEX_FOLDER, root, cache, 1, &idx), 0);
+    CHECK_EQ(tsock__index_open(TSOCK__INDEX_FOLDER, root, cache, 1, &idx), 0);
     CHECK(access(cache, F_OK) == 0);
     tsock__index_destroy(idx);
 
@@ -527,7 +528,7 @@ test_cache(void)
     char inside[1024];
     path_of(inside, sizeof inside, "ctree/n01/cache.idx");
     clear_log();
-    CHECK_EQ(tsock__index_open(TSOCK_INDEX_FOLDER, root, inside, 1, &idx), 0);
+    CHECK_EQ(tsock__index_open(TSOCK__INDEX_FOLDER, root, inside, 1, &idx), 0);
     CHECK(logged("inside the dataset tree"));
     CHECK(access(inside, F_OK) != 0);
     CHECK_EQ(tsock__index_check_fresh(idx), 0);
@@ -537,7 +538,7 @@ test_cache(void)
 static void
 test_corrupt(void)
 {
-    struct tsock_index *idx, *loaded;
+    struct tsock__index *idx, *loaded;
     char root[1024], cache[1024];
     uint8_t *good, *bytes;
     size_t size;
@@ -545,7 +546,7 @@ test_corrupt(void)
     path_of(root, sizeof root, "ctree");
     path_of(cache, sizeof cache, "ctree.idx");
     backdate("ctree");
-    CHECK_EQ(tsock__index_open(TSOCK_INDEX_FOLDER, root, cache, 1, &idx), 0);
+    CHECK_EQ(tsock__index_open(TSOCK__INDEX_FOLDER, root, cache, 1, &idx), 0);
     good = read_file(cache, &size);
     CHECK(good != NULL && size > 100);
     if (!good)
@@ -571,7 +572,7 @@ test_corrupt(void)
     tsock__index_destroy(loaded);
 
     /* Fields checked beyond the checksum (decoded without it, as the fuzzer does). Offsets
-     * follow the format in index.c: header 88 bytes, source path, class offsets, watches,
+     * follow the format in index_cache.c: header 88 bytes, source path, class offsets, watches,
      * entries. */
     size_t src = strlen(root), classes = 4, watches = idx->watch_count;
     size_t entries = 88 + src + classes * 8 + watches * 32;
@@ -617,21 +618,21 @@ test_corrupt(void)
     bytes[size / 2] ^= 0x55;
     write_bytes(cache, bytes, size);
     free(bytes);
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, root, &loaded), -EBADMSG);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, root, &loaded), -EBADMSG);
     clear_log();
-    CHECK_EQ(tsock__index_open(TSOCK_INDEX_FOLDER, root, cache, 1, &loaded), 0);
+    CHECK_EQ(tsock__index_open(TSOCK__INDEX_FOLDER, root, cache, 1, &loaded), 0);
     CHECK(logged("not a valid index cache"));
     loaded->scan_time_ns = idx->scan_time_ns;
     CHECK(same_index(idx, loaded));
     tsock__index_destroy(loaded);
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, root, &loaded), 0);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, root, &loaded), 0);
     tsock__index_destroy(loaded);
     /* Not a regular file, and garbage. */
     char d[1024];
     path_of(d, sizeof d, "ctree");
-    CHECK_EQ(tsock__index_load(d, TSOCK_INDEX_FOLDER, root, &loaded), -EBADMSG);
+    CHECK_EQ(tsock__index_load(d, TSOCK__INDEX_FOLDER, root, &loaded), -EBADMSG);
     write_bytes(cache, (const uint8_t *)"hello", 5);
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_FOLDER, root, &loaded), -EBADMSG);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_FOLDER, root, &loaded), -EBADMSG);
     free(good);
     tsock__index_destroy(idx);
 }
@@ -639,7 +640,7 @@ test_corrupt(void)
 static void
 test_list_cache(void)
 {
-    struct tsock_index *idx, *loaded;
+    struct tsock__index *idx, *loaded;
     char list[1024], cache[1024];
 
     path_of(list, sizeof list, "listed/val.txt");
@@ -652,12 +653,12 @@ test_list_cache(void)
     t[0].tv_sec -= 3600;
     t[1] = t[0];
     utimensat(AT_FDCWD, list, t, 0);
-    CHECK_EQ(tsock__index_open(TSOCK_INDEX_LIST, list, cache, 1, &idx), 0);
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_LIST, list, &loaded), 0);
+    CHECK_EQ(tsock__index_open(TSOCK__INDEX_LIST, list, cache, 1, &idx), 0);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_LIST, list, &loaded), 0);
     CHECK(same_index(idx, loaded));
     tsock__index_destroy(loaded);
     write_bytes(list, (const uint8_t *)"x/one.jpg 0\n", 12);
-    CHECK_EQ(tsock__index_load(cache, TSOCK_INDEX_LIST, list, &loaded), -ESTALE);
+    CHECK_EQ(tsock__index_load(cache, TSOCK__INDEX_LIST, list, &loaded), -ESTALE);
     tsock__index_destroy(idx);
 }
 
@@ -684,11 +685,11 @@ full_disk_write(int fd, const void *buf, size_t n)
 }
 
 /* An index of `count` synthetic samples, to write caches of a chosen size. */
-static struct tsock_index *
+static struct tsock__index *
 synthetic_index(uint64_t count)
 {
-    struct tsock_index *idx = calloc(1, sizeof *idx);
-    idx->source = TSOCK_INDEX_FOLDER;
+    struct tsock__index *idx = calloc(1, sizeof *idx);
+    idx->source = TSOCK__INDEX_FOLDER;
     idx->source_path = strdup("/synthetic");
     idx->root = strdup("/synthetic");
     idx->classes = 1;
@@ -704,7 +705,7 @@ synthetic_index(uint64_t count)
     for (uint64_t i = 0; i < count; i++) {
         uint64_t off = 6 + i * 16;
         snprintf(idx->pool + off, 16, "n000/%08u", (unsigned)(i % 100000000u));
-        idx->entries[i] = (struct tsock_index_entry){.path = off, .size = 1000, .label = 0};
+        idx->entries[i] = (struct tsock__index_entry){.path = off, .size = 1000, .label = 0};
         idx->total_bytes += 1000;
     }
     return idx;
@@ -714,7 +715,7 @@ static void
 test_full_disk(void)
 {
     char dirpath[1024], cache[1100];
-    struct tsock_index *idx = synthetic_index(4000), *loaded;
+    struct tsock__index *idx = synthetic_index(4000), *loaded;
     uint8_t *bytes, *before;
     size_t size, before_size;
 
@@ -734,7 +735,7 @@ test_full_disk(void)
         CHECK_EQ(count_entries(dirpath), 0);
     }
     /* With a previous cache in place, a failed save leaves it as it was. */
-    struct tsock_index *small = synthetic_index(3);
+    struct tsock__index *small = synthetic_index(3);
     CHECK_EQ(tsock__index_save(small, cache), 0);
     before = read_file(cache, &before_size);
     hook_budget = 1000;

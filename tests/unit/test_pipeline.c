@@ -82,14 +82,14 @@ kind_of(tsock_pipeline *pl, uint64_t id)
     size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
     if (f)
         fclose(f);
-    struct tsock_image_info info;
+    struct tsock__image_info info;
     if (tsock__image_probe(buf, n, &info) != 0)
         return K_TRUNCATED;
-    if (info.format == TSOCK_IMAGE_PNG)
+    if (info.format == TSOCK__IMAGE_PNG)
         return K_PNG;
-    if (info.color == TSOCK_COLOR_GRAY)
+    if (info.color == TSOCK__COLOR_GRAY)
         return K_GRAY;
-    if (info.color == TSOCK_COLOR_CMYK || info.color == TSOCK_COLOR_YCCK)
+    if (info.color == TSOCK__COLOR_CMYK || info.color == TSOCK__COLOR_YCCK)
         return K_CMYK;
     if (info.progressive)
         return K_PROGRESSIVE;

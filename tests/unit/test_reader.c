@@ -74,7 +74,7 @@ matches(const void *buf, size_t n, uint64_t id)
 static const char *
 mode_name(int mode)
 {
-    return mode == TSOCK_IO_URING ? "io_uring" : "pread";
+    return mode == TSOCK__IO_URING ? "io_uring" : "pread";
 }
 
 /* Real files of assorted sizes, read whole and compared byte for byte. */
@@ -83,9 +83,9 @@ test_whole_files(int mode)
 {
     static const size_t sizes[] = {1, 7, 4095, 4096, 4097, 65536, 110000, 1 << 20};
     enum { N = sizeof sizes / sizeof sizes[0] };
-    struct tsock_reader *r;
-    struct tsock_read_req q[N];
-    struct tsock_reader_stats st;
+    struct tsock__reader *r;
+    struct tsock__read_req q[N];
+    struct tsock__reader_stats st;
     char names[N][32];
 
     CHECK_EQ(tsock__reader_create(&r, mode, 4, dir), 0);
@@ -93,10 +93,10 @@ test_whole_files(int mode)
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof names[i], "whole-%d.bin", i);
         write_file(names[i], sizes[i], 100 + (uint64_t)i);
-        q[i] = (struct tsock_read_req){.path = names[i],
-                                       .expected = sizes[i],
-                                       .buf = malloc(sizes[i] + 1),
-                                       .capacity = sizes[i] + 1};
+        q[i] = (struct tsock__read_req){.path = names[i],
+                                        .expected = sizes[i],
+                                        .buf = malloc(sizes[i] + 1),
+                                        .capacity = sizes[i] + 1};
     }
     CHECK_EQ(tsock__reader_read(r, q, N), N);
     for (int i = 0; i < N; i++) {
@@ -124,7 +124,7 @@ test_whole_files(int mode)
 static void
 test_errors(int mode)
 {
-    struct tsock_reader *r;
+    struct tsock__reader *r;
     char abs_path[512], sub[512];
     uint8_t b[8][256];
 
@@ -136,7 +136,7 @@ test_errors(int mode)
     snprintf(abs_path, sizeof abs_path, "%s/ok.bin", dir);
 
     CHECK_EQ(tsock__reader_create(&r, mode, 8, dir), 0);
-    struct tsock_read_req q[] = {
+    struct tsock__read_req q[] = {
         {.path = "missing.bin", .expected = 10, .buf = b[0], .capacity = 256},
         {.path = "ok.bin", .expected = 100, .buf = b[1], .capacity = 256},
         {.path = "subdir", .expected = 10, .buf = b[2], .capacity = 256},
@@ -164,9 +164,9 @@ test_errors(int mode)
     CHECK_EQ(q[7].result, -ENOENT);
 
     /* Bad arguments fail the call before anything is read. */
-    struct tsock_read_req bad = {.path = NULL, .buf = b[0], .capacity = 1};
+    struct tsock__read_req bad = {.path = NULL, .buf = b[0], .capacity = 1};
     CHECK_EQ(tsock__reader_read(r, &bad, 1), -EINVAL);
-    bad = (struct tsock_read_req){.path = "ok.bin", .buf = NULL, .capacity = 10};
+    bad = (struct tsock__read_req){.path = "ok.bin", .buf = NULL, .capacity = 10};
     CHECK_EQ(tsock__reader_read(r, &bad, 1), -EINVAL);
     CHECK_EQ(tsock__reader_read(r, NULL, 0), 0);
     tsock__reader_destroy(r);
@@ -176,8 +176,8 @@ test_errors(int mode)
 static void
 test_size_changes(int mode)
 {
-    struct tsock_reader *r;
-    struct tsock_reader_stats st;
+    struct tsock__reader *r;
+    struct tsock__reader_stats st;
     uint8_t *b[5];
 
     for (int i = 0; i < 5; i++)
@@ -187,7 +187,7 @@ test_size_changes(int mode)
     write_file("unknown.bin", 777, 13); /* no size known */
     write_file("toobig.bin", 5000, 14); /* indexed at 2000, now beyond the buffer */
     CHECK_EQ(tsock__reader_create(&r, mode, 2, dir), 0);
-    struct tsock_read_req q[] = {
+    struct tsock__read_req q[] = {
         {.path = "grown.bin", .expected = 2000, .buf = b[0], .capacity = 4096},
         {.path = "shrunk.bin", .expected = 2000, .buf = b[1], .capacity = 4096},
         {.path = "unknown.bin", .expected = 0, .buf = b[2], .capacity = 4096},
@@ -207,7 +207,7 @@ test_size_changes(int mode)
     CHECK_EQ(q[3].file_size, 5000);
     CHECK_EQ(q[4].result, 3000);
     tsock__reader_stats(r, &st);
-    if (mode == TSOCK_IO_URING)
+    if (mode == TSOCK__IO_URING)
         CHECK_EQ(st.rechecked, 4); /* all but the one whose size was as expected */
     CHECK_EQ(st.errors, 1);
     for (int i = 0; i < 5; i++)
@@ -219,17 +219,17 @@ test_size_changes(int mode)
 static void
 test_many(int mode, unsigned depth)
 {
-    struct tsock_reader *r;
-    struct tsock_read_req *q = calloc(SMALL_FILES, sizeof *q);
+    struct tsock__reader *r;
+    struct tsock__read_req *q = calloc(SMALL_FILES, sizeof *q);
     char(*names)[32] = calloc(SMALL_FILES, 32);
     uint8_t *bufs = malloc((size_t)SMALL_FILES * 2048);
-    struct tsock_reader_stats st;
+    struct tsock__reader_stats st;
 
     CHECK_EQ(tsock__reader_create(&r, mode, depth, dir), 0);
     for (int i = 0; i < SMALL_FILES; i++) {
         size_t size = 1 + (size_t)(tsock__mix64((uint64_t)i) % 2000);
         snprintf(names[i], 32, "many/%04d.JPEG", i);
-        q[i] = (struct tsock_read_req){
+        q[i] = (struct tsock__read_req){
             .path = names[i], .expected = size, .buf = bufs + (size_t)i * 2048, .capacity = 2048};
     }
     CHECK_EQ(tsock__reader_read(r, q, SMALL_FILES), SMALL_FILES);
@@ -278,20 +278,20 @@ run_refused(int err)
             BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         };
         struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
-        struct tsock_reader *r;
+        struct tsock__reader *r;
         uint8_t b[256];
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
             prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
             _exit(3);
         log_text[0] = '\0';
-        CHECK_EQ(tsock__reader_create(&r, TSOCK_IO_AUTO, 8, dir), 0);
-        CHECK_EQ(tsock__reader_mode(r), TSOCK_IO_PREAD);
+        CHECK_EQ(tsock__reader_create(&r, TSOCK__IO_AUTO, 8, dir), 0);
+        CHECK_EQ(tsock__reader_mode(r), TSOCK__IO_PREAD);
         CHECK(strstr(log_text, "io_uring unavailable") || strstr(log_text, "without io_uring"));
-        struct tsock_read_req q = {.path = "ok.bin", .expected = 100, .buf = b, .capacity = 256};
+        struct tsock__read_req q = {.path = "ok.bin", .expected = 100, .buf = b, .capacity = 256};
         CHECK_EQ(tsock__reader_read(r, &q, 1), 1);
         CHECK(q.result == 100 && matches(b, 100, 1));
         tsock__reader_destroy(r);
-        CHECK(tsock__reader_create(&r, TSOCK_IO_URING, 8, dir) < 0);
+        CHECK(tsock__reader_create(&r, TSOCK__IO_URING, 8, dir) < 0);
         _exit(atomic_load(&check_failures) ? 1 : 0);
     }
     int status = 0;
@@ -315,7 +315,7 @@ cleanup(const char *path)
 int
 main(void)
 {
-    struct tsock_reader *r;
+    struct tsock__reader *r;
     const char *tmp = getenv("TMPDIR");
 
     snprintf(dir, sizeof dir, "%s/tsock-reader-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
@@ -326,18 +326,18 @@ main(void)
     tsock_set_log(capture_log, NULL, TSOCK_LOG_DEBUG);
 
     CHECK_EQ(tsock__reader_create(&r, 7, 8, dir), -EINVAL);
-    CHECK_EQ(tsock__reader_create(&r, TSOCK_IO_PREAD, 0, dir), -EINVAL);
-    CHECK_EQ(tsock__reader_create(&r, TSOCK_IO_PREAD, TSOCK_IO_MAX_DEPTH + 1, dir), -EINVAL);
-    CHECK_EQ(tsock__reader_create(&r, TSOCK_IO_PREAD, 8, "/nonexistent-dir-xyz"), -ENOENT);
+    CHECK_EQ(tsock__reader_create(&r, TSOCK__IO_PREAD, 0, dir), -EINVAL);
+    CHECK_EQ(tsock__reader_create(&r, TSOCK__IO_PREAD, TSOCK__IO_MAX_DEPTH + 1, dir), -EINVAL);
+    CHECK_EQ(tsock__reader_create(&r, TSOCK__IO_PREAD, 8, "/nonexistent-dir-xyz"), -ENOENT);
 
-    int e = tsock__reader_create(&r, TSOCK_IO_URING, 8, dir);
+    int e = tsock__reader_create(&r, TSOCK__IO_URING, 8, dir);
     uring_ok = e == 0;
     if (!uring_ok)
         printf("io_uring not usable here (%s): testing pread only\n", tsock_strerror(e));
     tsock__reader_destroy(r);
 
     make_small_files();
-    int modes[2] = {TSOCK_IO_PREAD, TSOCK_IO_URING};
+    int modes[2] = {TSOCK__IO_PREAD, TSOCK__IO_URING};
     for (int m = 0; m < (uring_ok ? 2 : 1); m++) {
         test_whole_files(modes[m]);
         test_errors(modes[m]);

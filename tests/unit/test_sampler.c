@@ -43,7 +43,8 @@ same_ids(const uint64_t *a, const uint64_t *b, uint64_t n)
  * checking every batch's size, epoch, index and end flag on the way. Returns the number of
  * batches, or -1 when the stream broke the batch rules. */
 static long
-drain_epoch(struct tsock_sampler *s, uint32_t batch, uint64_t n, uint64_t want_epoch, uint64_t *out)
+drain_epoch(struct tsock__sampler *s, uint32_t batch, uint64_t n, uint64_t want_epoch,
+            uint64_t *out)
 {
     uint64_t got = 0;
     long batches = 0;
@@ -66,7 +67,7 @@ drain_epoch(struct tsock_sampler *s, uint32_t batch, uint64_t n, uint64_t want_e
 static void
 test_init_rejects(void)
 {
-    struct tsock_sampler s;
+    struct tsock__sampler s;
     uint64_t ids[4];
     CHECK_EQ(tsock__sampler_init(NULL, 10, 0, 0), -EINVAL);
     CHECK_EQ(tsock__sampler_init(&s, 0, 0, 0), -EINVAL);
@@ -94,7 +95,7 @@ static void
 check_shape(uint64_t n, uint32_t batch, uint64_t seed)
 {
     enum { EPOCHS = 3 };
-    struct tsock_sampler s;
+    struct tsock__sampler s;
     uint64_t *ids = malloc(n * sizeof(*ids));
     CHECK(ids != NULL);
     CHECK_EQ(tsock__sampler_init(&s, n, seed, EPOCHS), 0);
@@ -134,7 +135,7 @@ test_shapes(void)
 static void
 test_batch_boundaries(void)
 {
-    struct tsock_sampler s;
+    struct tsock__sampler s;
     uint64_t ids[4], epoch, index;
     int end;
     static const uint32_t want_k[] = {4, 4, 2, 4, 4, 2};
@@ -161,7 +162,7 @@ static void
 test_varying_max(void)
 {
     enum { N = 50 };
-    struct tsock_sampler s;
+    struct tsock__sampler s;
     uint64_t ids[N], *want = permutation(N, 11, 0);
     uint64_t got = 0;
     CHECK_EQ(tsock__sampler_init(&s, N, 11, 1), 0);
@@ -203,7 +204,7 @@ test_reproducible(void)
     free(s0e1);
 
     /* Two streams with the same seed and different batch sizes issue the same ids. */
-    struct tsock_sampler x, y;
+    struct tsock__sampler x, y;
     uint64_t xs[3 * 97], ys[3 * 97];
     uint64_t nx = 0, ny = 0;
     uint32_t k;
@@ -261,7 +262,7 @@ static void
 test_endless(void)
 {
     enum { N = 10, EPOCHS = 48 };
-    struct tsock_sampler s;
+    struct tsock__sampler s;
     uint64_t ids[N], prev[N];
     CHECK_EQ(tsock__sampler_init(&s, N, 77, 0), 0);
     int changed = 0;
@@ -284,7 +285,7 @@ test_epoch_limit(void)
 {
     static const uint64_t limits[] = {1, 2, 5};
     for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
-        struct tsock_sampler s;
+        struct tsock__sampler s;
         uint64_t ids[7];
         uint64_t batches = 0;
         int ends = 0, end = 0;
