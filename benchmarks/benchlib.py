@@ -3,9 +3,16 @@ programs they run, and the image tree they make."""
 import json
 import os
 import platform
+import shutil
 import subprocess
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The natural photographs the published figures were measured on: Debian's mate-backgrounds
+# package (JPEG photographs under /usr/share/backgrounds/mate), cropped by tsock-mkdataset.
+PHOTOS_DIR = "/usr/share/backgrounds"
+PHOTOS_PACKAGE = "mate-backgrounds"
 
 
 def machine():
@@ -44,19 +51,104 @@ def last_json(text):
     return json.loads(lines[-1])
 
 
+def _has_jpegs(folder):
+    for _, _, files in os.walk(folder):
+        if any(f.lower().endswith((".jpg", ".jpeg")) for f in files):
+            return True
+    return False
+
+
+def _install_photos():
+    """apt-get install mate-backgrounds, as root or through passwordless sudo. Returns None
+    or why it could not."""
+    if not shutil.which("apt-get"):
+        return "no apt-get on this machine"
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    if sudo and not shutil.which("sudo"):
+        return "not root and no sudo"
+    print(f"benchmark setup: installing {PHOTOS_PACKAGE} (the photographs under {PHOTOS_DIR}) "
+          f"with apt-get ...", file=sys.stderr, flush=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "update", "-q"],
+                ["apt-get", "install", "-y", "-q", "--no-install-recommends", PHOTOS_PACKAGE]):
+        try:
+            r = subprocess.run(sudo + cmd, stdin=subprocess.DEVNULL, capture_output=True,
+                               text=True, timeout=1800, env=env)
+        except (OSError, subprocess.SubprocessError) as e:
+            return f"{' '.join(cmd)} failed: {e}"
+        if r.returncode != 0:
+            return f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-300:]}"
+    return None
+
+
+def _shout(lines):
+    bar = "!" * 78
+    print("\n".join(["", bar, *[f"!! {line}" for line in lines], bar, ""]), file=sys.stderr,
+          flush=True)
+
+
+def setup_photos(args):
+    """The benchmarks' setup step for their image data: makes args.photos usable or says
+    loudly that the tree will be synthetic. With the default folder missing, installs
+    mate-backgrounds (apt-get; --no-install-photos to refuse). Sets args.photos to '' on a
+    fallback and returns the reason (None when the photographs are used), which the
+    benchmark records in its JSON ("photos_fallback") and repeats at the end (warn_fallback)."""
+    if getattr(args, "photos_checked", False):
+        return args.photos_fallback
+    args.photos_checked = True
+    args.photos_fallback = None
+    if not args.photos:
+        args.photos_fallback = "--photos '' asked for synthetic files"
+        print("benchmark setup: --photos '': tsock-mkdataset's synthetic files, not "
+              "photographs", file=sys.stderr)
+        return args.photos_fallback
+    if _has_jpegs(args.photos):
+        return None
+    why = f"no JPEG photographs under {args.photos}"
+    if args.photos == PHOTOS_DIR and not getattr(args, "no_install_photos", False):
+        failed = _install_photos()
+        if failed is None and _has_jpegs(args.photos):
+            print(f"benchmark setup: {PHOTOS_PACKAGE} installed", file=sys.stderr)
+            return None
+        why += f", and installing {PHOTOS_PACKAGE} failed: {failed or 'no JPEGs after it'}"
+    elif args.photos == PHOTOS_DIR:
+        why += " (--no-install-photos)"
+    args.photos_fallback = why
+    args.photos = ""
+    warn_fallback(args)
+    return why
+
+
+def warn_fallback(args):
+    """Repeats, loudly, that the run fell back to synthetic files (nothing when it did not)."""
+    why = getattr(args, "photos_fallback", None)
+    if not why or why.startswith("--photos ''"):
+        return
+    _shout([f"FELL BACK TO SYNTHETIC FILES: {why}.",
+            "tsock-mkdataset's synthetic files carry about three times more JPEG data per",
+            "pixel than the photographs docs/benchmarks.md was measured on: these figures are",
+            "NOT comparable with the published ones.",
+            f"Fix: apt-get install {PHOTOS_PACKAGE} (Debian/Ubuntu), or --photos DIR with JPEG "
+            "photographs."])
+
+
 def make_tree(args, workdir):
     """Writes the benchmark's ImageFolder tree with tsock-mkdataset (args.mkdataset,
-    args.images, args.classes, and args.photos when that folder exists). Returns (the tree's
-    path, tsock-mkdataset's JSON summary, the command)."""
+    args.images, args.classes, and the photographs of args.photos: see setup_photos).
+    Returns (the tree's path, tsock-mkdataset's JSON summary with "photos_fallback" added,
+    the command)."""
+    setup_photos(args)
     out = os.path.join(workdir, "tree")
     cmd = [args.mkdataset, out, "--images", str(args.images), "--classes", str(args.classes),
            "--json"]
-    if args.photos and os.path.isdir(args.photos):
+    if args.photos:
         cmd += ["--photos", args.photos]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:
         raise RuntimeError(f"tsock-mkdataset failed ({r.returncode}): {r.stderr}")
-    return out, last_json(r.stdout), cmd
+    summary = last_json(r.stdout)
+    summary["photos_fallback"] = args.photos_fallback
+    return out, summary, cmd
 
 
 def add_tree_args(ap, classes=10):
@@ -64,8 +156,17 @@ def add_tree_args(ap, classes=10):
     ap.add_argument("--root", help="an existing ImageFolder tree (default: make one)")
     ap.add_argument("--images", type=int, default=800, help="images in the tree made (800)")
     ap.add_argument("--classes", type=int, default=classes)
-    ap.add_argument("--photos", default="/usr/share/backgrounds",
-                    help="tsock-mkdataset --photos DIR when it exists ('' for synthetic)")
+    add_photos_args(ap)
+
+
+def add_photos_args(ap):
+    """--photos and --no-install-photos (see setup_photos)."""
+    ap.add_argument("--photos", default=PHOTOS_DIR,
+                    help=f"tsock-mkdataset --photos DIR ('' for synthetic files); the default "
+                         f"folder is installed ({PHOTOS_PACKAGE}) when missing")
+    ap.add_argument("--no-install-photos", action="store_true",
+                    help=f"never apt-get install {PHOTOS_PACKAGE}: fall back to synthetic "
+                         f"files, loudly")
 
 
 def find_programs(ap, args, *more):

@@ -2,8 +2,9 @@
 """Image pipeline: CPU per image of tsock's train pipeline against the decode floor and torchvision.
 
 One invocation, the same files for every measurement (an ImageNet-shaped tree written by
-tsock-mkdataset, cropped from the photographs under /usr/share/backgrounds when they are there,
-or --root):
+tsock-mkdataset, cropped from the photographs under /usr/share/backgrounds, which the setup
+step installs (mate-backgrounds) when missing or else loudly replaces by synthetic files; or
+--root):
 
   (a) floor        tsock-bench-decode: plain TurboJPEG full-size decode to RGB of each file,
                    from memory, one thread (thread CPU time per image); beside it the same
@@ -46,7 +47,7 @@ import tempfile
 import time
 
 from benchlib import (add_tree_args, find_programs, git_commit, last_json,  # beside this script
-                      machine, make_tree)
+                      machine, make_tree, warn_fallback)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build", "normal")
@@ -223,7 +224,7 @@ def main():
             root, summary, cmd = make_tree(args, workdir)
             out["dataset"] = {k: summary.get(k) for k in (
                 "images", "classes", "files", "total_bytes", "mean_width", "mean_height",
-                "mean_bytes", "source", "quality")}
+                "mean_bytes", "source", "quality", "photos_fallback")}
             out["dataset"]["command"] = " ".join(cmd)
 
         floor, cmd = run_floor(args, root)
@@ -306,6 +307,7 @@ def main():
         print(f"target (c) >= 3 x (b):    (c)/(b) = {t['c_over_b']:.2f} -> "
               f"{'holds' if t['b_3x_less_than_c'] else 'MISSED'}")
     print(f"written: {args.out}")
+    warn_fallback(args)
     return 0
 
 

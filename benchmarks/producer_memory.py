@@ -15,9 +15,10 @@ Two parts, in one invocation:
          producer's RSS from its interval records (first, last, max) and its split into
          anonymous memory and shared memory (the ring) read from /proc/PID/status mid-run.
   epochs A tree of real images (tsock-mkdataset, cropped from the photographs under
-         /usr/share/backgrounds when there) served for --epochs epochs: RSS from every interval
-         record, to show it is flat after warm-up (first, last, max, and the growth between the
-         end of the first epoch and the end of the run).
+         /usr/share/backgrounds, installed when missing: benchlib.setup_photos) served for
+         --epochs epochs: RSS from every interval record, to show it is flat after warm-up
+         (first, last, max, and the growth between the end of the first epoch and the end of
+         the run).
 
 "Cold" here means without an index cache; the kernel's dentry and inode caches are warm (the
 tree was just made), as they are on a machine that read the dataset recently. The ring is
@@ -39,7 +40,8 @@ import sys
 import tempfile
 import time
 
-from benchlib import find_programs, git_commit  # beside this script
+from benchlib import (add_photos_args, find_programs, git_commit, setup_photos,  # beside
+                      warn_fallback)  # this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build", "normal")
@@ -57,7 +59,7 @@ def parse_args():
                     help="batches served per big-tree run before SIGTERM")
     ap.add_argument("--images", type=int, default=800, help="images of the epochs tree")
     ap.add_argument("--epochs", type=int, default=100, help="epochs served over the small tree")
-    ap.add_argument("--photos", default="/usr/share/backgrounds")
+    add_photos_args(ap)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--workers", type=int, default=os.cpu_count())
@@ -72,13 +74,16 @@ def parse_args():
 
 
 def mkdataset(args, out, images, classes):
+    setup_photos(args)
     cmd = [args.mkdataset, out, "--images", str(images), "--classes", str(classes), "--json"]
-    if args.photos and os.path.isdir(args.photos):
+    if args.photos:
         cmd += ["--photos", args.photos]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:
         raise RuntimeError(f"tsock-mkdataset failed ({r.returncode}): {r.stderr}")
-    return json.loads([l for l in r.stdout.splitlines() if l.startswith("{")][-1])
+    summary = json.loads([l for l in r.stdout.splitlines() if l.startswith("{")][-1])
+    summary["photos_fallback"] = args.photos_fallback
+    return summary
 
 
 def make_link_tree(args, workdir):
@@ -276,7 +281,7 @@ def main():
         iv = [r for r in ep["records"] if r.get("type") == "interval"]
         out["epochs_run"] = {
             "dataset": {k: summary.get(k) for k in ("images", "mean_bytes", "mean_width",
-                                                    "mean_height", "source")},
+                                                    "mean_height", "source", "photos_fallback")},
             "epochs": final["epochs"],
             "batches": final["batches"],
             "wall_s": final["wall_s"],
@@ -315,6 +320,7 @@ def main():
               f"at the end {mib(a['last_bytes']):.1f} MiB, max {mib(a['max_bytes']):.1f} MiB "
               f"(growth {a['last_minus_first_bytes'] / 1024:.0f} KiB)")
     print(f"written: {args.out}")
+    warn_fallback(args)
     return 0
 
 

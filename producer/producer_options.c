@@ -1,5 +1,6 @@
 /* tsock-producer's options: usage text, parsing and checks. */
 #include <errno.h>
+#include <float.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -70,7 +71,8 @@ usage(FILE *f)
             "                             slots reclaimed (library default 3000)\n"
             "\n"
             "Reporting:\n"
-            "  --stats-json FILE          append one JSON object per interval and a final one\n"
+            "  --stats-json FILE          write one JSON object per interval and a final one\n"
+            "                             (the file is replaced once the producer started)\n"
             "  --stats-interval SECONDS   interval of the live status line and of the JSON\n"
             "                             records (default 1)\n"
             "  --quiet                    print only errors and warnings (no status line)\n"
@@ -153,6 +155,7 @@ static const struct option longopts[] = {
 /* Which of the options that only some datasets take were given, to reject the others. */
 struct seen {
     const char *image_only; /* an option of the image datasets */
+    const char *gpu_only;   /* the first of --output, --layout, --normalize */
     int samples, image_size;
 };
 
@@ -216,7 +219,9 @@ parse_device(const char *value, struct config *cfg)
         cli_bad_usage("--device: '%s' is not a valid value (expected cpu, cuda or cuda:N)", value);
 }
 
-/* --normalize=M1,M2,M3,S1,S2,S3: three means and three positive standard deviations. */
+/* --normalize=M1,M2,M3,S1,S2,S3: three means and three positive standard deviations. Each
+ * must survive the conversion to float (1e39 is a finite double but an infinite float); the
+ * range of the results is checked once the output dtype is known (check_normalize). */
 static void
 parse_normalize(const char *value, struct config *cfg)
 {
@@ -233,11 +238,16 @@ parse_normalize(const char *value, struct config *cfg)
             if (*end != (i < 5 ? ',' : '\0'))
                 cli_bad_usage("--normalize: expected six numbers M1,M2,M3,S1,S2,S3, got '%s'",
                               value);
+            if (!isfinite(v[i]))
+                cli_bad_usage("--normalize: value %d is out of the range of float, got '%s'", i + 1,
+                              value);
             p = end + 1;
         }
         for (int i = 3; i < 6; i++)
-            if (!(v[i] > 0))
-                cli_bad_usage("--normalize: standard deviations must be positive, got '%s'", value);
+            if (!(v[i] > 0) || !isnormal(v[i]))
+                cli_bad_usage("--normalize: standard deviations must be positive (at least "
+                              "%g), got '%s'",
+                              (double)FLT_MIN, value);
     }
     memcpy(cfg->mean, v, sizeof cfg->mean);
     memcpy(cfg->std, v + 3, sizeof cfg->std);
@@ -334,17 +344,39 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
     case OPT_OUTPUT:
         cfg->output_dtype = output_dtypes[parse_choice("output", arg, outputs)];
         cfg->convert = 1;
+        seen->gpu_only = seen->gpu_only ? seen->gpu_only : "--output";
         break;
     case OPT_LAYOUT:
         cfg->layout = parse_choice("layout", arg, layouts) ? TSOCK_NCHW : TSOCK_NHWC;
         cfg->convert = 1;
+        seen->gpu_only = seen->gpu_only ? seen->gpu_only : "--layout";
         break;
-    case OPT_NORMALIZE: parse_normalize(arg, cfg); break;
+    case OPT_NORMALIZE:
+        parse_normalize(arg, cfg);
+        seen->gpu_only = seen->gpu_only ? seen->gpu_only : "--normalize";
+        break;
     case 'q':
     case OPT_QUIET: cfg->quiet = 1; break;
     case 'v':
     case OPT_VERBOSE: cfg->verbose = 1; break;
     default: break;
+    }
+}
+
+/* Every normalised value (x/255 - mean) / std, x in 0..255, must be finite in the output
+ * dtype (float16 when asked for, else float32): a huge mean or a tiny std would fill the
+ * batches with infinities. */
+static void
+check_normalize(const struct config *cfg)
+{
+    double max = cfg->output_dtype == TSOCK_FLOAT16 ? 65504.0 : (double)FLT_MAX;
+    for (int c = 0; c < 3; c++) {
+        double m = cfg->mean[c], sd = cfg->std[c];
+        double worst = fmax(fabs(0.0 - m), fabs(1.0 - m)) / sd;
+        if (!(worst <= max))
+            cli_bad_usage("--normalize: channel %d gives values up to %g, beyond the range of "
+                          "%s; check the means and standard deviations",
+                          c + 1, worst, cfg->output_dtype == TSOCK_FLOAT16 ? "float16" : "float32");
     }
 }
 
@@ -374,14 +406,14 @@ check_combination(struct config *cfg, const struct seen *seen)
         if (cfg->dataset != DATASET_LIST && cfg->list)
             cli_bad_usage("--list: only for --dataset list");
     }
-    if ((cfg->convert || cfg->normalize) && cfg->device < 0)
+    if (seen->gpu_only && cfg->device < 0)
         cli_bad_usage("%s: converting images is done on the GPU; add --device cuda",
-                      cfg->normalize                     ? "--normalize"
-                      : cfg->output_dtype != TSOCK_UINT8 ? "--output"
-                                                         : "--layout");
+                      seen->gpu_only);
     if (cfg->normalize && cfg->convert && cfg->output_dtype == TSOCK_UINT8)
         cli_bad_usage("--normalize: needs --output float16 or float32 (normalised values are "
                       "not bytes)");
+    if (cfg->normalize)
+        check_normalize(cfg);
     cli_check_heartbeat(cfg->heartbeat_ms, cfg->heartbeat_timeout_ms);
     /* The ring must be addressable: batch * (image + 16 bytes) * slots below 2^40 bytes. */
     long double ring =

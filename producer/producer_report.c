@@ -325,16 +325,21 @@ reporter_tick(struct reporter *r, const struct run_stats *st, struct consumer_ta
     end_record(r);
 }
 
-int
+void
 reporter_open(struct reporter *r, const struct config *cfg)
 {
     r->cfg = cfg;
     r->tty = isatty(STDERR_FILENO);
     r->t0 = r->last_t = now_s();
     r->last_cpu = cpu_seconds();
-    if (!cfg->stats_path)
+}
+
+int
+reporter_open_json(struct reporter *r)
+{
+    if (!r->cfg->stats_path)
         return 0;
-    r->json = fopen(cfg->stats_path, "w");
+    r->json = fopen(r->cfg->stats_path, "w");
     return r->json ? 0 : -errno;
 }
 

@@ -50,9 +50,13 @@ struct reporter {
     uint64_t last_samples, last_bytes, last_decode_ns;
 };
 
-/* Sets the reporter up and opens --stats-json (truncating it). Returns 0 or a negated errno
- * from opening the file. */
-int reporter_open(struct reporter *r, const struct config *cfg);
+/* Sets the reporter up (the clocks of the first interval); opens no file. */
+void reporter_open(struct reporter *r, const struct config *cfg);
+
+/* Opens --stats-json (truncating it), if given. Called only once the producer has started:
+ * a producer that fails to start (a busy endpoint, a bad dataset) must leave the file as it
+ * was, since it may be the running producer's. Returns 0 or a negated errno from opening it. */
+int reporter_open_json(struct reporter *r);
 
 /* Called often from the main loop: when an interval has passed, refreshes the table, prints
  * the live line (on a terminal, unless --quiet) and appends an interval record. */

@@ -99,6 +99,9 @@ usage(FILE *f)
             "  --name NAME                name shown in the producer's statistics\n"
             "  --json                     print one JSON object with the results at the end\n"
             "  --trace-times              with --json: add the receive time of every batch\n"
+            "  --latency-samples N        next() latencies kept for p50/p99: all of them up to\n"
+            "                             N, then a uniform sample of N (default 65536), so\n"
+            "                             memory stays bounded however long the run\n"
             "  --content synthetic|images what the batches hold: the synthetic dataset (every\n"
             "                             byte checked; default) or real images (ids, coverage\n"
             "                             and labels checked; every epoch's bytes digested)\n"
@@ -136,8 +139,9 @@ struct config {
     int64_t grace_ms; /* -1: the library's default */
     int heartbeat_ms, heartbeat_timeout_ms;
     int drop_last, json, trace_times, quiet, verbose;
-    int images;    /* --content images: real images, not the synthetic dataset's bytes */
-    int no_digest; /* --no-digest: leave the bytes of real images untouched */
+    int images;              /* --content images: real images, not the synthetic dataset's bytes */
+    int no_digest;           /* --no-digest: leave the bytes of real images untouched */
+    int64_t latency_samples; /* --latency-samples: the reservoir's size */
 };
 
 /* ---- results ----------------------------------------------------------------------------- */
@@ -145,6 +149,17 @@ struct config {
 struct u64_list {
     uint64_t *v;
     size_t count, cap;
+};
+
+/* next() latencies for p50/p99 in bounded memory: every latency while there are at most `cap`,
+ * then a uniform sample of `cap` of all of them (reservoir sampling, Vitter's algorithm R), so
+ * a run with --epochs 0 does not grow without bound. The percentiles are exact for runs of up
+ * to `cap` batches; `seen` and `max` are always exact. The random choices are seeded, so a
+ * run's figures do not depend on anything but its latencies. */
+struct latency {
+    uint64_t *v; /* the kept sample, unordered until latency_sort */
+    size_t kept, alloc, cap;
+    uint64_t seen, max, rng;
 };
 
 struct results {
@@ -156,7 +171,7 @@ struct results {
     uint64_t wait_ns;
     uint64_t first_seq;
     int out_of_memory;
-    struct u64_list lat;            /* latency of every successful next, ns */
+    struct latency lat;             /* latency of successful nexts, ns */
     struct u64_list per_epoch;      /* samples received in each epoch seen, in order */
     struct u64_list interrupted;    /* samples received in each interrupted epoch */
     struct u64_list epoch_start_ns; /* receive time of each epoch's first batch, from start */
@@ -182,6 +197,42 @@ push(struct results *r, struct u64_list *l, uint64_t v)
         l->cap = ncap;
     }
     l->v[l->count++] = v;
+}
+
+static uint64_t
+splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void
+latency_add(struct results *r, struct latency *l, uint64_t ns)
+{
+    l->seen++;
+    if (ns > l->max)
+        l->max = ns;
+    if (l->kept < l->cap) {
+        if (l->kept == l->alloc) {
+            size_t n = l->alloc ? l->alloc * 2 : 1024;
+            n = n < l->cap ? n : l->cap;
+            uint64_t *a = realloc(l->v, n * sizeof *a);
+            if (!a) {
+                r->out_of_memory = 1;
+                return;
+            }
+            l->v = a;
+            l->alloc = n;
+        }
+        l->v[l->kept++] = ns;
+        return;
+    }
+    /* The seen-th latency replaces a random kept one with probability cap/seen. */
+    uint64_t j = splitmix64(&l->rng) % l->seen;
+    if (j < l->cap)
+        l->v[j] = ns;
 }
 
 /* Coverage of the epoch being received: one bit per sample id. */
@@ -505,6 +556,7 @@ enum {
     OPT_NAME,
     OPT_JSON,
     OPT_TRACE_TIMES,
+    OPT_LATENCY_SAMPLES,
     OPT_CONTENT,
     OPT_NO_DIGEST,
     OPT_QUIET,
@@ -533,6 +585,7 @@ parse_args(int argc, char **argv, struct config *cfg)
         {"name", required_argument, NULL, OPT_NAME},
         {"json", no_argument, NULL, OPT_JSON},
         {"trace-times", no_argument, NULL, OPT_TRACE_TIMES},
+        {"latency-samples", required_argument, NULL, OPT_LATENCY_SAMPLES},
         {"content", required_argument, NULL, OPT_CONTENT},
         {"no-digest", no_argument, NULL, OPT_NO_DIGEST},
         {"quiet", no_argument, NULL, OPT_QUIET},
@@ -592,6 +645,9 @@ parse_args(int argc, char **argv, struct config *cfg)
             break;
         case OPT_JSON: cfg->json = 1; break;
         case OPT_TRACE_TIMES: cfg->trace_times = 1; break;
+        case OPT_LATENCY_SAMPLES:
+            cfg->latency_samples = cli_parse_i64("latency-samples", optarg, 1, INT64_C(1) << 26);
+            break;
         case OPT_NO_DIGEST: cfg->no_digest = 1; break;
         case OPT_CONTENT:
             if (strcmp(optarg, "synthetic") == 0)
@@ -644,10 +700,10 @@ static void
 print_json(const struct config *cfg, struct results *r, uint64_t start_ns, double wall_s,
            int error_code, const char *error, int exit_code)
 {
-    if (r->lat.count > 1)
-        qsort(r->lat.v, r->lat.count, sizeof(*r->lat.v), cmp_u64);
+    if (r->lat.kept > 1)
+        qsort(r->lat.v, r->lat.kept, sizeof(*r->lat.v), cmp_u64);
     const uint64_t *lat = r->lat.v;
-    size_t nlat = r->lat.count;
+    size_t nlat = r->lat.kept;
     FILE *f = stdout;
     fputs("{\"name\": ", f);
     if (cfg->name)
@@ -673,9 +729,10 @@ print_json(const struct config *cfg, struct results *r, uint64_t start_ns, doubl
             r->missing, r->dropped, r->out_of_order, r->batch_size_errors, r->epoch_size_errors,
             r->views, r->gathers, (double)r->wait_ns * 1e-9, wall_s, cpu_seconds());
     fprintf(f,
-            ", \"next_latency_us\": {\"p50\": %.3f, \"p99\": %.3f, \"max\": %.3f, \"count\": %zu}",
+            ", \"next_latency_us\": {\"p50\": %.3f, \"p99\": %.3f, \"max\": %.3f, \"count\": "
+            "%" PRIu64 ", \"kept\": %zu}",
             percentile_us(lat, nlat, 0.50), percentile_us(lat, nlat, 0.99),
-            nlat ? (double)lat[nlat - 1] / 1000.0 : 0.0, nlat);
+            (double)r->lat.max / 1000.0, r->lat.seen, nlat);
     json_u64_list(f, "per_epoch_samples", &r->per_epoch);
     json_u64_list(f, "interrupted_epoch_samples", &r->interrupted);
     fputs(", \"epoch_digests\": [", f);
@@ -797,8 +854,11 @@ int
 main(int argc, char **argv)
 {
     cli_init(PROG);
-    struct config cfg = {
-        .epochs = 1, .timeout_ms = 10000, .connect_timeout_ms = 10000, .grace_ms = -1};
+    struct config cfg = {.epochs = 1,
+                         .timeout_ms = 10000,
+                         .connect_timeout_ms = 10000,
+                         .grace_ms = -1,
+                         .latency_samples = 65536};
     parse_args(argc, argv, &cfg);
     tsock_set_log(log_to_stderr, NULL, cfg.verbose ? TSOCK_LOG_DEBUG : TSOCK_LOG_WARN);
 
@@ -811,6 +871,7 @@ main(int argc, char **argv)
 
     struct results r;
     memset(&r, 0, sizeof(r));
+    r.lat.cap = (size_t)cfg.latency_samples;
     struct epoch_track et;
     memset(&et, 0, sizeof(et));
 
@@ -886,7 +947,7 @@ main(int argc, char **argv)
             error_code = rc;
             break;
         }
-        push(&r, &r.lat, t1 - t0);
+        latency_add(&r, &r.lat, t1 - t0);
         if (cfg.trace_times)
             push(&r, &r.batch_ns, t1 - t_start);
         if (r.batches == 0)
@@ -953,19 +1014,19 @@ out:;
     if (cfg.json) {
         print_json(&cfg, &r, t_start, wall_s, error_code, error, exit_code);
     } else if (!cfg.quiet) {
-        if (r.lat.count > 1)
-            qsort(r.lat.v, r.lat.count, sizeof(*r.lat.v), cmp_u64);
-        fprintf(
-            stderr,
-            PROG ": %" PRIu64 " batches (%" PRIu64 " views, %" PRIu64 " gathers), %" PRIu64
-                 " samples, %" PRIu64 " epochs (%" PRIu64 " interrupted); content errors %" PRIu64
-                 ", label errors %" PRIu64 ", index errors %" PRIu64 ", duplicates %" PRIu64
-                 ", missing %" PRIu64 ", dropped %" PRIu64 ", batch size errors %" PRIu64
-                 ", epoch size errors %" PRIu64 "; waited %.3f s, next p50 %.1f us p99 %.1f us\n",
-            r.batches, r.views, r.gathers, r.samples, r.epochs, r.interrupted_epochs,
-            r.content_errors, r.label_errors, r.index_errors, r.duplicates, r.missing, r.dropped,
-            r.batch_size_errors, r.epoch_size_errors, (double)r.wait_ns * 1e-9,
-            percentile_us(r.lat.v, r.lat.count, 0.50), percentile_us(r.lat.v, r.lat.count, 0.99));
+        if (r.lat.kept > 1)
+            qsort(r.lat.v, r.lat.kept, sizeof(*r.lat.v), cmp_u64);
+        fprintf(stderr,
+                PROG
+                ": %" PRIu64 " batches (%" PRIu64 " views, %" PRIu64 " gathers), %" PRIu64
+                " samples, %" PRIu64 " epochs (%" PRIu64 " interrupted); content errors %" PRIu64
+                ", label errors %" PRIu64 ", index errors %" PRIu64 ", duplicates %" PRIu64
+                ", missing %" PRIu64 ", dropped %" PRIu64 ", batch size errors %" PRIu64
+                ", epoch size errors %" PRIu64 "; waited %.3f s, next p50 %.1f us p99 %.1f us\n",
+                r.batches, r.views, r.gathers, r.samples, r.epochs, r.interrupted_epochs,
+                r.content_errors, r.label_errors, r.index_errors, r.duplicates, r.missing,
+                r.dropped, r.batch_size_errors, r.epoch_size_errors, (double)r.wait_ns * 1e-9,
+                percentile_us(r.lat.v, r.lat.kept, 0.50), percentile_us(r.lat.v, r.lat.kept, 0.99));
     }
     free(et.bits);
     free(r.lat.v);

@@ -15,13 +15,19 @@
  * The output depends only on the options (not on --threads or timing): every file derives
  * from (seed, class, position in class).
  *
- * Exit status: 0 done, 1 cannot write (unwritable OUT, full disk), 2 bad command line.
+ * OUT must be a new or empty directory: files of an earlier tree left among the new ones would
+ * be indexed as part of it. --force empties it first.
+ *
+ * Exit status: 0 done, 1 cannot write (OUT not empty without --force, unwritable OUT, full
+ * disk), 2 bad command line.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -66,6 +72,7 @@ struct options {
     const char *out;
     uint64_t images, classes, seed, quality, threads;
     int edge_cases, json, val;
+    int force; /* --force: empty a non-empty OUT first */
     const char *photos;
 };
 
@@ -114,25 +121,24 @@ usage(FILE *f)
             "  --threads N        worker threads (default: one per CPU); does not change the "
             "output\n"
             "  --json             print the summary as JSON, edge-case files listed\n"
+            "  --force            OUT may hold files: delete everything in it first (without\n"
+            "                     it, a non-empty OUT is refused)\n"
             "  --help             show this help\n"
             "\n"
-            "Exit status: 0 done, 1 cannot write, 2 bad usage.\n");
+            "OUT must be a new or empty directory (see --force).\n"
+            "Exit status: 0 done, 1 cannot write or OUT not empty, 2 bad usage.\n");
 }
 
 static void
 parse_options(int argc, char **argv, struct options *o)
 {
-    static const struct option longs[] = {{"images", required_argument, NULL, 'i'},
-                                          {"classes", required_argument, NULL, 'c'},
-                                          {"edge-cases", no_argument, NULL, 'e'},
-                                          {"seed", required_argument, NULL, 's'},
-                                          {"quality", required_argument, NULL, 'q'},
-                                          {"split", required_argument, NULL, 'p'},
-                                          {"photos", required_argument, NULL, 'P'},
-                                          {"threads", required_argument, NULL, 't'},
-                                          {"json", no_argument, NULL, 'j'},
-                                          {"help", no_argument, NULL, 'h'},
-                                          {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {
+        {"images", required_argument, NULL, 'i'},  {"classes", required_argument, NULL, 'c'},
+        {"edge-cases", no_argument, NULL, 'e'},    {"seed", required_argument, NULL, 's'},
+        {"quality", required_argument, NULL, 'q'}, {"split", required_argument, NULL, 'p'},
+        {"photos", required_argument, NULL, 'P'},  {"threads", required_argument, NULL, 't'},
+        {"json", no_argument, NULL, 'j'},          {"force", no_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
     *o = (struct options){
@@ -161,6 +167,7 @@ parse_options(int argc, char **argv, struct options *o)
         case 'P': o->photos = optarg; break;
         case 't': o->threads = cli_parse_u64("threads", optarg, 1, MAX_THREADS); break;
         case 'j': o->json = 1; break;
+        case 'f': o->force = 1; break;
         case 'h': usage(stdout); exit(0);
         case ':': cli_bad_usage("option '%s' needs a value", argv[optind - 1]); break;
         default:
@@ -177,6 +184,93 @@ parse_options(int argc, char **argv, struct options *o)
         cli_bad_usage("OUT must not be empty");
     if (o->images == 0 && !o->edge_cases)
         cli_bad_usage("--images: 0 images and no --edge-cases: nothing to write");
+}
+
+/* ---- the output directory ------------------------------------------------------------------ */
+
+static int
+remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    if (ftw->level == 0)
+        return 0; /* OUT itself stays */
+    if ((type == FTW_DP ? rmdir(path) : unlink(path)) != 0) {
+        fprintf(stderr, PROG ": --force: cannot remove %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+/* The number of entries in directory `dir` (0 when empty), -1 when it cannot be read; the
+ * first one's name goes to `first`. */
+static long
+count_entries(const char *dir, char *first, size_t first_size)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (n++ == 0)
+            snprintf(first, first_size, "%s", e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+/* OUT must be new or an empty directory: files of an earlier tree (other classes, other
+ * images) left among the new ones would be indexed as part of it. With --force its contents
+ * are deleted first (symbolic links inside are removed, never followed). Returns 0, or 1
+ * after saying why. */
+static int
+prepare_out(const struct options *o)
+{
+    struct stat st;
+    if (stat(o->out, &st) != 0) {
+        if (errno == ENOENT)
+            return 0; /* created below */
+        fprintf(stderr, PROG ": cannot use %s: %s\n", o->out, strerror(errno));
+        return 1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, PROG ": cannot create %s: exists and is not a directory\n", o->out);
+        return 1;
+    }
+    char first[256] = "";
+    long n = count_entries(o->out, first, sizeof first);
+    if (n < 0) {
+        fprintf(stderr, PROG ": cannot read %s: %s\n", o->out, strerror(errno));
+        return 1;
+    }
+    if (n == 0)
+        return 0;
+    if (!o->force) {
+        fprintf(stderr,
+                PROG ": %s is not empty (%ld entries, such as '%s'): the new tree would be mixed "
+                     "with what is there. Give a new or empty directory, or add --force to delete "
+                     "its contents first\n",
+                o->out, n, first);
+        return 1;
+    }
+    char real[PATH_MAX];
+    if (!realpath(o->out, real)) {
+        fprintf(stderr, PROG ": cannot resolve %s: %s\n", o->out, strerror(errno));
+        return 1;
+    }
+    if (strcmp(real, "/") == 0) {
+        fprintf(stderr, PROG ": --force: refusing to empty the root directory\n");
+        return 1;
+    }
+    if (nftw(real, remove_entry, 32, FTW_DEPTH | FTW_PHYS) != 0)
+        return 1;
+    if (count_entries(real, first, sizeof first) != 0) {
+        fprintf(stderr, PROG ": --force: %s could not be emptied\n", o->out);
+        return 1;
+    }
+    return 0;
 }
 
 /* ---- photographs -------------------------------------------------------------------------- */
@@ -445,6 +539,8 @@ main(int argc, char **argv)
     uint64_t per_kind[K_COUNT] = {0};
 
     parse_options(argc, argv, &o);
+    if (prepare_out(&o) != 0)
+        return 1;
     if (o.photos)
         load_photos(o.photos);
 

@@ -388,12 +388,7 @@ main(int argc, char **argv)
     cli_init(PROG);
     parse_options(argc, argv, &cfg);
     tsock_set_log(log_to_stderr, NULL, cfg.verbose ? TSOCK_LOG_DEBUG : TSOCK_LOG_WARN);
-    int rc = reporter_open(&s.rep, &cfg);
-    if (rc < 0) {
-        fprintf(stderr, PROG ": --stats-json: cannot open '%s': %s\n", cfg.stats_path,
-                strerror(-rc));
-        return 1;
-    }
+    reporter_open(&s.rep, &cfg);
     setup_signals(&old);
     double t0 = now_s();
     s.samples = cfg.samples;
@@ -402,9 +397,19 @@ main(int argc, char **argv)
             return 1;
         s.samples = tsock_pipeline_samples(s.pl);
     }
-    rc = start_producer(&cfg, s.pl, s.samples, &s.p);
+    int rc = start_producer(&cfg, s.pl, s.samples, &s.p);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc < 0) {
+        tsock_pipeline_destroy(s.pl);
+        return 1;
+    }
+    /* Only now: the file may belong to a producer already serving this endpoint, which this
+     * one, failing to start, must not truncate. */
+    rc = reporter_open_json(&s.rep);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": --stats-json: cannot open '%s': %s\n", cfg.stats_path,
+                strerror(-rc));
+        tsock_producer_destroy(s.p);
         tsock_pipeline_destroy(s.pl);
         return 1;
     }

@@ -115,6 +115,12 @@ def main():
                     default=os.path.join(repo, "docs", "benchmarks", "collocation.json"))
     ap.add_argument("--out-dir", default=None, help="default: the JSON file's folder")
     args = ap.parse_args()
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("plot.py: matplotlib is not installed (apt-get install python3-matplotlib, or "
+              "pip install matplotlib)", file=sys.stderr)
+        return 1
     with open(args.json) as f:
         result = json.load(f)
     for p in plot(result, args.out_dir or os.path.dirname(os.path.abspath(args.json))):

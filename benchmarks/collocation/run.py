@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Collocation: K training jobs on one machine, sharing one tsock producer or loading alone.
 
-One invocation, one tsock-mkdataset tree (photographs from /usr/share/backgrounds when there),
+One invocation, one tsock-mkdataset tree (photographs from /usr/share/backgrounds, installed
+when missing or loudly replaced by synthetic files: benchlib.setup_photos),
 for K = 1, 2, 4 (--ks). Every configuration trains K jobs for --epochs epochs each; every job
 touches each batch it receives and then sleeps --delay-ms per batch (a simulated training step
 that costs no CPU):
@@ -403,7 +404,7 @@ def make_tree(args, workdir):
     out, summary, cmd = benchlib.make_tree(args, workdir)
     info = {k: summary.get(k) for k in ("images", "classes", "files", "total_bytes",
                                         "mean_width", "mean_height", "mean_bytes", "source",
-                                        "quality")}
+                                        "quality", "photos_fallback")}
     info["command"] = " ".join(cmd[:1] + ["TREE"] + cmd[2:])
     return out, info
 
@@ -556,12 +557,27 @@ def main():
     print_targets(out["targets"])
     print(f"written: {path}")
     if not args.no_plots:
-        sys.path.insert(0, HERE)
-        import plot
-
-        for p in plot.plot(out, args.out_dir):
-            print(f"written: {p}")
+        write_plots(out, args.out_dir, path)
+    benchlib.warn_fallback(args)
     return 0
+
+
+def write_plots(out, out_dir, json_path):
+    """The two plots, or one clear line saying why not: the figures are in the JSON already,
+    and a missing plotting library must not end the run in a traceback."""
+    try:
+        import matplotlib  # noqa: F401  (plot.py imports it again, for the figures)
+    except ImportError:
+        print("plots skipped: matplotlib is not installed (apt-get install python3-matplotlib, "
+              "or pip install matplotlib); the results are in the JSON, and "
+              f"'python3 {os.path.join(HERE, 'plot.py')} {json_path}' draws them later",
+              file=sys.stderr)
+        return
+    sys.path.insert(0, HERE)
+    import plot
+
+    for p in plot.plot(out, out_dir):
+        print(f"written: {p}")
 
 
 if __name__ == "__main__":

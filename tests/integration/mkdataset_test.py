@@ -1,6 +1,7 @@
 """tsock-mkdataset writes the tree it describes: regular images of ImageNet-like sizes in
 sorted class folders, the edge cases it lists (each really what it claims to be, by its
-leading bytes), deterministic output for a seed, and clear errors for bad options."""
+leading bytes), deterministic output for a seed, a refusal to write into a non-empty directory
+unless --force empties it, and clear errors for bad options."""
 import hashlib
 import json
 import os
@@ -51,6 +52,32 @@ def main(mk):
         r = run(mk, again, "--images", "40", "--classes", "4", "--edge-cases", "--seed", "3")
         assert r.returncode == 0, r.stderr
         assert tree_digest(out) == tree_digest(again), "same seed, different bytes"
+        # A non-empty OUT is refused, untouched; --force empties it first, so no file of the
+        # earlier tree (other classes, a stray file) stays mixed with the new one.
+        stale = os.path.join(out, "n99999999")
+        os.mkdir(stale)
+        with open(os.path.join(stale, "old.JPEG"), "w") as f:
+            f.write("not an image")
+        before = tree_digest(out)
+        r = run(mk, out, "--images", "40", "--classes", "4", "--edge-cases", "--seed", "3")
+        assert r.returncode == 1, (r.returncode, r.stderr)
+        assert "not empty" in r.stderr and "--force" in r.stderr, r.stderr
+        assert tree_digest(out) == before, "a refused run changed OUT"
+        r = run(mk, out, "--images", "40", "--classes", "4", "--edge-cases", "--seed", "3",
+                "--force")
+        assert r.returncode == 0, r.stderr
+        assert not os.path.exists(stale), "--force left the earlier tree's files"
+        assert tree_digest(out) == tree_digest(again), "--force: not the same tree as a new OUT"
+        empty = os.path.join(tmp, "empty")
+        os.mkdir(empty)
+        r = run(mk, empty, "--images", "4", "--classes", "2")
+        assert r.returncode == 0, ("an existing empty OUT is fine", r.stderr)
+        notdir = os.path.join(tmp, "file")
+        with open(notdir, "w") as f:
+            f.write("x")
+        for extra in ([], ["--force"]):
+            r = run(mk, notdir, "--images", "4", "--classes", "2", *extra)
+            assert r.returncode == 1 and "not a directory" in r.stderr, (extra, r.stderr)
         for bad in (["--images", "x"], ["--classes", "0"], ["--quality", "101"], ["--nope"]):
             r = run(mk, os.path.join(tmp, "bad"), *bad)
             assert r.returncode == 2, (bad, r.returncode, r.stderr)

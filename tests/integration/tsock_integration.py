@@ -473,6 +473,26 @@ def test_bad_options(env):
         ([P, "--dataset", "synthetic", "stray"], "stray"),
         ([P, "--dataset", "synthetic", "--endpoint"], "--endpoint"),
         ([P, "--dataset", "synthetic", "--endpoint", ""], "--endpoint"),
+        # Each GPU-only option named as given (--output uint8 used to be called --layout).
+        ([P, "--dataset", "synthetic", "--output", "uint8"], "--output:"),
+        ([P, "--dataset", "synthetic", "--output", "float32"], "--output:"),
+        ([P, "--dataset", "synthetic", "--layout", "nchw"], "--layout:"),
+        ([P, "--dataset", "synthetic", "--normalize"], "--normalize:"),
+        # Values that are finite doubles but not usable floats, or that overflow the output.
+        ([P, "--dataset", "synthetic", "--device", "cuda", "--normalize=1e39,0,0,1,1,1"],
+         "--normalize"),
+        ([P, "--dataset", "synthetic", "--device", "cuda", "--normalize=0,0,0,1,1,-1e39"],
+         "--normalize"),
+        ([P, "--dataset", "synthetic", "--device", "cuda", "--normalize=0,0,0,1,1e-45,1"],
+         "--normalize"),
+        ([P, "--dataset", "synthetic", "--device", "cuda", "--normalize=3e38,0,0,0.5,1,1"],
+         "--normalize"),
+        ([P, "--dataset", "synthetic", "--device", "cuda", "--output", "float16",
+          "--normalize=0,0,0,1e-5,1,1"], "--normalize"),
+        ([P, "--dataset", "synthetic", "--device", "cuda", "--normalize=nan,0,0,1,1,1"],
+         "--normalize"),
+        ([P, "--dataset", "synthetic", "--device", "cuda", "--normalize=0,0,0,inf,1,1"],
+         "--normalize"),
         ([C, "--epochs", "x"], "--epochs"),
         ([C, "--epochs", "-1"], "--epochs"),
         ([C, "--samples", "0"], "--samples"),
@@ -491,6 +511,7 @@ def test_bad_options(env):
         ([C, "--epoch-grace-ms", "-1"], "--epoch-grace-ms"),
         ([C, "--reconnect-ms", "x"], "--reconnect-ms"),
         ([C, "--drop-last=yes"], "--drop-last"),
+        ([C, "--latency-samples", "0"], "--latency-samples"),
     ]
     for argv, needle in cases:
         r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -510,6 +531,72 @@ def test_bad_options(env):
     res = json.loads(lines[-1])
     check(res["error"] and res["error_code"] == -ETIMEDOUT,
           f"consumer without producer: error {res['error_code']} {res['error']!r}")
+
+
+def test_stats_json_busy(env):
+    """--stats-json is opened only once the producer has started: a producer that fails early
+    (no dataset) creates no file and leaves an existing one as it was, and a second producer
+    on a busy endpoint does not truncate the running producer's file."""
+    P = env.args.producer
+    kept = env.path("kept.json")
+    with open(kept, "w") as f:
+        f.write("an earlier run's records\n")
+    missing = env.path("missing.json")
+    for path in (kept, missing):
+        r = subprocess.run([P, "--dataset", "folder", "--root", env.path("no-such-tree"),
+                            "--stats-json", path, "--quiet"], capture_output=True, text=True,
+                           timeout=30)
+        check(r.returncode == 1, f"producer without a dataset: exit code {r.returncode}")
+    with open(kept) as f:
+        check(f.read() == "an earlier run's records\n", "a failed producer rewrote the file")
+    check(not os.path.exists(missing), "a producer that failed to start created its file")
+
+    stats = env.path("stats.json")
+    prod = env.producer("--epochs", "1", "--stats-interval", "0.1", stats=stats)
+    prod.wait_stderr("serving", 10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (os.path.exists(stats) and os.path.getsize(stats)):
+        time.sleep(0.05)
+    with open(stats) as f:
+        first = f.readline()
+    check(first.startswith("{") and json.loads(first)["type"] == "interval",
+          f"no interval record from the running producer: {first!r}")
+    second = env.producer("--epochs", "1", stats=stats, name="second")
+    rc = second.wait(15)
+    check(rc == 1, f"second producer on a busy endpoint: exit code {rc}")
+    with open(stats) as f:
+        check(f.readline() == first, "the second producer truncated the running one's file")
+    cons = env.consumer("--epochs", "1")
+    wait_json(cons, 30)
+    rc = prod.wait(15)
+    check(rc == 0, f"producer exit code {rc}")
+    with open(stats) as f:
+        lines = f.read().splitlines()
+    check(lines[0] == first.rstrip("\n"), "the file lost its first record")
+    records = [json.loads(l) for l in lines]
+    check(records[-1]["type"] == "final" and records[-1]["samples"] == SAMPLES,
+          f"final record: {records[-1]}")
+
+
+def test_latency_reservoir(env):
+    """tsock-consume keeps a bounded sample of next() latencies (--latency-samples), so a run
+    with --epochs 0 does not grow without bound, while counting every next and keeping all of
+    them when the run is shorter than the sample."""
+    samples = 512
+    prod = env.producer("--epochs", "2", "--wait-consumers", "2", samples=samples, batch=1)
+    small = env.consumer("--epochs", "0", "--latency-samples", "16", name="small",
+                         samples=samples)
+    full = env.consumer("--epochs", "0", name="full", samples=samples)
+    for c in (small, full):
+        res = wait_json(c, 60)
+        check(res["batches"] == 2 * samples and res["epochs"] == 2,
+              f"{c.name}: {res['batches']} batches, {res['epochs']} epochs")
+        lat = res["next_latency_us"]
+        check(lat["count"] == res["batches"], f"{c.name}: latency count {lat}")
+        want = 16 if c is small else res["batches"]
+        check(lat["kept"] == want, f"{c.name}: kept {lat['kept']} latencies, expected {want}")
+        check(0 <= lat["p50"] <= lat["p99"] <= lat["max"], f"{c.name}: percentiles {lat}")
+    check(prod.wait(15) == 0, "producer exit code")
 
 
 def raw_tcp_garbage(port, rounds, rng):
@@ -934,6 +1021,8 @@ TESTS = {
     "sigterm_producer": test_sigterm_producer,
     "tcp_loopback": test_tcp_loopback,
     "bad_options": test_bad_options,
+    "stats_json_busy": test_stats_json_busy,
+    "latency_reservoir": test_latency_reservoir,
     "garbage_client": test_garbage_client,
     "four_batch_sizes": test_four_batch_sizes,
     "join_late_exact": test_join_late_exact,
