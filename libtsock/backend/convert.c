@@ -9,7 +9,7 @@
 
 /* uint8 [H, W, C] with C in 1..4: the shape the pipeline writes an image in. */
 static int
-convertible(const struct tsock_layout_tensor *t)
+convertible(const struct tsock__layout_tensor *t)
 {
     return t->dtype == TSOCK_UINT8 && t->ndim == 3 && t->sample_shape[2] >= 1 &&
            t->sample_shape[2] <= TSOCK__CONVERT_MAX_CHANNELS &&
@@ -27,7 +27,7 @@ output_dtype(const struct tsock__convert_request *req)
 
 /* Checks the request against the tensor; logs why it cannot be honoured. */
 static int
-check_request(const struct tsock__convert_request *req, const struct tsock_layout_tensor *t)
+check_request(const struct tsock__convert_request *req, const struct tsock__layout_tensor *t)
 {
     int dtype = output_dtype(req);
     if (!convertible(t)) {
@@ -69,7 +69,7 @@ set_coefficients(const struct tsock__convert_request *req, struct tsock__convert
 
 /* The converted tensor in the published layout. */
 static void
-convert_tensor(struct tsock_layout_tensor *t, const struct tsock__convert_plan *cv)
+convert_tensor(struct tsock__layout_tensor *t, const struct tsock__convert_plan *cv)
 {
     int64_t h = t->sample_shape[0], w = t->sample_shape[1], c = t->sample_shape[2];
     if (cv->channels_first) {
@@ -98,7 +98,7 @@ tsock__convert_plan_make(const struct tsock__convert_request *req, const tsock_l
         int err = check_request(req, &in->tensors[t]);
         if (err < 0)
             return err;
-        const struct tsock_layout_tensor *src = &in->tensors[t];
+        const struct tsock__layout_tensor *src = &in->tensors[t];
         cv->tensor = t;
         cv->out_dtype = output_dtype(req);
         cv->channels_first = req->channels_first != 0;

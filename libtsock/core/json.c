@@ -153,7 +153,7 @@ value(const struct text *t, size_t i, int depth)
     switch (t->s[i]) {
     case '{':
     case '[':
-        if (depth >= TSOCK_JSON_MAX_DEPTH)
+        if (depth >= TSOCK__JSON_MAX_DEPTH)
             return -1;
         return members(t, i + 1, depth + 1, t->s[i] == '{', t->s[i] == '{' ? '}' : ']');
     case '"': return string(t, i);

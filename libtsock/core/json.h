@@ -6,10 +6,10 @@
 #include <stddef.h>
 
 /* Deepest nesting of arrays and objects accepted: keeps the recursion bounded. */
-#define TSOCK_JSON_MAX_DEPTH 32
+#define TSOCK__JSON_MAX_DEPTH 32
 
 /* Whether s[0, len) is exactly one JSON object, optionally surrounded by white space, nested at
- * most TSOCK_JSON_MAX_DEPTH deep. Bytes 0x80..0xFF inside strings pass unchecked: check UTF-8
+ * most TSOCK__JSON_MAX_DEPTH deep. Bytes 0x80..0xFF inside strings pass unchecked: check UTF-8
  * separately where it matters. */
 int tsock__json_is_object(const char *s, size_t len);
 

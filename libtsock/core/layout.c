@@ -76,7 +76,7 @@ tsock_layout_add(tsock_layout *layout, const char *name, int dtype, int ndim,
         if (tsock__mul_size(bytes, (size_t)sample_shape[d], &bytes) < 0)
             return TSOCK_E_LAYOUT;
     }
-    struct tsock_layout_tensor *t = &layout->tensors[layout->count];
+    struct tsock__layout_tensor *t = &layout->tensors[layout->count];
     memcpy(t->name, name, len + 1);
     t->dtype = dtype;
     t->ndim = ndim;

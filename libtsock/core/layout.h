@@ -7,7 +7,7 @@
 
 #include "core/core.h"
 
-struct tsock_layout_tensor {
+struct tsock__layout_tensor {
     char name[TSOCK_MAX_NAME + 1];
     int dtype;
     int ndim;
@@ -17,7 +17,7 @@ struct tsock_layout_tensor {
 
 struct tsock_layout {
     int count;
-    struct tsock_layout_tensor tensors[TSOCK_MAX_TENSORS];
+    struct tsock__layout_tensor tensors[TSOCK_MAX_TENSORS];
 };
 
 /* Index of the tensor called `name`, or -ENOENT. */

@@ -25,14 +25,14 @@ uint64_t
 tsock__deadline(int timeout_ms)
 {
     if (timeout_ms < 0)
-        return TSOCK_NO_DEADLINE;
+        return TSOCK__NO_DEADLINE;
     return tsock__now_ns() + (uint64_t)timeout_ms * 1000000u;
 }
 
 int
 tsock__cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, uint64_t deadline_ns)
 {
-    if (deadline_ns == TSOCK_NO_DEADLINE) {
+    if (deadline_ns == TSOCK__NO_DEADLINE) {
         pthread_cond_wait(cond, mu);
         return 0;
     }

@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#define TSOCK_NO_DEADLINE UINT64_MAX
+#define TSOCK__NO_DEADLINE UINT64_MAX
 
 void tsock__mutex_init(pthread_mutex_t *mu);
 void tsock__cond_init(pthread_cond_t *cond);

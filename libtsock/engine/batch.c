@@ -41,7 +41,7 @@ tsock_batch_is_view(const tsock_batch *b)
     return b ? b->view : 0;
 }
 
-static const struct tsock_tensor_desc *
+static const struct tsock__tensor_desc *
 tensor_desc(const tsock_batch *b, int tensor)
 {
     if (!b || tensor < 0 || (uint32_t)tensor >= b->owner->welcome.tensor_count)
@@ -67,28 +67,28 @@ tsock_batch_find(const tsock_batch *b, const char *name)
 const char *
 tsock_batch_tensor_name(const tsock_batch *b, int tensor)
 {
-    const struct tsock_tensor_desc *d = tensor_desc(b, tensor);
+    const struct tsock__tensor_desc *d = tensor_desc(b, tensor);
     return d ? d->name : NULL;
 }
 
 int
 tsock_batch_tensor_dtype(const tsock_batch *b, int tensor)
 {
-    const struct tsock_tensor_desc *d = tensor_desc(b, tensor);
+    const struct tsock__tensor_desc *d = tensor_desc(b, tensor);
     return d ? d->dtype : -EINVAL;
 }
 
 int
 tsock_batch_tensor_ndim(const tsock_batch *b, int tensor)
 {
-    const struct tsock_tensor_desc *d = tensor_desc(b, tensor);
+    const struct tsock__tensor_desc *d = tensor_desc(b, tensor);
     return d ? d->ndim + 1 : -EINVAL;
 }
 
 int64_t
 tsock_batch_tensor_dim(const tsock_batch *b, int tensor, int dim)
 {
-    const struct tsock_tensor_desc *d = tensor_desc(b, tensor);
+    const struct tsock__tensor_desc *d = tensor_desc(b, tensor);
     if (!d || dim < 0 || dim > d->ndim)
         return -1;
     return dim == 0 ? (int64_t)b->samples : d->sample_shape[dim - 1];
@@ -97,7 +97,7 @@ tsock_batch_tensor_dim(const tsock_batch *b, int tensor, int dim)
 size_t
 tsock_batch_tensor_bytes(const tsock_batch *b, int tensor)
 {
-    const struct tsock_tensor_desc *d = tensor_desc(b, tensor);
+    const struct tsock__tensor_desc *d = tensor_desc(b, tensor);
     return d ? (size_t)d->sample_bytes * b->samples : 0;
 }
 

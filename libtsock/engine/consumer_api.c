@@ -123,7 +123,7 @@ tsock_consumer_set_device(tsock_consumer *c, int device)
 static int
 check_welcome(tsock_consumer *c)
 {
-    const struct tsock_msg_welcome *w = &c->welcome;
+    const struct tsock__msg_welcome *w = &c->welcome;
     uint32_t batch = c->batch_size ? c->batch_size : w->batch_size;
     if (c->drop_last && (w->samples == 0 || batch > w->samples)) {
         tsock__log(TSOCK_LOG_ERROR, "drop_last needs a producer sampler with at least one full "
@@ -147,7 +147,7 @@ tsock_consumer_start(tsock_consumer *c, int timeout_ms)
     if (err < 0)
         return err;
     uint32_t batch = c->batch_size ? c->batch_size : c->welcome.batch_size;
-    tsock__plan_init(&c->plan, c->welcome.samples, batch, c->drop_last);
+    tsock__epoch_plan_init(&c->plan, c->welcome.samples, batch, c->drop_last);
     c->ready_to_read = 1;
     return 0;
 }
@@ -163,7 +163,7 @@ recover(tsock_consumer *c, int err)
     if (!c->reconnect_ms || !reconnectable)
         return err;
     if (c->plan.done > 0 || c->building) {
-        tsock__plan_cut(&c->plan);
+        tsock__epoch_plan_cut(&c->plan);
         if (c->building) {
             tsock__consumer_recycle(c, c->building);
             c->building = NULL;
@@ -173,7 +173,7 @@ recover(tsock_consumer *c, int err)
     pthread_mutex_unlock(&c->mu);
     int rc = tsock__session_reopen(c, c->reconnect_ms);
     pthread_mutex_lock(&c->mu);
-    tsock__plan_cut(&c->plan);
+    tsock__epoch_plan_cut(&c->plan);
     return rc < 0 ? rc : 1;
 }
 
@@ -323,7 +323,7 @@ tsock_consumer_dataset_size(const tsock_consumer *c)
 uint64_t
 tsock_consumer_batches_per_epoch(const tsock_consumer *c)
 {
-    return c && c->ready_to_read ? tsock__plan_batches_per_epoch(&c->plan) : 0;
+    return c && c->ready_to_read ? tsock__epoch_plan_batches_per_epoch(&c->plan) : 0;
 }
 
 void

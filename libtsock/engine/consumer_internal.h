@@ -82,14 +82,14 @@ struct tsock_consumer {
     int stop_thread;
     int welcomed;
     int ready_to_read;
-    int start_error;                  /* why the handshake failed */
-    int terminal_error;               /* once set, next returns it after the queue drains */
-    uint64_t generation;              /* sessions opened so far: a reconnect starts a new one */
-    struct tsock_msg_welcome welcome; /* attach points into `attach` below */
-    uint8_t *attach;                  /* the session's attach blob, kept */
-    const struct tsock__backend *ops; /* the session's backend, from WELCOME */
-    struct tsock__ring_view *ring;    /* the session's ring */
-    const uint8_t *ring_base;         /* its first byte (host or device); NULL once closed */
+    int start_error;                   /* why the handshake failed */
+    int terminal_error;                /* once set, next returns it after the queue drains */
+    uint64_t generation;               /* sessions opened so far: a reconnect starts a new one */
+    struct tsock__msg_welcome welcome; /* attach points into `attach` below */
+    uint8_t *attach;                   /* the session's attach blob, kept */
+    const struct tsock__backend *ops;  /* the session's backend, from WELCOME */
+    struct tsock__ring_view *ring;     /* the session's ring */
+    const uint8_t *ring_base;          /* its first byte (host or device); NULL once closed */
     struct tsock__ring_view *old_rings[TSOCK__MAX_OLD_RINGS]; /* kept while views use them */
     int old_ring_count;
     tsock_batch *deferred; /* released on a stream, fence not yet passed */
@@ -102,7 +102,7 @@ struct tsock_consumer {
     int resume_sent;
     int between_epochs; /* the caller has the last batch of an epoch */
     uint64_t epoch_ended_ns;
-    struct tsock_epoch_plan plan;
+    struct tsock__epoch_plan plan;
     tsock_batch *building; /* the batch being gathered */
     tsock_batch *free_batches, *all_batches;
     uint64_t stat_batches, stat_samples, stat_released, stat_bad, stat_wait_ns, stat_epochs;

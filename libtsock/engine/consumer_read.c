@@ -78,7 +78,7 @@ static const uint8_t *
 sample_at(const tsock_consumer *c, const struct tsock__hold_batch *h, uint32_t tensor,
           uint32_t sample)
 {
-    const struct tsock_tensor_desc *d = &c->welcome.tensors[tensor];
+    const struct tsock__tensor_desc *d = &c->welcome.tensors[tensor];
     return c->ring_base + (size_t)h->slot * c->welcome.slot_stride + d->offset +
            (size_t)d->sample_bytes * sample;
 }
@@ -125,7 +125,7 @@ take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t want)
     b->samples += n;
     /* In free mode the producer's epoch marks end the consumer's epochs; with a sampler only
      * the consumer's own window does. */
-    b->free_end = c->plan.n == 0 && (h->flags & TSOCK_BATCH_EPOCH_END) && n == available;
+    b->free_end = c->plan.n == 0 && (h->flags & TSOCK__BATCH_EPOCH_END) && n == available;
     tsock__consumer_take(c, n, b->view);
     return (int)n;
 }
@@ -155,7 +155,8 @@ begin_batch(tsock_consumer *c, uint32_t want)
     b->samples = 0;
     b->free_end = 0;
     b->view_slot = UINT32_MAX;
-    b->view = h->samples - offset >= want || (c->plan.n == 0 && (h->flags & TSOCK_BATCH_EPOCH_END));
+    b->view =
+        h->samples - offset >= want || (c->plan.n == 0 && (h->flags & TSOCK__BATCH_EPOCH_END));
     if (!b->view) {
         int err = reserve_gather(c, b, want);
         if (err < 0) {
@@ -177,7 +178,7 @@ finish_batch(tsock_consumer *c)
     c->building = NULL;
     b->epoch = c->plan.epoch;
     b->index = c->plan.index;
-    b->epoch_end = tsock__plan_advance(&c->plan, b->samples, b->free_end);
+    b->epoch_end = tsock__epoch_plan_advance(&c->plan, b->samples, b->free_end);
     b->device = c->ring->ops->view_device(c->ring);
     b->ring = b->view ? c->ring : NULL;
     b->held = 1;
@@ -200,7 +201,7 @@ build(tsock_consumer *c)
 {
     if (!skip_tail(c))
         return 0;
-    uint32_t want = tsock__plan_want(&c->plan);
+    uint32_t want = tsock__epoch_plan_want(&c->plan);
     while (tsock__hold_table_queued(&c->holds) > 0) {
         if (!c->building) {
             int err = begin_batch(c, want);

@@ -12,9 +12,9 @@
 static void
 send_msg(tsock_consumer *c, int type)
 {
-    struct tsock_msg m;
+    struct tsock__msg m;
     m.type = (uint16_t)type;
-    if (type == TSOCK_MSG_HELLO) {
+    if (type == TSOCK__MSG_HELLO) {
         memset(&m.u.hello, 0, sizeof m.u.hello);
         m.u.hello.pid = (uint32_t)getpid();
         memcpy(m.u.hello.name, c->name, sizeof m.u.hello.name);
@@ -59,12 +59,12 @@ producer_lost(tsock_consumer *c)
 
 /* A replacement producer must publish the same tensors, or the caller's code would misread. */
 static int
-same_layout(const struct tsock_msg_welcome *a, const struct tsock_msg_welcome *b)
+same_layout(const struct tsock__msg_welcome *a, const struct tsock__msg_welcome *b)
 {
     if (a->tensor_count != b->tensor_count)
         return 0;
     for (uint32_t t = 0; t < a->tensor_count; t++) {
-        const struct tsock_tensor_desc *x = &a->tensors[t], *y = &b->tensors[t];
+        const struct tsock__tensor_desc *x = &a->tensors[t], *y = &b->tensors[t];
         if (strcmp(x->name, y->name) || x->dtype != y->dtype || x->ndim != y->ndim ||
             x->sample_bytes != y->sample_bytes ||
             memcmp(x->sample_shape, y->sample_shape, sizeof x->sample_shape))
@@ -75,7 +75,7 @@ same_layout(const struct tsock_msg_welcome *a, const struct tsock_msg_welcome *b
 
 /* Attaches the ring the WELCOME describes, through the backend it names. */
 static int
-attach_ring(tsock_consumer *c, const struct tsock_msg_welcome *w)
+attach_ring(tsock_consumer *c, const struct tsock__msg_welcome *w)
 {
     const struct tsock__backend *ops = tsock__backend_for_wire(w->device);
     if (!ops)
@@ -102,10 +102,10 @@ attach_ring(tsock_consumer *c, const struct tsock_msg_welcome *w)
 }
 
 static void
-on_welcome(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+on_welcome(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
 {
     tsock_consumer *c = ctx;
-    const struct tsock_msg_welcome *w = &m->u.welcome;
+    const struct tsock__msg_welcome *w = &m->u.welcome;
     if (c->welcomed)
         return; /* the answer to a repeated HELLO */
     int err = 0;
@@ -130,21 +130,21 @@ on_welcome(void *ctx, const struct tsock__peer_id *from, int peer, const struct 
 /* ---- batches ----------------------------------------------------------------------------- */
 
 static void
-release_now(tsock_consumer *c, const struct tsock_msg_batch *b)
+release_now(tsock_consumer *c, const struct tsock__msg_batch *b)
 {
-    struct tsock_msg m;
-    m.type = TSOCK_MSG_RELEASE;
+    struct tsock__msg m;
+    m.type = TSOCK__MSG_RELEASE;
     m.u.release.slot = b->slot;
     m.u.release.seq = b->seq;
     (void)tsock__channel_send(c->channel, 0, &m);
 }
 
 static void
-on_batch(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+on_batch(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
 {
     tsock_consumer *c = ctx;
-    const struct tsock_msg_batch *b = &m->u.batch;
-    const struct tsock_msg_welcome *w = &c->welcome;
+    const struct tsock__msg_batch *b = &m->u.batch;
+    const struct tsock__msg_welcome *w = &c->welcome;
     if (!c->welcomed || b->samples > w->batch_size) {
         protocol_error(c, "BATCH larger than a slot, or before WELCOME");
         return;
@@ -184,13 +184,13 @@ on_batch(void *ctx, const struct tsock__peer_id *from, int peer, const struct ts
 }
 
 static void
-on_heartbeat(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+on_heartbeat(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
 {
     /* The channel noted that the producer is alive; nothing else to do. */
 }
 
 static void
-on_reject(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+on_reject(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
 {
     tsock_consumer *c = ctx;
     if (c->welcomed) {
@@ -205,7 +205,7 @@ on_reject(void *ctx, const struct tsock__peer_id *from, int peer, const struct t
 }
 
 static void
-on_resumed(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+on_resumed(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
 {
     tsock_consumer *c = ctx;
     if (c->phase == TSOCK__PHASE_RESUMING) {
@@ -216,13 +216,13 @@ on_resumed(void *ctx, const struct tsock__peer_id *from, int peer, const struct 
 }
 
 static void
-on_shutdown(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+on_shutdown(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
 {
-    fail(ctx, m->u.shutdown.reason == TSOCK_SHUTDOWN_END ? TSOCK_E_END : TSOCK_E_PRODUCER_STOPPED);
+    fail(ctx, m->u.shutdown.reason == TSOCK__SHUTDOWN_END ? TSOCK_E_END : TSOCK_E_PRODUCER_STOPPED);
 }
 
 static void
-on_unexpected(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+on_unexpected(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
 {
     protocol_error(ctx, tsock__msg_type_name(m->type));
 }
@@ -255,9 +255,9 @@ on_peer_lost(void *ctx, int peer)
 static void
 send_own_stats(tsock_consumer *c, uint64_t now)
 {
-    struct tsock_msg m;
-    m.type = TSOCK_MSG_CONSUMER_STATS;
-    m.u.consumer_stats = (struct tsock_msg_consumer_stats){
+    struct tsock__msg m;
+    m.type = TSOCK__MSG_CONSUMER_STATS;
+    m.u.consumer_stats = (struct tsock__msg_consumer_stats){
         .batches = c->stat_batches,
         .samples = c->stat_samples,
         .epochs = c->stat_epochs,
@@ -275,7 +275,7 @@ on_beat(void *ctx, uint64_t now)
     if (c->welcomed)
         send_own_stats(c, now);
     else if (!c->start_error)
-        send_msg(c, TSOCK_MSG_HELLO);
+        send_msg(c, TSOCK__MSG_HELLO);
 }
 
 void
@@ -283,12 +283,12 @@ tsock__consumer_handlers(tsock_consumer *c, struct tsock__channel_handlers *h)
 {
     memset(h, 0, sizeof *h);
     h->ctx = c;
-    h->on[TSOCK_MSG_WELCOME] = on_welcome;
-    h->on[TSOCK_MSG_BATCH] = on_batch;
-    h->on[TSOCK_MSG_HEARTBEAT] = on_heartbeat;
-    h->on[TSOCK_MSG_REJECT] = on_reject;
-    h->on[TSOCK_MSG_RESUMED] = on_resumed;
-    h->on[TSOCK_MSG_SHUTDOWN] = on_shutdown;
+    h->on[TSOCK__MSG_WELCOME] = on_welcome;
+    h->on[TSOCK__MSG_BATCH] = on_batch;
+    h->on[TSOCK__MSG_HEARTBEAT] = on_heartbeat;
+    h->on[TSOCK__MSG_REJECT] = on_reject;
+    h->on[TSOCK__MSG_RESUMED] = on_resumed;
+    h->on[TSOCK__MSG_SHUTDOWN] = on_shutdown;
     h->on_unexpected = on_unexpected;
     h->on_malformed = on_malformed;
     h->on_beat = on_beat;
@@ -308,14 +308,14 @@ pause_if_lingering(tsock_consumer *c, uint64_t now)
     tsock__consumer_drop_queue(c);
     c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */
     c->phase = TSOCK__PHASE_PAUSED;
-    send_msg(c, TSOCK_MSG_PAUSE);
+    send_msg(c, TSOCK__MSG_PAUSE);
 }
 
 static void
 send_resume_if_asked(tsock_consumer *c)
 {
     if (c->phase == TSOCK__PHASE_RESUMING && !c->resume_sent) {
-        send_msg(c, TSOCK_MSG_RESUME);
+        send_msg(c, TSOCK__MSG_RESUME);
         c->resume_sent = 1;
     }
 }
@@ -325,8 +325,8 @@ send_releases(tsock_consumer *c)
 {
     struct tsock__hold_release owed[64];
     uint32_t n;
-    struct tsock_msg m;
-    m.type = TSOCK_MSG_RELEASE;
+    struct tsock__msg m;
+    m.type = TSOCK__MSG_RELEASE;
     while ((n = tsock__hold_table_take_releases(&c->holds, owed, 64)) > 0) {
         for (uint32_t i = 0; i < n; i++) {
             m.u.release.slot = owed[i].slot;
@@ -370,7 +370,7 @@ service_main(void *arg)
         tsock__consumer_close_ring_if_unused(c);
     }
     if (c->welcomed && c->terminal_error != TSOCK_E_PRODUCER_LOST)
-        send_msg(c, TSOCK_MSG_BYE);
+        send_msg(c, TSOCK__MSG_BYE);
     pthread_mutex_unlock(&c->mu);
     return NULL;
 }

@@ -17,7 +17,7 @@ int
 tsock_producer_create(tsock_producer **out, const char *endpoint, const tsock_layout *layout,
                       uint32_t batch_size, uint32_t slots)
 {
-    if (!out || !layout || batch_size == 0 || slots < 2 || slots > TSOCK_RING_MAX_SLOTS)
+    if (!out || !layout || batch_size == 0 || slots < 2 || slots > TSOCK__RING_MAX_SLOTS)
         return -EINVAL;
     tsock_producer *p = calloc(1, sizeof *p);
     if (!p)
@@ -414,14 +414,14 @@ tsock_producer_publish(tsock_producer *p, tsock_slot *slot, uint32_t samples)
     if (holders) {
         struct tsock__outgoing *o = &p->queue[(p->queue_head + p->queue_len++) % p->slot_count];
         o->holders = holders;
-        o->batch = (struct tsock_msg_batch){
+        o->batch = (struct tsock__msg_batch){
             .slot = slot->index,
             .samples = samples,
             .seq = seq,
             .epoch = slot->epoch,
             .index_in_epoch = slot->index_in_epoch,
             .position = slot->position,
-            .flags = slot->epoch_end ? TSOCK_BATCH_EPOCH_END : 0,
+            .flags = slot->epoch_end ? TSOCK__BATCH_EPOCH_END : 0,
         };
     } else {
         pthread_cond_broadcast(&p->cond); /* the slot is free again */

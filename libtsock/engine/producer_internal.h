@@ -17,8 +17,8 @@
 #include "ring/ring.h"
 #include "transport/channel.h"
 
-#define TSOCK__PRODUCER_MAX_CONSUMERS TSOCK_RING_MAX_CONSUMERS
-_Static_assert(TSOCK__PRODUCER_MAX_CONSUMERS <= TSOCK_STATS_MAX_CONSUMERS,
+#define TSOCK__PRODUCER_MAX_CONSUMERS TSOCK__RING_MAX_CONSUMERS
+_Static_assert(TSOCK__PRODUCER_MAX_CONSUMERS <= TSOCK__STATS_MAX_CONSUMERS,
                "a STATS_REPLY lists every consumer");
 _Static_assert(TSOCK__PRODUCER_MAX_CONSUMERS <= TSOCK__CHANNEL_MAX_PEERS,
                "the channel watches every consumer");
@@ -40,7 +40,7 @@ struct tsock__consumer_rec {
     uint64_t rate_mark_ns, rate_mark_released; /* start of the current rate window */
     uint64_t rate_milli;                       /* released per second x 1000, last window */
     int reported;                              /* `own` holds a CONSUMER_STATS */
-    struct tsock_msg_consumer_stats own;
+    struct tsock__msg_consumer_stats own;
     /* Dropped because a send failed, not yet counted as lost: a consumer that says BYE and
      * closes its socket can make a send fail before its BYE, already queued, is read. The
      * verdict waits for the end of the pass over the socket (producer_service.c). */
@@ -50,7 +50,7 @@ struct tsock__consumer_rec {
 /* A published slot waiting for the service thread to announce it. */
 struct tsock__outgoing {
     uint64_t holders;
-    struct tsock_msg_batch batch;
+    struct tsock__msg_batch batch;
 };
 
 /* The slot the caller is filling (the public tsock_slot). */
@@ -104,7 +104,7 @@ struct tsock_producer {
     enum tsock__producer_state state;
     int stop_thread;
     int shutdown_sent;
-    struct tsock_ring ring;
+    struct tsock__ring ring;
     struct tsock__consumer_rec consumers[TSOCK__PRODUCER_MAX_CONSUMERS];
     int consumer_count;
     uint64_t next_consumer_id;
@@ -117,8 +117,8 @@ struct tsock_producer {
     uint64_t stats_window_ns;          /* STATS_REQUEST rate limit: current second */
     int stats_answered;                /* replies sent in it */
     uint64_t stats_dropped;
-    struct tsock_stats_reply stats_reply;         /* service thread's, for STATS_REPLY */
-    uint8_t stats_frame[TSOCK_PROTO_MAX_MESSAGE]; /* its encoding */
+    struct tsock__stats_reply stats_reply;         /* service thread's, for STATS_REPLY */
+    uint8_t stats_frame[TSOCK__PROTO_MAX_MESSAGE]; /* its encoding */
 };
 
 /* producer_service.c: the service thread (start: the channel is bound; stop: joined). */
@@ -126,9 +126,9 @@ int tsock__producer_service_start(tsock_producer *p);
 void tsock__producer_service_stop(tsock_producer *p);
 
 /* producer_stats.c (mu held) */
-void tsock__producer_snapshot(const tsock_producer *p, struct tsock_stats_producer *s);
+void tsock__producer_snapshot(const tsock_producer *p, struct tsock__stats_producer *s);
 void tsock__producer_snapshot_consumer(const tsock_producer *p, int index,
-                                       struct tsock_stats_consumer *s);
+                                       struct tsock__stats_consumer *s);
 /* Indices of the active consumers in join order; returns how many. */
 int tsock__producer_join_order(const tsock_producer *p, int order[TSOCK__PRODUCER_MAX_CONSUMERS]);
 

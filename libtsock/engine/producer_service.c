@@ -49,7 +49,7 @@ drop_unreachable(tsock_producer *p, int index, int type, int err)
 }
 
 static void
-send_to(tsock_producer *p, int index, const struct tsock_msg *msg)
+send_to(tsock_producer *p, int index, const struct tsock__msg *msg)
 {
     int err = tsock__channel_send(p->channel, index, msg);
     if (err < 0)
@@ -92,18 +92,18 @@ settle_unreachable(tsock_producer *p)
 static void
 reject(tsock_producer *p, const struct tsock__peer_id *to, int code)
 {
-    struct tsock_msg m;
-    m.type = TSOCK_MSG_REJECT;
+    struct tsock__msg m;
+    m.type = TSOCK__MSG_REJECT;
     m.u.reject.code = code;
     (void)tsock__channel_reply(p->channel, to, &m); /* best effort to an unknown peer */
 }
 
 static void
-fill_welcome(const tsock_producer *p, const struct tsock__consumer_rec *c, struct tsock_msg *m)
+fill_welcome(const tsock_producer *p, const struct tsock__consumer_rec *c, struct tsock__msg *m)
 {
-    struct tsock_msg_welcome *w = &m->u.welcome;
+    struct tsock__msg_welcome *w = &m->u.welcome;
     memset(m, 0, sizeof *m);
-    m->type = TSOCK_MSG_WELCOME;
+    m->type = TSOCK__MSG_WELCOME;
     w->consumer_id = c->consumer_id;
     w->batch_size = p->batch_size;
     w->slot_count = p->slot_count;
@@ -115,8 +115,8 @@ fill_welcome(const tsock_producer *p, const struct tsock__consumer_rec *c, struc
     w->attach_len = (uint32_t)p->memory->ops->export_blob(p->memory, &w->attach);
     w->tensor_count = (uint32_t)p->shape.layout.count;
     for (int t = 0; t < p->shape.layout.count; t++) {
-        const struct tsock_layout_tensor *lt = &p->shape.layout.tensors[t];
-        struct tsock_tensor_desc *d = &w->tensors[t];
+        const struct tsock__layout_tensor *lt = &p->shape.layout.tensors[t];
+        struct tsock__tensor_desc *d = &w->tensors[t];
         memcpy(d->name, lt->name, sizeof d->name);
         d->dtype = (uint8_t)lt->dtype;
         d->ndim = (uint8_t)lt->ndim;
@@ -128,7 +128,7 @@ fill_welcome(const tsock_producer *p, const struct tsock__consumer_rec *c, struc
 
 /* A newcomer takes the first free record. Returns its index, or -1 when it was refused. */
 static int
-admit(tsock_producer *p, const struct tsock__peer_id *from, const struct tsock_msg_hello *h)
+admit(tsock_producer *p, const struct tsock__peer_id *from, const struct tsock__msg_hello *h)
 {
     if (p->state != TSOCK__P_RUNNING) {
         reject(p, from, p->state == TSOCK__P_FINISHED ? TSOCK_E_END : TSOCK_E_PRODUCER_STOPPED);
@@ -163,7 +163,7 @@ admit(tsock_producer *p, const struct tsock__peer_id *from, const struct tsock_m
 /* ---- handlers ---------------------------------------------------------------------------- */
 
 static void
-on_hello(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+on_hello(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock__msg *m)
 {
     tsock_producer *p = ctx;
     if (index < 0)
@@ -171,7 +171,7 @@ on_hello(void *ctx, const struct tsock__peer_id *from, int index, const struct t
     if (index < 0)
         return;
     /* A repeated HELLO (its first WELCOME was lost) gets the same answer again. */
-    struct tsock_msg w;
+    struct tsock__msg w;
     fill_welcome(p, &p->consumers[index], &w);
     send_to(p, index, &w);
 }
@@ -183,18 +183,18 @@ known(tsock_producer *p, const struct tsock__peer_id *from, int index, int type)
 {
     if (index >= 0)
         return 1;
-    if (!(type == TSOCK_MSG_BYE && bye_after_unreachable(p, from)))
+    if (!(type == TSOCK__MSG_BYE && bye_after_unreachable(p, from)))
         reject(p, from, TSOCK_E_REJECTED);
     return 0;
 }
 
 static void
-on_release(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+on_release(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock__msg *m)
 {
     tsock_producer *p = ctx;
     if (!known(p, from, index, m->type))
         return;
-    const struct tsock_msg_release *r = &m->u.release;
+    const struct tsock__msg_release *r = &m->u.release;
     int freed = tsock__ring_release(&p->ring, r->slot, (uint32_t)index, r->seq);
     if (freed < 0) {
         p->stat_bad++;
@@ -210,13 +210,13 @@ on_release(void *ctx, const struct tsock__peer_id *from, int index, const struct
 }
 
 static void
-on_heartbeat(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+on_heartbeat(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock__msg *m)
 {
     (void)known(ctx, from, index, m->type); /* the channel noted that it is alive */
 }
 
 static void
-on_bye(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+on_bye(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock__msg *m)
 {
     tsock_producer *p = ctx;
     if (known(p, from, index, m->type))
@@ -226,24 +226,24 @@ on_bye(void *ctx, const struct tsock__peer_id *from, int index, const struct tso
 /* PAUSE: the consumer finished an epoch and is busy elsewhere; its window and phase end here.
  * RESUME: it comes back; its next batch starts a new window. */
 static void
-on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock__msg *m)
 {
     tsock_producer *p = ctx;
     if (!known(p, from, index, m->type))
         return;
     struct tsock__consumer_rec *c = &p->consumers[index];
     c->window_start = TSOCK__NO_WINDOW;
-    c->paused = m->type == TSOCK_MSG_PAUSE;
-    if (m->type == TSOCK_MSG_RESUME) {
-        struct tsock_msg resumed;
-        resumed.type = TSOCK_MSG_RESUMED;
+    c->paused = m->type == TSOCK__MSG_PAUSE;
+    if (m->type == TSOCK__MSG_RESUME) {
+        struct tsock__msg resumed;
+        resumed.type = TSOCK__MSG_RESUMED;
         send_to(p, index, &resumed);
     }
 }
 
 static void
 on_consumer_stats(void *ctx, const struct tsock__peer_id *from, int index,
-                  const struct tsock_msg *m)
+                  const struct tsock__msg *m)
 {
     tsock_producer *p = ctx;
     if (!known(p, from, index, m->type))
@@ -275,12 +275,13 @@ stats_allowed(tsock_producer *p)
 
 /* Answers a STATS_REQUEST from any peer, consumer or not, within the rate limit. */
 static void
-on_stats_request(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+on_stats_request(void *ctx, const struct tsock__peer_id *from, int index,
+                 const struct tsock__msg *m)
 {
     tsock_producer *p = ctx;
     if (!stats_allowed(p))
         return;
-    struct tsock_stats_reply *r = &p->stats_reply;
+    struct tsock__stats_reply *r = &p->stats_reply;
     int order[MAX_CONSUMERS];
     r->request_id = m->u.stats_request.request_id;
     tsock__producer_snapshot(p, &r->producer);
@@ -319,7 +320,7 @@ on_malformed(void *ctx, const struct tsock__peer_id *from, int index, size_t siz
 
 /* A well-formed message no consumer sends (WELCOME, BATCH, ...). */
 static void
-on_unexpected(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock_msg *m)
+on_unexpected(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock__msg *m)
 {
     tsock_producer *p = ctx;
     p->stat_bad++;
@@ -337,7 +338,7 @@ on_peer_lost(void *ctx, int index)
 static void
 on_send_failed(void *ctx, int index, int err)
 {
-    drop_unreachable(ctx, index, TSOCK_MSG_HEARTBEAT, err);
+    drop_unreachable(ctx, index, TSOCK__MSG_HEARTBEAT, err);
 }
 
 /* Starts a new rate window for every consumer whose current one is over. */
@@ -378,8 +379,8 @@ flush_outgoing(tsock_producer *p)
         }
         if (!to)
             continue;
-        struct tsock_msg m;
-        m.type = TSOCK_MSG_BATCH;
+        struct tsock__msg m;
+        m.type = TSOCK__MSG_BATCH;
         m.u.batch = o->batch;
         uint64_t failed = tsock__channel_send_many(p->channel, to, &m);
         for (int i = 0; i < MAX_CONSUMERS; i++) {
@@ -389,7 +390,7 @@ flush_outgoing(tsock_producer *p)
             p->consumers[i].batches++;
             p->consumers[i].samples += o->batch.samples;
             if (failed & bit)
-                drop_unreachable(p, i, TSOCK_MSG_BATCH, -EHOSTUNREACH);
+                drop_unreachable(p, i, TSOCK__MSG_BATCH, -EHOSTUNREACH);
         }
     }
 }
@@ -397,8 +398,8 @@ flush_outgoing(tsock_producer *p)
 static void
 send_shutdown(tsock_producer *p, uint32_t reason)
 {
-    struct tsock_msg m;
-    m.type = TSOCK_MSG_SHUTDOWN;
+    struct tsock__msg m;
+    m.type = TSOCK__MSG_SHUTDOWN;
     m.u.shutdown.reason = reason;
     for (int i = 0; i < MAX_CONSUMERS; i++)
         if (p->consumers[i].active)
@@ -421,12 +422,12 @@ service_main(void *arg)
         settle_unreachable(p);
         flush_outgoing(p);
         if (p->state == TSOCK__P_FINISHED && !p->shutdown_sent)
-            send_shutdown(p, TSOCK_SHUTDOWN_END);
+            send_shutdown(p, TSOCK__SHUTDOWN_END);
     }
     flush_outgoing(p);
     if (!p->shutdown_sent)
-        send_shutdown(p,
-                      p->state == TSOCK__P_FINISHED ? TSOCK_SHUTDOWN_END : TSOCK_SHUTDOWN_STOPPED);
+        send_shutdown(p, p->state == TSOCK__P_FINISHED ? TSOCK__SHUTDOWN_END
+                                                       : TSOCK__SHUTDOWN_STOPPED);
     tsock__channel_dispatch(p->channel);
     settle_unreachable(p);
     pthread_mutex_unlock(&p->mu);
@@ -444,14 +445,14 @@ tsock__producer_service_start(tsock_producer *p)
         .on_peer_lost = on_peer_lost,
         .on_send_failed = on_send_failed,
     };
-    h.on[TSOCK_MSG_HELLO] = on_hello;
-    h.on[TSOCK_MSG_RELEASE] = on_release;
-    h.on[TSOCK_MSG_HEARTBEAT] = on_heartbeat;
-    h.on[TSOCK_MSG_BYE] = on_bye;
-    h.on[TSOCK_MSG_PAUSE] = on_pause_resume;
-    h.on[TSOCK_MSG_RESUME] = on_pause_resume;
-    h.on[TSOCK_MSG_CONSUMER_STATS] = on_consumer_stats;
-    h.on[TSOCK_MSG_STATS_REQUEST] = on_stats_request;
+    h.on[TSOCK__MSG_HELLO] = on_hello;
+    h.on[TSOCK__MSG_RELEASE] = on_release;
+    h.on[TSOCK__MSG_HEARTBEAT] = on_heartbeat;
+    h.on[TSOCK__MSG_BYE] = on_bye;
+    h.on[TSOCK__MSG_PAUSE] = on_pause_resume;
+    h.on[TSOCK__MSG_RESUME] = on_pause_resume;
+    h.on[TSOCK__MSG_CONSUMER_STATS] = on_consumer_stats;
+    h.on[TSOCK__MSG_STATS_REQUEST] = on_stats_request;
     struct tsock__channel_timing t = {p->hb_interval_ms, p->hb_timeout_ms};
     int err = tsock__channel_bind(&p->channel, p->endpoint, &h, t);
     if (err < 0)

@@ -23,12 +23,12 @@ tsock_producer_consumer_count(tsock_producer *p)
 
 /* Snapshots of the figures, shared by tsock_producer_stat and STATS_REPLY (mu held). */
 void
-tsock__producer_snapshot(const tsock_producer *p, struct tsock_stats_producer *s)
+tsock__producer_snapshot(const tsock_producer *p, struct tsock__stats_producer *s)
 {
     uint32_t held = 0;
     for (uint32_t i = 0; i < p->ring.count; i++)
-        held += p->ring.slots[i].state == TSOCK_SLOT_HELD;
-    *s = (struct tsock_stats_producer){
+        held += p->ring.slots[i].state == TSOCK__SLOT_HELD;
+    *s = (struct tsock__stats_producer){
         .pid = (uint32_t)getpid(),
         .slots = p->slot_count,
         .free_slots = p->ring.count ? p->ring.free_count : p->slot_count, /* before start */
@@ -51,8 +51,8 @@ consumer_lag(const tsock_producer *p, int index)
 {
     uint64_t bit = (uint64_t)1 << index, oldest = UINT64_MAX;
     for (uint32_t i = 0; i < p->ring.count; i++) {
-        const struct tsock_ring_slot *rs = &p->ring.slots[i];
-        if (rs->state == TSOCK_SLOT_HELD && (rs->holders & bit) && rs->seq < oldest)
+        const struct tsock__ring_slot *rs = &p->ring.slots[i];
+        if (rs->state == TSOCK__SLOT_HELD && (rs->holders & bit) && rs->seq < oldest)
             oldest = rs->seq;
     }
     /* A held publication was issued, so next_seq > oldest. */
@@ -61,14 +61,15 @@ consumer_lag(const tsock_producer *p, int index)
 
 void
 tsock__producer_snapshot_consumer(const tsock_producer *p, int index,
-                                  struct tsock_stats_consumer *s)
+                                  struct tsock__stats_consumer *s)
 {
     const struct tsock__consumer_rec *c = &p->consumers[index];
     int held = tsock__ring_held_by(&p->ring, (uint32_t)index);
-    *s = (struct tsock_stats_consumer){
+    *s = (struct tsock__stats_consumer){
         .id = c->consumer_id,
         .pid = c->pid,
-        .flags = (c->paused ? TSOCK_STATS_PAUSED : 0u) | (c->reported ? TSOCK_STATS_REPORTED : 0u),
+        .flags =
+            (c->paused ? TSOCK__STATS_PAUSED : 0u) | (c->reported ? TSOCK__STATS_REPORTED : 0u),
         .batches = c->batches,
         .samples = c->samples,
         .released = c->released,
@@ -104,13 +105,13 @@ tsock_producer_stat(tsock_producer *p, int consumer, int key, uint64_t *value)
     int order[TSOCK__PRODUCER_MAX_CONSUMERS], err;
     pthread_mutex_lock(&p->mu);
     if (consumer < 0) {
-        struct tsock_stats_producer s;
+        struct tsock__stats_producer s;
         tsock__producer_snapshot(p, &s);
         err = tsock__stats_producer_value(&s, (uint32_t)p->consumer_count, key, value);
     } else if (consumer >= tsock__producer_join_order(p, order)) {
         err = -ENOENT;
     } else {
-        struct tsock_stats_consumer s;
+        struct tsock__stats_consumer s;
         tsock__producer_snapshot_consumer(p, order[consumer], &s);
         err = tsock__stats_consumer_value(&s, key, value);
     }

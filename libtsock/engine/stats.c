@@ -19,7 +19,7 @@
 /* ---- keys -------------------------------------------------------------------------------- */
 
 int
-tsock__stats_producer_value(const struct tsock_stats_producer *p, uint32_t consumers, int key,
+tsock__stats_producer_value(const struct tsock__stats_producer *p, uint32_t consumers, int key,
                             uint64_t *value)
 {
     switch (key) {
@@ -42,7 +42,7 @@ tsock__stats_producer_value(const struct tsock_stats_producer *p, uint32_t consu
 }
 
 int
-tsock__stats_consumer_value(const struct tsock_stats_consumer *c, int key, uint64_t *value)
+tsock__stats_consumer_value(const struct tsock__stats_consumer *c, int key, uint64_t *value)
 {
     switch (key) {
     case TSOCK_STAT_BATCHES: *value = c->batches; return 0;
@@ -53,7 +53,7 @@ tsock__stats_consumer_value(const struct tsock_stats_consumer *c, int key, uint6
     case TSOCK_STAT_ID: *value = c->id; return 0;
     case TSOCK_STAT_LAG: *value = c->lag; return 0;
     case TSOCK_STAT_RATE_MILLI: *value = c->rate_milli; return 0;
-    case TSOCK_STAT_PAUSED: *value = (c->flags & TSOCK_STATS_PAUSED) != 0; return 0;
+    case TSOCK_STAT_PAUSED: *value = (c->flags & TSOCK__STATS_PAUSED) != 0; return 0;
     case TSOCK_STAT_CONSUMED_BATCHES: *value = c->own.batches; return 0;
     case TSOCK_STAT_CONSUMED_SAMPLES: *value = c->own.samples; return 0;
     case TSOCK_STAT_EPOCHS: *value = c->own.epochs; return 0;
@@ -66,7 +66,7 @@ tsock__stats_consumer_value(const struct tsock_stats_consumer *c, int key, uint6
 
 struct tsock_stats {
     char endpoint[TSOCK__ENDPOINT_MAX];
-    struct tsock_stats_reply reply;
+    struct tsock__stats_reply reply;
     char *json;
 };
 
@@ -200,9 +200,9 @@ seconds(uint64_t ns)
 }
 
 static void
-json_producer(struct jbuf *b, const struct tsock_stats_reply *r)
+json_producer(struct jbuf *b, const struct tsock__stats_reply *r)
 {
-    const struct tsock_stats_producer *p = &r->producer;
+    const struct tsock__stats_producer *p = &r->producer;
     jb_printf(b, "\"producer\":{\"pid\":%u,\"uptime_s\":%.3f,", p->pid, seconds(p->uptime_ns));
     jb_printf(b, "\"batches\":%llu,\"samples\":%llu,\"epochs\":%llu,\"released\":%llu,",
               (unsigned long long)p->batches, (unsigned long long)p->samples,
@@ -216,17 +216,17 @@ json_producer(struct jbuf *b, const struct tsock_stats_reply *r)
 }
 
 static void
-json_consumer(struct jbuf *b, const struct tsock_stats_consumer *c)
+json_consumer(struct jbuf *b, const struct tsock__stats_consumer *c)
 {
     jb_printf(b, "{\"id\":%llu,\"pid\":%u,\"name\":", (unsigned long long)c->id, c->pid);
     jb_string(b, c->name);
     jb_printf(b, ",\"paused\":%s,\"batches\":%llu,\"samples\":%llu,\"released\":%llu,",
-              (c->flags & TSOCK_STATS_PAUSED) ? "true" : "false", (unsigned long long)c->batches,
+              (c->flags & TSOCK__STATS_PAUSED) ? "true" : "false", (unsigned long long)c->batches,
               (unsigned long long)c->samples, (unsigned long long)c->released);
     jb_printf(b, "\"held\":%u,\"lag\":%llu,\"rate\":%.3f,", c->held, (unsigned long long)c->lag,
               (double)c->rate_milli / 1000.0);
     jb_printf(b, "\"reported\":%s,\"consumed_batches\":%llu,\"consumed_samples\":%llu,",
-              (c->flags & TSOCK_STATS_REPORTED) ? "true" : "false",
+              (c->flags & TSOCK__STATS_REPORTED) ? "true" : "false",
               (unsigned long long)c->own.batches, (unsigned long long)c->own.samples);
     jb_printf(b, "\"epochs\":%llu,\"wait_s\":%.6f}", (unsigned long long)c->own.epochs,
               seconds(c->own.wait_ns));
@@ -235,7 +235,7 @@ json_consumer(struct jbuf *b, const struct tsock_stats_consumer *c)
 static int
 build_json(tsock_stats *s)
 {
-    const struct tsock_stats_reply *r = &s->reply;
+    const struct tsock__stats_reply *r = &s->reply;
     struct jbuf b = {0};
     jb_put(&b, "{\"endpoint\":", 12);
     jb_string(&b, s->endpoint);
@@ -276,7 +276,7 @@ build_json(tsock_stats *s)
 struct query {
     struct tsock__channel *channel;
     uint64_t request_id;
-    struct tsock_stats_reply *reply;
+    struct tsock__stats_reply *reply;
     int result; /* 0 while waiting, 1 answered, or an error code */
 };
 
@@ -295,7 +295,7 @@ on_reply(void *ctx, const uint8_t *frame, size_t size)
 
 /* A producer refuses a request in another protocol version with REJECT. */
 static void
-on_reject(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+on_reject(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
 {
     struct query *q = ctx;
     if (q->result == 0)
@@ -303,7 +303,7 @@ on_reject(void *ctx, const struct tsock__peer_id *from, int peer, const struct t
 }
 
 static void
-on_other(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock_msg *m)
+on_other(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
 {
     struct query *q = ctx;
     if (q->result == 0)
@@ -323,8 +323,8 @@ static void
 send_request(void *ctx, uint64_t now)
 {
     struct query *q = ctx;
-    struct tsock_msg m;
-    m.type = TSOCK_MSG_STATS_REQUEST;
+    struct tsock__msg m;
+    m.type = TSOCK__MSG_STATS_REQUEST;
     m.u.stats_request.request_id = q->request_id;
     int err = tsock__channel_send(q->channel, 0, &m);
     if (err < 0 && err != -EAGAIN && q->result == 0) /* EAGAIN: not connected yet */
@@ -359,7 +359,7 @@ query(tsock_stats *s, int timeout_ms)
         .on_stats_reply = on_reply,
         .on_beat = send_request,
     };
-    h.on[TSOCK_MSG_REJECT] = on_reject;
+    h.on[TSOCK__MSG_REJECT] = on_reject;
     struct tsock__channel_timing t = {.beat_ms = RESEND_MS, .timeout_ms = 0};
     err = tsock__channel_connect(&q.channel, s->endpoint, &h, t);
     if (err < 0)
@@ -367,11 +367,11 @@ query(tsock_stats *s, int timeout_ms)
     uint64_t deadline = tsock__deadline(timeout_ms);
     while (q.result == 0) {
         uint64_t now = tsock__now_ns();
-        if (deadline != TSOCK_NO_DEADLINE && now >= deadline) {
+        if (deadline != TSOCK__NO_DEADLINE && now >= deadline) {
             q.result = -ETIMEDOUT;
             break;
         }
-        int wait_ms = deadline == TSOCK_NO_DEADLINE ? -1 : (int)((deadline - now) / 1000000u) + 1;
+        int wait_ms = deadline == TSOCK__NO_DEADLINE ? -1 : (int)((deadline - now) / 1000000u) + 1;
         tsock__channel_wait(q.channel, wait_ms);
         tsock__channel_dispatch(q.channel);
     }

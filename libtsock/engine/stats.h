@@ -9,10 +9,10 @@
 #include "proto/proto.h"
 
 /* A producer-wide figure; `consumers` is the number connected. Returns 0 or -EINVAL. */
-int tsock__stats_producer_value(const struct tsock_stats_producer *p, uint32_t consumers, int key,
+int tsock__stats_producer_value(const struct tsock__stats_producer *p, uint32_t consumers, int key,
                                 uint64_t *value);
 
 /* A per-consumer figure. Returns 0 or -EINVAL. */
-int tsock__stats_consumer_value(const struct tsock_stats_consumer *c, int key, uint64_t *value);
+int tsock__stats_consumer_value(const struct tsock__stats_consumer *c, int key, uint64_t *value);
 
 #endif

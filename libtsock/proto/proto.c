@@ -49,7 +49,7 @@ add_u64(uint64_t a, uint64_t b, uint64_t *out)
 static int
 check_shm_name(const uint8_t *s, size_t len)
 {
-    if (len < 2 || len > TSOCK_PROTO_MAX_SHM_NAME ||
+    if (len < 2 || len > TSOCK__PROTO_MAX_SHM_NAME ||
         !tsock__wire_name_bytes_ok((const char *)s, len))
         return -1;
     if (s[0] != '/' || memchr(s + 1, '/', len - 1) != NULL)
@@ -61,7 +61,7 @@ check_shm_name(const uint8_t *s, size_t len)
  * room in the slot for batch_size samples at its offset. All arithmetic is overflow-checked:
  * the consumer uses these figures to compute pointers into the mapped ring. */
 static int
-check_tensor(const struct tsock_tensor_desc *t, uint64_t batch_size, uint64_t slot_stride)
+check_tensor(const struct tsock__tensor_desc *t, uint64_t batch_size, uint64_t slot_stride)
 {
     uint64_t bytes, end;
     size_t len;
@@ -98,38 +98,39 @@ all_zero(const uint8_t *p, size_t n)
 static uint64_t
 device_blob_size(uint32_t slots)
 {
-    return TSOCK_PROTO_DEVICE_ID_SIZE + (uint64_t)TSOCK_PROTO_HANDLE_SIZE * (1 + (uint64_t)slots);
+    return TSOCK__PROTO_DEVICE_ID_SIZE + (uint64_t)TSOCK__PROTO_HANDLE_SIZE * (1 + (uint64_t)slots);
 }
 
 /* Where the ring lives: a host ring's blob is its shared-memory name; a device ring has at most
- * TSOCK_PROTO_MAX_CUDA_SLOTS slots and a blob of device id and handles, none of them all zero. */
+ * TSOCK__PROTO_MAX_DEVICE_SLOTS slots and a blob of device id and handles, none of them all zero.
+ */
 static int
-check_ring_place(const struct tsock_msg_welcome *w)
+check_ring_place(const struct tsock__msg_welcome *w)
 {
     if (!w->attach && w->attach_len)
         return -1;
     if (w->device == TSOCK_DEVICE_CPU)
         return check_shm_name(w->attach, w->attach_len);
-    if (w->device != TSOCK_DEVICE_CUDA || w->slot_count > TSOCK_PROTO_MAX_CUDA_SLOTS ||
+    if (w->device != TSOCK_DEVICE_CUDA || w->slot_count > TSOCK__PROTO_MAX_DEVICE_SLOTS ||
         w->attach_len != device_blob_size(w->slot_count))
         return -1;
-    if (all_zero(w->attach, TSOCK_PROTO_DEVICE_ID_SIZE))
+    if (all_zero(w->attach, TSOCK__PROTO_DEVICE_ID_SIZE))
         return -1;
     for (uint32_t h = 0; h <= w->slot_count; h++) {
         const uint8_t *handle =
-            w->attach + TSOCK_PROTO_DEVICE_ID_SIZE + (size_t)h * TSOCK_PROTO_HANDLE_SIZE;
-        if (all_zero(handle, TSOCK_PROTO_HANDLE_SIZE))
+            w->attach + TSOCK__PROTO_DEVICE_ID_SIZE + (size_t)h * TSOCK__PROTO_HANDLE_SIZE;
+        if (all_zero(handle, TSOCK__PROTO_HANDLE_SIZE))
             return -1;
     }
     return 0;
 }
 
 static int
-check_welcome(const struct tsock_msg_welcome *w)
+check_welcome(const struct tsock__msg_welcome *w)
 {
     uint64_t ring;
 
-    if (w->batch_size < 1 || w->slot_count < 1 || w->slot_count > TSOCK_WIRE_MAX_SLOTS)
+    if (w->batch_size < 1 || w->slot_count < 1 || w->slot_count > TSOCK__WIRE_MAX_SLOTS)
         return -1;
     if (mul_u64(w->slot_stride, w->slot_count, &ring) != 0 || ring != w->ring_bytes)
         return -1;
@@ -151,33 +152,33 @@ check_welcome(const struct tsock_msg_welcome *w)
 
 /* Returns 0 when msg is a valid message of a known type, -1 otherwise. */
 static int
-check_msg(const struct tsock_msg *msg)
+check_msg(const struct tsock__msg *msg)
 {
     size_t len;
 
     switch (msg->type) {
-    case TSOCK_MSG_HELLO:
+    case TSOCK__MSG_HELLO:
         if (msg->u.hello.flags != 0)
             return -1;
         return tsock__wire_check_str(msg->u.hello.name, sizeof msg->u.hello.name, 0, &len);
-    case TSOCK_MSG_WELCOME: return check_welcome(&msg->u.welcome);
-    case TSOCK_MSG_REJECT:
+    case TSOCK__MSG_WELCOME: return check_welcome(&msg->u.welcome);
+    case TSOCK__MSG_REJECT:
         return msg->u.reject.code > TSOCK_E_LAST && msg->u.reject.code < TSOCK_E_BASE ? 0 : -1;
-    case TSOCK_MSG_BATCH:
-        if (msg->u.batch.slot >= TSOCK_WIRE_MAX_SLOTS || msg->u.batch.samples < 1)
+    case TSOCK__MSG_BATCH:
+        if (msg->u.batch.slot >= TSOCK__WIRE_MAX_SLOTS || msg->u.batch.samples < 1)
             return -1;
-        return (msg->u.batch.flags & ~TSOCK_BATCH_EPOCH_END) == 0 ? 0 : -1;
-    case TSOCK_MSG_RELEASE: return msg->u.release.slot < TSOCK_WIRE_MAX_SLOTS ? 0 : -1;
-    case TSOCK_MSG_HEARTBEAT:
-    case TSOCK_MSG_BYE:
-    case TSOCK_MSG_PAUSE:
-    case TSOCK_MSG_RESUME:
-    case TSOCK_MSG_RESUMED:
-    case TSOCK_MSG_STATS_REQUEST: /* any request id */
-    case TSOCK_MSG_CONSUMER_STATS: /* any figures: they are only displayed */ return 0;
-    case TSOCK_MSG_SHUTDOWN:
-        return msg->u.shutdown.reason == TSOCK_SHUTDOWN_END ||
-                       msg->u.shutdown.reason == TSOCK_SHUTDOWN_STOPPED
+        return (msg->u.batch.flags & ~TSOCK__BATCH_EPOCH_END) == 0 ? 0 : -1;
+    case TSOCK__MSG_RELEASE: return msg->u.release.slot < TSOCK__WIRE_MAX_SLOTS ? 0 : -1;
+    case TSOCK__MSG_HEARTBEAT:
+    case TSOCK__MSG_BYE:
+    case TSOCK__MSG_PAUSE:
+    case TSOCK__MSG_RESUME:
+    case TSOCK__MSG_RESUMED:
+    case TSOCK__MSG_STATS_REQUEST: /* any request id */
+    case TSOCK__MSG_CONSUMER_STATS: /* any figures: they are only displayed */ return 0;
+    case TSOCK__MSG_SHUTDOWN:
+        return msg->u.shutdown.reason == TSOCK__SHUTDOWN_END ||
+                       msg->u.shutdown.reason == TSOCK__SHUTDOWN_STOPPED
                    ? 0
                    : -1;
     default: return -1;
@@ -189,7 +190,7 @@ check_msg(const struct tsock_msg *msg)
 /* ------------------------------------------------------------------------------------------ */
 
 static void
-put_hello(struct tsock__wire_writer *w, const struct tsock_msg_hello *h)
+put_hello(struct tsock__wire_writer *w, const struct tsock__msg_hello *h)
 {
     tsock__wire_put_le(w, h->pid, 4);
     tsock__wire_put_le(w, h->flags, 4);
@@ -197,7 +198,7 @@ put_hello(struct tsock__wire_writer *w, const struct tsock_msg_hello *h)
 }
 
 static void
-put_tensor(struct tsock__wire_writer *w, const struct tsock_tensor_desc *t)
+put_tensor(struct tsock__wire_writer *w, const struct tsock__tensor_desc *t)
 {
     tsock__wire_put_str(w, t->name, sizeof t->name);
     tsock__wire_put_le(w, t->dtype, 1);
@@ -209,7 +210,7 @@ put_tensor(struct tsock__wire_writer *w, const struct tsock_tensor_desc *t)
 }
 
 static void
-put_welcome(struct tsock__wire_writer *w, const struct tsock_msg_welcome *m)
+put_welcome(struct tsock__wire_writer *w, const struct tsock__msg_welcome *m)
 {
     tsock__wire_put_le(w, m->consumer_id, 8);
     tsock__wire_put_le(w, m->batch_size, 4);
@@ -232,7 +233,7 @@ put_welcome(struct tsock__wire_writer *w, const struct tsock_msg_welcome *m)
 }
 
 static void
-put_batch(struct tsock__wire_writer *w, const struct tsock_msg_batch *b)
+put_batch(struct tsock__wire_writer *w, const struct tsock__msg_batch *b)
 {
     tsock__wire_put_le(w, b->slot, 4);
     tsock__wire_put_le(w, b->samples, 4);
@@ -244,29 +245,29 @@ put_batch(struct tsock__wire_writer *w, const struct tsock_msg_batch *b)
 }
 
 static void
-put_body(struct tsock__wire_writer *w, const struct tsock_msg *msg)
+put_body(struct tsock__wire_writer *w, const struct tsock__msg *msg)
 {
     switch (msg->type) {
-    case TSOCK_MSG_HELLO: put_hello(w, &msg->u.hello); break;
-    case TSOCK_MSG_WELCOME: put_welcome(w, &msg->u.welcome); break;
-    case TSOCK_MSG_REJECT:
+    case TSOCK__MSG_HELLO: put_hello(w, &msg->u.hello); break;
+    case TSOCK__MSG_WELCOME: put_welcome(w, &msg->u.welcome); break;
+    case TSOCK__MSG_REJECT:
         /* Two's complement, as the conversion to uint32_t defines it. */
         tsock__wire_put_le(w, (uint32_t)msg->u.reject.code, 4);
         break;
-    case TSOCK_MSG_BATCH: put_batch(w, &msg->u.batch); break;
-    case TSOCK_MSG_RELEASE:
+    case TSOCK__MSG_BATCH: put_batch(w, &msg->u.batch); break;
+    case TSOCK__MSG_RELEASE:
         tsock__wire_put_le(w, msg->u.release.slot, 4);
         tsock__wire_put_le(w, msg->u.release.seq, 8);
         break;
-    case TSOCK_MSG_SHUTDOWN: tsock__wire_put_le(w, msg->u.shutdown.reason, 4); break;
-    case TSOCK_MSG_STATS_REQUEST: tsock__wire_put_le(w, msg->u.stats_request.request_id, 8); break;
-    case TSOCK_MSG_CONSUMER_STATS: tsock__wire_put_own_stats(w, &msg->u.consumer_stats); break;
+    case TSOCK__MSG_SHUTDOWN: tsock__wire_put_le(w, msg->u.shutdown.reason, 4); break;
+    case TSOCK__MSG_STATS_REQUEST: tsock__wire_put_le(w, msg->u.stats_request.request_id, 8); break;
+    case TSOCK__MSG_CONSUMER_STATS: tsock__wire_put_own_stats(w, &msg->u.consumer_stats); break;
     default: /* HEARTBEAT, BYE, PAUSE, RESUME, RESUMED: empty body */ break;
     }
 }
 
 int
-tsock__msg_encode(const struct tsock_msg *msg, uint8_t *buf, size_t size)
+tsock__msg_encode(const struct tsock__msg *msg, uint8_t *buf, size_t size)
 {
     struct tsock__wire_writer w = {buf, size, 0, 0};
 
@@ -282,7 +283,7 @@ tsock__msg_encode(const struct tsock_msg *msg, uint8_t *buf, size_t size)
 /* ------------------------------------------------------------------------------------------ */
 
 static void
-get_hello(struct tsock__wire_reader *r, struct tsock_msg_hello *h)
+get_hello(struct tsock__wire_reader *r, struct tsock__msg_hello *h)
 {
     h->pid = (uint32_t)tsock__wire_get_le(r, 4);
     h->flags = (uint32_t)tsock__wire_get_le(r, 4);
@@ -290,7 +291,7 @@ get_hello(struct tsock__wire_reader *r, struct tsock_msg_hello *h)
 }
 
 static void
-get_tensor(struct tsock__wire_reader *r, struct tsock_tensor_desc *t)
+get_tensor(struct tsock__wire_reader *r, struct tsock__tensor_desc *t)
 {
     tsock__wire_get_str(r, t->name, sizeof t->name);
     t->dtype = (uint8_t)tsock__wire_get_le(r, 1);
@@ -312,7 +313,7 @@ get_tensor(struct tsock__wire_reader *r, struct tsock_tensor_desc *t)
 }
 
 static void
-get_welcome(struct tsock__wire_reader *r, struct tsock_msg_welcome *m)
+get_welcome(struct tsock__wire_reader *r, struct tsock__msg_welcome *m)
 {
     m->consumer_id = tsock__wire_get_le(r, 8);
     m->batch_size = (uint32_t)tsock__wire_get_le(r, 4);
@@ -335,7 +336,7 @@ get_welcome(struct tsock__wire_reader *r, struct tsock_msg_welcome *m)
         m->attach = name;
         m->attach_len = (uint32_t)name_len;
     } else if (name_len == 0 && m->device == TSOCK_DEVICE_CUDA &&
-               m->slot_count <= TSOCK_PROTO_MAX_CUDA_SLOTS) {
+               m->slot_count <= TSOCK__PROTO_MAX_DEVICE_SLOTS) {
         /* The slot count bounds the blob, so nothing past a valid one is ever taken. */
         m->attach_len = (uint32_t)device_blob_size(m->slot_count);
         m->attach = tsock__wire_get_view(r, m->attach_len);
@@ -353,7 +354,7 @@ i32_from_u32(uint32_t v)
 }
 
 static void
-get_batch(struct tsock__wire_reader *r, struct tsock_msg_batch *b)
+get_batch(struct tsock__wire_reader *r, struct tsock__msg_batch *b)
 {
     b->slot = (uint32_t)tsock__wire_get_le(r, 4);
     b->samples = (uint32_t)tsock__wire_get_le(r, 4);
@@ -365,27 +366,29 @@ get_batch(struct tsock__wire_reader *r, struct tsock_msg_batch *b)
 }
 
 static void
-get_body(struct tsock__wire_reader *r, struct tsock_msg *msg)
+get_body(struct tsock__wire_reader *r, struct tsock__msg *msg)
 {
     switch (msg->type) {
-    case TSOCK_MSG_HELLO: get_hello(r, &msg->u.hello); break;
-    case TSOCK_MSG_WELCOME: get_welcome(r, &msg->u.welcome); break;
-    case TSOCK_MSG_REJECT:
+    case TSOCK__MSG_HELLO: get_hello(r, &msg->u.hello); break;
+    case TSOCK__MSG_WELCOME: get_welcome(r, &msg->u.welcome); break;
+    case TSOCK__MSG_REJECT:
         msg->u.reject.code = i32_from_u32((uint32_t)tsock__wire_get_le(r, 4));
         break;
-    case TSOCK_MSG_BATCH: get_batch(r, &msg->u.batch); break;
-    case TSOCK_MSG_RELEASE:
+    case TSOCK__MSG_BATCH: get_batch(r, &msg->u.batch); break;
+    case TSOCK__MSG_RELEASE:
         msg->u.release.slot = (uint32_t)tsock__wire_get_le(r, 4);
         msg->u.release.seq = tsock__wire_get_le(r, 8);
         break;
-    case TSOCK_MSG_HEARTBEAT:
-    case TSOCK_MSG_BYE:
-    case TSOCK_MSG_PAUSE:
-    case TSOCK_MSG_RESUME:
-    case TSOCK_MSG_RESUMED: break;
-    case TSOCK_MSG_SHUTDOWN: msg->u.shutdown.reason = (uint32_t)tsock__wire_get_le(r, 4); break;
-    case TSOCK_MSG_STATS_REQUEST: msg->u.stats_request.request_id = tsock__wire_get_le(r, 8); break;
-    case TSOCK_MSG_CONSUMER_STATS: tsock__wire_get_own_stats(r, &msg->u.consumer_stats); break;
+    case TSOCK__MSG_HEARTBEAT:
+    case TSOCK__MSG_BYE:
+    case TSOCK__MSG_PAUSE:
+    case TSOCK__MSG_RESUME:
+    case TSOCK__MSG_RESUMED: break;
+    case TSOCK__MSG_SHUTDOWN: msg->u.shutdown.reason = (uint32_t)tsock__wire_get_le(r, 4); break;
+    case TSOCK__MSG_STATS_REQUEST:
+        msg->u.stats_request.request_id = tsock__wire_get_le(r, 8);
+        break;
+    case TSOCK__MSG_CONSUMER_STATS: tsock__wire_get_own_stats(r, &msg->u.consumer_stats); break;
     default: /* unknown, or STATS_REPLY, which has a decoder of its own */ r->bad = 1; break;
     }
 }
@@ -395,14 +398,14 @@ static size_t
 body_struct_size(int type)
 {
     switch (type) {
-    case TSOCK_MSG_HELLO: return sizeof(struct tsock_msg_hello);
-    case TSOCK_MSG_WELCOME: return sizeof(struct tsock_msg_welcome);
-    case TSOCK_MSG_REJECT: return sizeof(struct tsock_msg_reject);
-    case TSOCK_MSG_BATCH: return sizeof(struct tsock_msg_batch);
-    case TSOCK_MSG_RELEASE: return sizeof(struct tsock_msg_release);
-    case TSOCK_MSG_SHUTDOWN: return sizeof(struct tsock_msg_shutdown);
-    case TSOCK_MSG_STATS_REQUEST: return sizeof(struct tsock_msg_stats_request);
-    case TSOCK_MSG_CONSUMER_STATS: return sizeof(struct tsock_msg_consumer_stats);
+    case TSOCK__MSG_HELLO: return sizeof(struct tsock__msg_hello);
+    case TSOCK__MSG_WELCOME: return sizeof(struct tsock__msg_welcome);
+    case TSOCK__MSG_REJECT: return sizeof(struct tsock__msg_reject);
+    case TSOCK__MSG_BATCH: return sizeof(struct tsock__msg_batch);
+    case TSOCK__MSG_RELEASE: return sizeof(struct tsock__msg_release);
+    case TSOCK__MSG_SHUTDOWN: return sizeof(struct tsock__msg_shutdown);
+    case TSOCK__MSG_STATS_REQUEST: return sizeof(struct tsock__msg_stats_request);
+    case TSOCK__MSG_CONSUMER_STATS: return sizeof(struct tsock__msg_consumer_stats);
     default: return 0;
     }
 }
@@ -418,13 +421,13 @@ tsock__msg_peek_type(const uint8_t *buf, size_t size)
 }
 
 int
-tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock_msg *msg)
+tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock__msg *msg)
 {
     struct tsock__wire_reader r = {buf, size, 0, 0};
 
     if (!msg || (!buf && size != 0))
         return -EINVAL;
-    memset(msg, 0, offsetof(struct tsock_msg, u));
+    memset(msg, 0, offsetof(struct tsock__msg, u));
     int type = tsock__wire_get_header(&r);
     if (type < 0)
         return type;
@@ -446,10 +449,10 @@ tsock__msg_type_name(int type)
         "?",       "HELLO",     "WELCOME",       "REJECT",      "BATCH",
         "RELEASE", "HEARTBEAT", "BYE",           "SHUTDOWN",    "PAUSE",
         "RESUME",  "RESUMED",   "STATS_REQUEST", "STATS_REPLY", "CONSUMER_STATS"};
-    _Static_assert(sizeof names / sizeof names[0] == TSOCK_MSG_TYPE_LAST + 1,
+    _Static_assert(sizeof names / sizeof names[0] == TSOCK__MSG_TYPE_LAST + 1,
                    "every message type has a name");
 
-    if (type < TSOCK_MSG_HELLO || type > TSOCK_MSG_TYPE_LAST)
+    if (type < TSOCK__MSG_HELLO || type > TSOCK__MSG_TYPE_LAST)
         return names[0];
     return names[type];
 }

@@ -13,53 +13,53 @@
 
 #include "tsock/tsock.h"
 
-#define TSOCK_PROTO_MAGIC 0x4B435354u /* "TSCK" read as a little-endian u32 */
+#define TSOCK__PROTO_MAGIC 0x4B435354u /* "TSCK" read as a little-endian u32 */
 /* 2: WELCOME carries the CUDA ring's IPC handles (device 1). */
-#define TSOCK_PROTO_VERSION 2
-#define TSOCK_PROTO_HEADER_SIZE 12
+#define TSOCK__PROTO_VERSION 2
+#define TSOCK__PROTO_HEADER_SIZE 12
 /* No valid message is larger; anything bigger is rejected before it is parsed. */
-#define TSOCK_PROTO_MAX_MESSAGE 65536
-#define TSOCK_PROTO_MAX_SHM_NAME 255
+#define TSOCK__PROTO_MAX_MESSAGE 65536
+#define TSOCK__PROTO_MAX_SHM_NAME 255
 /* A CUDA ring announces one 64-byte event handle per slot; this bound keeps a WELCOME well
- * inside TSOCK_PROTO_MAX_MESSAGE. */
-#define TSOCK_PROTO_MAX_CUDA_SLOTS 256
+ * inside TSOCK__PROTO_MAX_MESSAGE. */
+#define TSOCK__PROTO_MAX_DEVICE_SLOTS 256
 /* The attach blob of a device ring is framed as a 16-byte device id, a 64-byte memory handle and
  * one 64-byte handle per slot (docs/protocol.md); the codec checks that framing only and
  * treats every byte as opaque: what they mean is backend/cuda's business. */
-#define TSOCK_PROTO_DEVICE_ID_SIZE 16
-#define TSOCK_PROTO_HANDLE_SIZE 64
+#define TSOCK__PROTO_DEVICE_ID_SIZE 16
+#define TSOCK__PROTO_HANDLE_SIZE 64
 
-enum tsock_msg_type {
-    TSOCK_MSG_HELLO = 1,          /* consumer -> producer: join */
-    TSOCK_MSG_WELCOME = 2,        /* producer -> consumer: accepted, here is the ring */
-    TSOCK_MSG_REJECT = 3,         /* producer -> consumer: not accepted, with a code */
-    TSOCK_MSG_BATCH = 4,          /* producer -> consumer: a slot is ready for you */
-    TSOCK_MSG_RELEASE = 5,        /* consumer -> producer: done with a slot */
-    TSOCK_MSG_HEARTBEAT = 6,      /* both ways: still alive */
-    TSOCK_MSG_BYE = 7,            /* consumer -> producer: leaving */
-    TSOCK_MSG_SHUTDOWN = 8,       /* producer -> consumer: no more batches, with the reason */
-    TSOCK_MSG_PAUSE = 9,          /* consumer -> producer: between epochs, send me nothing */
-    TSOCK_MSG_RESUME = 10,        /* consumer -> producer: include me again from the next batch */
-    TSOCK_MSG_RESUMED = 11,       /* producer -> consumer: every BATCH after this one is for you */
-    TSOCK_MSG_STATS_REQUEST = 12, /* any peer -> producer: send me your figures */
-    TSOCK_MSG_STATS_REPLY = 13,   /* producer -> that peer: the figures (own codec, below) */
-    TSOCK_MSG_CONSUMER_STATS = 14 /* consumer -> producer: my own figures, every heartbeat */
+enum tsock__msg_type {
+    TSOCK__MSG_HELLO = 1,          /* consumer -> producer: join */
+    TSOCK__MSG_WELCOME = 2,        /* producer -> consumer: accepted, here is the ring */
+    TSOCK__MSG_REJECT = 3,         /* producer -> consumer: not accepted, with a code */
+    TSOCK__MSG_BATCH = 4,          /* producer -> consumer: a slot is ready for you */
+    TSOCK__MSG_RELEASE = 5,        /* consumer -> producer: done with a slot */
+    TSOCK__MSG_HEARTBEAT = 6,      /* both ways: still alive */
+    TSOCK__MSG_BYE = 7,            /* consumer -> producer: leaving */
+    TSOCK__MSG_SHUTDOWN = 8,       /* producer -> consumer: no more batches, with the reason */
+    TSOCK__MSG_PAUSE = 9,          /* consumer -> producer: between epochs, send me nothing */
+    TSOCK__MSG_RESUME = 10,        /* consumer -> producer: include me again from the next batch */
+    TSOCK__MSG_RESUMED = 11,       /* producer -> consumer: every BATCH after this one is for you */
+    TSOCK__MSG_STATS_REQUEST = 12, /* any peer -> producer: send me your figures */
+    TSOCK__MSG_STATS_REPLY = 13,   /* producer -> that peer: the figures (own codec, below) */
+    TSOCK__MSG_CONSUMER_STATS = 14 /* consumer -> producer: my own figures, every heartbeat */
 };
-#define TSOCK_MSG_TYPE_LAST TSOCK_MSG_CONSUMER_STATS
+#define TSOCK__MSG_TYPE_LAST TSOCK__MSG_CONSUMER_STATS
 
 /* Reasons carried by SHUTDOWN. */
-enum tsock_shutdown_reason {
-    TSOCK_SHUTDOWN_END = 1,    /* the stream ended normally */
-    TSOCK_SHUTDOWN_STOPPED = 2 /* the producer was stopped (signal, destroy) */
+enum tsock__shutdown_reason {
+    TSOCK__SHUTDOWN_END = 1,    /* the stream ended normally */
+    TSOCK__SHUTDOWN_STOPPED = 2 /* the producer was stopped (signal, destroy) */
 };
 
-struct tsock_msg_hello {
+struct tsock__msg_hello {
     uint32_t pid;
     uint32_t flags; /* reserved, 0 */
     char name[TSOCK_MAX_NAME + 1];
 };
 
-struct tsock_tensor_desc {
+struct tsock__tensor_desc {
     char name[TSOCK_MAX_NAME + 1];
     uint8_t dtype;
     uint8_t ndim; /* per-sample dims, 0..TSOCK_MAX_DIMS */
@@ -68,7 +68,7 @@ struct tsock_tensor_desc {
     uint64_t sample_bytes; /* bytes of one sample */
 };
 
-struct tsock_msg_welcome {
+struct tsock__msg_welcome {
     uint64_t consumer_id;
     uint32_t batch_size; /* samples per slot at most */
     uint32_t slot_count;
@@ -81,21 +81,21 @@ struct tsock_msg_welcome {
      * Opaque here, and a view, never a copy: decoded, it points into the decoded buffer (valid
      * as long as that buffer); encoded, it is read from wherever the caller keeps it. Framing:
      * a host ring's blob is its shared-memory name (2..255 name bytes, one leading '/'); a
-     * device ring's is TSOCK_PROTO_DEVICE_ID_SIZE + TSOCK_PROTO_HANDLE_SIZE * (1 + slot_count)
+     * device ring's is TSOCK__PROTO_DEVICE_ID_SIZE + TSOCK__PROTO_HANDLE_SIZE * (1 + slot_count)
      * bytes, no handle all zero. */
     const uint8_t *attach;
     uint32_t attach_len;
     uint32_t tensor_count; /* 1..TSOCK_MAX_TENSORS */
-    struct tsock_tensor_desc tensors[TSOCK_MAX_TENSORS];
+    struct tsock__tensor_desc tensors[TSOCK_MAX_TENSORS];
 };
 
-struct tsock_msg_reject {
+struct tsock__msg_reject {
     int32_t code; /* a TSOCK_E_* code */
 };
 
-#define TSOCK_BATCH_EPOCH_END 1u /* flag: last batch of its epoch */
+#define TSOCK__BATCH_EPOCH_END 1u /* flag: last batch of its epoch */
 
-struct tsock_msg_batch {
+struct tsock__msg_batch {
     uint32_t slot;
     uint32_t samples;
     uint64_t seq;
@@ -106,23 +106,23 @@ struct tsock_msg_batch {
     uint32_t flags;
 };
 
-struct tsock_msg_release {
+struct tsock__msg_release {
     uint32_t slot;
     uint64_t seq;
 };
 
-struct tsock_msg_shutdown {
+struct tsock__msg_shutdown {
     uint32_t reason;
 };
 
-struct tsock_msg_stats_request {
+struct tsock__msg_stats_request {
     uint64_t request_id; /* echoed by the reply, so a client can tell a late answer */
 };
 
 /* What a consumer knows about itself and the producer cannot see: its own batches (at its own
  * batch size) and samples returned by next, the epochs it completed, and the time it spent
  * blocked in next. */
-struct tsock_msg_consumer_stats {
+struct tsock__msg_consumer_stats {
     uint64_t batches;
     uint64_t samples;
     uint64_t epochs;
@@ -130,28 +130,28 @@ struct tsock_msg_consumer_stats {
 };
 
 /* A decoded message of any type. */
-struct tsock_msg {
+struct tsock__msg {
     uint16_t type;
     union {
-        struct tsock_msg_hello hello;
-        struct tsock_msg_welcome welcome;
-        struct tsock_msg_reject reject;
-        struct tsock_msg_batch batch;
-        struct tsock_msg_release release;
-        struct tsock_msg_shutdown shutdown;
-        struct tsock_msg_stats_request stats_request;
-        struct tsock_msg_consumer_stats consumer_stats;
+        struct tsock__msg_hello hello;
+        struct tsock__msg_welcome welcome;
+        struct tsock__msg_reject reject;
+        struct tsock__msg_batch batch;
+        struct tsock__msg_release release;
+        struct tsock__msg_shutdown shutdown;
+        struct tsock__msg_stats_request stats_request;
+        struct tsock__msg_consumer_stats consumer_stats;
     } u;
 };
 
-/* STATS_REPLY is kept out of struct tsock_msg: at up to 14 KB it would make every message
+/* STATS_REPLY is kept out of struct tsock__msg: at up to 14 KB it would make every message
  * (each BATCH, RELEASE and HEARTBEAT, zeroed on decode) that much larger, and only a stats
  * client ever receives one. It has its own encoder and decoder below. */
-#define TSOCK_STATS_MAX_CONSUMERS 64 /* entries in one reply: a producer's consumer limit */
-#define TSOCK_STATS_PAUSED 1u        /* consumer flag: paused between epochs */
-#define TSOCK_STATS_REPORTED 2u      /* consumer flag: `own` holds figures it reported */
+#define TSOCK__STATS_MAX_CONSUMERS 64 /* entries in one reply: a producer's consumer limit */
+#define TSOCK__STATS_PAUSED 1u        /* consumer flag: paused between epochs */
+#define TSOCK__STATS_REPORTED 2u      /* consumer flag: `own` holds figures it reported */
 
-struct tsock_stats_producer {
+struct tsock__stats_producer {
     uint32_t pid;
     uint32_t slots;      /* 1..1024 */
     uint32_t free_slots; /* neither held by consumers nor being filled; <= slots */
@@ -162,29 +162,29 @@ struct tsock_stats_producer {
     uint64_t uptime_ns; /* since start */
 };
 
-struct tsock_stats_consumer {
+struct tsock__stats_consumer {
     uint64_t id; /* unique within a reply */
     uint32_t pid;
-    uint32_t flags; /* TSOCK_STATS_PAUSED, TSOCK_STATS_REPORTED */
+    uint32_t flags; /* TSOCK__STATS_PAUSED, TSOCK__STATS_REPORTED */
     char name[TSOCK_MAX_NAME + 1];
     uint64_t batches, samples, released; /* producer batches sent to it, and released */
     uint32_t held;                       /* slots it holds; <= the producer's slots */
     uint64_t lag;        /* newest published seq minus the oldest seq it holds (0: none) */
     uint64_t rate_milli; /* batches released per second x 1000, over the last interval */
-    struct tsock_msg_consumer_stats own; /* as it last reported them */
+    struct tsock__msg_consumer_stats own; /* as it last reported them */
 };
 
-struct tsock_stats_reply {
+struct tsock__stats_reply {
     uint64_t request_id;
-    struct tsock_stats_producer producer;
+    struct tsock__stats_producer producer;
     char status[TSOCK_MAX_STATUS + 1]; /* the application's text, NUL-terminated */
-    uint32_t consumer_count;           /* 0..TSOCK_STATS_MAX_CONSUMERS */
-    struct tsock_stats_consumer consumers[TSOCK_STATS_MAX_CONSUMERS];
+    uint32_t consumer_count;           /* 0..TSOCK__STATS_MAX_CONSUMERS */
+    struct tsock__stats_consumer consumers[TSOCK__STATS_MAX_CONSUMERS];
 };
 
 /* Encodes `msg` into buf. Returns the byte count, -ENOBUFS when buf is too small, or -EINVAL
  * when msg itself is invalid (unknown type, name too long, too many tensors/dims). */
-int tsock__msg_encode(const struct tsock_msg *msg, uint8_t *buf, size_t size);
+int tsock__msg_encode(const struct tsock__msg *msg, uint8_t *buf, size_t size);
 
 /* Decodes one message from untrusted bytes into *msg. Returns 0, TSOCK_E_VERSION when the magic
  * is right but the version is not, or TSOCK_E_PROTOCOL for anything malformed: wrong magic,
@@ -192,16 +192,16 @@ int tsock__msg_encode(const struct tsock_msg *msg, uint8_t *buf, size_t size);
  * are not NUL-free printable strings. Never reads outside [buf, buf+size). On success `type`
  * and the union member of that type are fully written (unused bytes zeroed); the rest of the
  * union is left as it was. */
-int tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock_msg *msg);
+int tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock__msg *msg);
 
 /* Encodes a STATS_REPLY, a whole frame with its header. Returns the byte count, -ENOBUFS, or
  * -EINVAL when the reply breaks a rule the decoder checks. */
-int tsock__stats_reply_encode(const struct tsock_stats_reply *r, uint8_t *buf, size_t size);
+int tsock__stats_reply_encode(const struct tsock__stats_reply *r, uint8_t *buf, size_t size);
 
 /* Decodes a STATS_REPLY frame from untrusted bytes, with the same guarantees and return codes
  * as tsock__msg_decode (which itself refuses STATS_REPLY frames: only a stats client, using
  * this function, ever expects one). */
-int tsock__stats_reply_decode(const uint8_t *buf, size_t size, struct tsock_stats_reply *r);
+int tsock__stats_reply_decode(const uint8_t *buf, size_t size, struct tsock__stats_reply *r);
 
 /* The message type of a frame whose header is well formed (size, magic, version, length), or
  * TSOCK_E_PROTOCOL / TSOCK_E_VERSION as the decoders would report it. */

@@ -1,7 +1,7 @@
 /* STATS_REPLY: encoder and checked decoder, and the status-text check. proto.h states the
  * contract, docs/protocol.md the byte layout, wire.h the primitives both codecs share.
  *
- * STATS_REPLY has a codec of its own because it is kept out of struct tsock_msg (proto.h says
+ * STATS_REPLY has a codec of its own because it is kept out of struct tsock__msg (proto.h says
  * why). It follows the same rules as the message codec: the encoder and the decoder share one
  * set of validity rules (check_stats_reply), so the encoder refuses exactly what the decoder
  * would reject, and the encoding of a valid reply is unique, so decode(encode(r)) == r and
@@ -61,19 +61,19 @@ tsock__proto_text_ok(const char *text, size_t len)
 }
 
 static int
-check_stats_producer(const struct tsock_stats_producer *p)
+check_stats_producer(const struct tsock__stats_producer *p)
 {
-    if (p->slots < 1 || p->slots > TSOCK_WIRE_MAX_SLOTS || p->free_slots > p->slots)
+    if (p->slots < 1 || p->slots > TSOCK__WIRE_MAX_SLOTS || p->free_slots > p->slots)
         return -1;
     return p->held <= p->slots - p->free_slots ? 0 : -1;
 }
 
 static int
-check_stats_consumer(const struct tsock_stats_consumer *c, uint32_t slots)
+check_stats_consumer(const struct tsock__stats_consumer *c, uint32_t slots)
 {
     size_t len;
 
-    if (c->flags & ~(TSOCK_STATS_PAUSED | TSOCK_STATS_REPORTED))
+    if (c->flags & ~(TSOCK__STATS_PAUSED | TSOCK__STATS_REPORTED))
         return -1;
     if (tsock__wire_check_str(c->name, sizeof c->name, 0, &len) != 0)
         return -1;
@@ -81,7 +81,7 @@ check_stats_consumer(const struct tsock_stats_consumer *c, uint32_t slots)
 }
 
 static int
-check_stats_reply(const struct tsock_stats_reply *r)
+check_stats_reply(const struct tsock__stats_reply *r)
 {
     const char *end = memchr(r->status, '\0', sizeof r->status);
 
@@ -89,7 +89,7 @@ check_stats_reply(const struct tsock_stats_reply *r)
         return -1;
     if (!end || !tsock__proto_text_ok(r->status, (size_t)(end - r->status)))
         return -1;
-    if (r->consumer_count > TSOCK_STATS_MAX_CONSUMERS)
+    if (r->consumer_count > TSOCK__STATS_MAX_CONSUMERS)
         return -1;
     for (uint32_t i = 0; i < r->consumer_count; i++) {
         if (check_stats_consumer(&r->consumers[i], r->producer.slots) != 0)
@@ -104,7 +104,7 @@ check_stats_reply(const struct tsock_stats_reply *r)
 }
 
 static void
-put_stats_producer(struct tsock__wire_writer *w, const struct tsock_stats_producer *p)
+put_stats_producer(struct tsock__wire_writer *w, const struct tsock__stats_producer *p)
 {
     tsock__wire_put_le(w, p->pid, 4);
     tsock__wire_put_le(w, p->slots, 4);
@@ -122,7 +122,7 @@ put_stats_producer(struct tsock__wire_writer *w, const struct tsock_stats_produc
 }
 
 static void
-put_stats_consumer(struct tsock__wire_writer *w, const struct tsock_stats_consumer *c)
+put_stats_consumer(struct tsock__wire_writer *w, const struct tsock__stats_consumer *c)
 {
     tsock__wire_put_le(w, c->id, 8);
     tsock__wire_put_le(w, c->pid, 4);
@@ -153,13 +153,13 @@ put_text(struct tsock__wire_writer *w, const char *s)
 }
 
 int
-tsock__stats_reply_encode(const struct tsock_stats_reply *r, uint8_t *buf, size_t size)
+tsock__stats_reply_encode(const struct tsock__stats_reply *r, uint8_t *buf, size_t size)
 {
     struct tsock__wire_writer w = {buf, size, 0, 0};
 
     if (!r || (!buf && size != 0) || check_stats_reply(r) != 0)
         return -EINVAL;
-    tsock__wire_put_header(&w, TSOCK_MSG_STATS_REPLY);
+    tsock__wire_put_header(&w, TSOCK__MSG_STATS_REPLY);
     tsock__wire_put_le(&w, r->request_id, 8);
     put_stats_producer(&w, &r->producer);
     put_text(&w, r->status);
@@ -170,7 +170,7 @@ tsock__stats_reply_encode(const struct tsock_stats_reply *r, uint8_t *buf, size_
 }
 
 static void
-get_stats_producer(struct tsock__wire_reader *r, struct tsock_stats_producer *p)
+get_stats_producer(struct tsock__wire_reader *r, struct tsock__stats_producer *p)
 {
     p->pid = (uint32_t)tsock__wire_get_le(r, 4);
     p->slots = (uint32_t)tsock__wire_get_le(r, 4);
@@ -188,7 +188,7 @@ get_stats_producer(struct tsock__wire_reader *r, struct tsock_stats_producer *p)
 }
 
 static void
-get_stats_consumer(struct tsock__wire_reader *r, struct tsock_stats_consumer *c)
+get_stats_consumer(struct tsock__wire_reader *r, struct tsock__stats_consumer *c)
 {
     c->id = tsock__wire_get_le(r, 8);
     c->pid = (uint32_t)tsock__wire_get_le(r, 4);
@@ -223,7 +223,7 @@ get_text(struct tsock__wire_reader *r, char *dst)
 }
 
 int
-tsock__stats_reply_decode(const uint8_t *buf, size_t size, struct tsock_stats_reply *out)
+tsock__stats_reply_decode(const uint8_t *buf, size_t size, struct tsock__stats_reply *out)
 {
     struct tsock__wire_reader r = {buf, size, 0, 0};
 
@@ -233,13 +233,13 @@ tsock__stats_reply_decode(const uint8_t *buf, size_t size, struct tsock_stats_re
     int type = tsock__wire_get_header(&r);
     if (type < 0)
         return type;
-    if (type != TSOCK_MSG_STATS_REPLY)
+    if (type != TSOCK__MSG_STATS_REPLY)
         return TSOCK_E_PROTOCOL;
     out->request_id = tsock__wire_get_le(&r, 8);
     get_stats_producer(&r, &out->producer);
     get_text(&r, out->status);
     out->consumer_count = (uint32_t)tsock__wire_get_le(&r, 1);
-    if (out->consumer_count > TSOCK_STATS_MAX_CONSUMERS)
+    if (out->consumer_count > TSOCK__STATS_MAX_CONSUMERS)
         return TSOCK_E_PROTOCOL;
     for (uint32_t i = 0; i < out->consumer_count && !r.bad; i++)
         get_stats_consumer(&r, &out->consumers[i]);

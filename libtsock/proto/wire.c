@@ -88,8 +88,8 @@ tsock__wire_put_str(struct tsock__wire_writer *w, const char *s, size_t cap)
 void
 tsock__wire_put_header(struct tsock__wire_writer *w, int type)
 {
-    tsock__wire_put_le(w, TSOCK_PROTO_MAGIC, 4);
-    tsock__wire_put_le(w, TSOCK_PROTO_VERSION, 2);
+    tsock__wire_put_le(w, TSOCK__PROTO_MAGIC, 4);
+    tsock__wire_put_le(w, TSOCK__PROTO_VERSION, 2);
     tsock__wire_put_le(w, (uint64_t)type, 2);
     tsock__wire_put_le(w, 0, 4); /* body length, filled in by tsock__wire_finish */
 }
@@ -99,12 +99,12 @@ tsock__wire_finish(struct tsock__wire_writer *w)
 {
     if (w->overflow)
         return -ENOBUFS;
-    store_le(w->buf + 8, w->pos - TSOCK_PROTO_HEADER_SIZE, 4);
+    store_le(w->buf + 8, w->pos - TSOCK__PROTO_HEADER_SIZE, 4);
     return (int)w->pos;
 }
 
 void
-tsock__wire_put_own_stats(struct tsock__wire_writer *w, const struct tsock_msg_consumer_stats *c)
+tsock__wire_put_own_stats(struct tsock__wire_writer *w, const struct tsock__msg_consumer_stats *c)
 {
     tsock__wire_put_le(w, c->batches, 8);
     tsock__wire_put_le(w, c->samples, 8);
@@ -165,25 +165,25 @@ tsock__wire_get_header(struct tsock__wire_reader *r)
 {
     uint64_t magic, version, type, body_length;
 
-    if (r->size < TSOCK_PROTO_HEADER_SIZE || r->size > TSOCK_PROTO_MAX_MESSAGE)
+    if (r->size < TSOCK__PROTO_HEADER_SIZE || r->size > TSOCK__PROTO_MAX_MESSAGE)
         return TSOCK_E_PROTOCOL;
     magic = tsock__wire_get_le(r, 4);
     version = tsock__wire_get_le(r, 2);
     type = tsock__wire_get_le(r, 2);
     body_length = tsock__wire_get_le(r, 4);
-    if (magic != TSOCK_PROTO_MAGIC)
+    if (magic != TSOCK__PROTO_MAGIC)
         return TSOCK_E_PROTOCOL;
     /* Checked before anything else in the frame: the header layout is the same in every
      * version, so a peer of another version is told so rather than called malformed. */
-    if (version != TSOCK_PROTO_VERSION)
+    if (version != TSOCK__PROTO_VERSION)
         return TSOCK_E_VERSION;
-    if (body_length != r->size - TSOCK_PROTO_HEADER_SIZE)
+    if (body_length != r->size - TSOCK__PROTO_HEADER_SIZE)
         return TSOCK_E_PROTOCOL;
     return (int)type;
 }
 
 void
-tsock__wire_get_own_stats(struct tsock__wire_reader *r, struct tsock_msg_consumer_stats *c)
+tsock__wire_get_own_stats(struct tsock__wire_reader *r, struct tsock__msg_consumer_stats *c)
 {
     c->batches = tsock__wire_get_le(r, 8);
     c->samples = tsock__wire_get_le(r, 8);

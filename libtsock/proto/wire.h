@@ -27,7 +27,7 @@
 
 /* The most slots a ring may have. Slot numbers in BATCH and RELEASE are below it, and a
  * STATS_REPLY's producer has at most this many. */
-#define TSOCK_WIRE_MAX_SLOTS 1024u
+#define TSOCK__WIRE_MAX_SLOTS 1024u
 
 struct tsock__wire_writer {
     uint8_t *buf;
@@ -80,13 +80,13 @@ const uint8_t *tsock__wire_get_view(struct tsock__wire_reader *r, size_t n);
 void tsock__wire_get_str(struct tsock__wire_reader *r, char *dst, size_t cap);
 
 /* Reads and checks the header of the frame r covers, leaving r at the body. Returns the type,
- * or TSOCK_E_PROTOCOL (size outside 12..TSOCK_PROTO_MAX_MESSAGE, wrong magic, body length not
+ * or TSOCK_E_PROTOCOL (size outside 12..TSOCK__PROTO_MAX_MESSAGE, wrong magic, body length not
  * the rest of the frame) / TSOCK_E_VERSION (right magic, other version). */
 int tsock__wire_get_header(struct tsock__wire_reader *r);
 
 /* The CONSUMER_STATS body, which a STATS_REPLY also carries in each of its consumer entries. */
 void tsock__wire_put_own_stats(struct tsock__wire_writer *w,
-                               const struct tsock_msg_consumer_stats *c);
-void tsock__wire_get_own_stats(struct tsock__wire_reader *r, struct tsock_msg_consumer_stats *c);
+                               const struct tsock__msg_consumer_stats *c);
+void tsock__wire_get_own_stats(struct tsock__wire_reader *r, struct tsock__msg_consumer_stats *c);
 
 #endif

@@ -2,13 +2,13 @@
 #include "ring/epoch_plan.h"
 
 void
-tsock__plan_init(struct tsock_epoch_plan *p, uint64_t n, uint32_t batch, int drop_last)
+tsock__epoch_plan_init(struct tsock__epoch_plan *p, uint64_t n, uint32_t batch, int drop_last)
 {
-    *p = (struct tsock_epoch_plan){.n = n, .batch = batch ? batch : 1, .drop_last = drop_last};
+    *p = (struct tsock__epoch_plan){.n = n, .batch = batch ? batch : 1, .drop_last = drop_last};
 }
 
 uint32_t
-tsock__plan_want(const struct tsock_epoch_plan *p)
+tsock__epoch_plan_want(const struct tsock__epoch_plan *p)
 {
     if (p->n == 0)
         return p->batch;
@@ -17,7 +17,7 @@ tsock__plan_want(const struct tsock_epoch_plan *p)
 }
 
 static void
-next_epoch(struct tsock_epoch_plan *p)
+next_epoch(struct tsock__epoch_plan *p)
 {
     p->epoch++;
     p->index = 0;
@@ -25,7 +25,7 @@ next_epoch(struct tsock_epoch_plan *p)
 }
 
 int
-tsock__plan_advance(struct tsock_epoch_plan *p, uint32_t k, int free_end)
+tsock__epoch_plan_advance(struct tsock__epoch_plan *p, uint32_t k, int free_end)
 {
     p->done += k;
     p->index++;
@@ -43,7 +43,7 @@ tsock__plan_advance(struct tsock_epoch_plan *p, uint32_t k, int free_end)
 }
 
 void
-tsock__plan_cut(struct tsock_epoch_plan *p)
+tsock__epoch_plan_cut(struct tsock__epoch_plan *p)
 {
     if (p->done > 0 || p->index > 0)
         next_epoch(p);
@@ -51,7 +51,7 @@ tsock__plan_cut(struct tsock_epoch_plan *p)
 }
 
 uint64_t
-tsock__plan_batches_per_epoch(const struct tsock_epoch_plan *p)
+tsock__epoch_plan_batches_per_epoch(const struct tsock__epoch_plan *p)
 {
     if (p->n == 0)
         return 0;

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-struct tsock_epoch_plan {
+struct tsock__epoch_plan {
     uint64_t n;     /* samples per epoch; 0 in free mode */
     uint32_t batch; /* the consumer's batch size, >= 1 */
     int drop_last;  /* skip a short last batch (sampler mode only) */
@@ -21,21 +21,21 @@ struct tsock_epoch_plan {
     uint64_t skip;  /* samples to discard before the next epoch starts (drop_last's tail) */
 };
 
-void tsock__plan_init(struct tsock_epoch_plan *p, uint64_t n, uint32_t batch, int drop_last);
+void tsock__epoch_plan_init(struct tsock__epoch_plan *p, uint64_t n, uint32_t batch, int drop_last);
 
 /* Samples the next batch should hold: the batch size, cut at the epoch's end in sampler mode. */
-uint32_t tsock__plan_want(const struct tsock_epoch_plan *p);
+uint32_t tsock__epoch_plan_want(const struct tsock__epoch_plan *p);
 
 /* Records a delivered batch of k samples. Returns 1 when it ends the epoch: the plan then
  * stands at the next epoch, with `skip` set to the tail drop_last leaves out. In free mode the
  * caller says whether the batch ended the producer's epoch (`free_end`). */
-int tsock__plan_advance(struct tsock_epoch_plan *p, uint32_t k, int free_end);
+int tsock__epoch_plan_advance(struct tsock__epoch_plan *p, uint32_t k, int free_end);
 
 /* Ends the current epoch early (its producer vanished) or restarts after a pause: the next
  * batch begins a new epoch. Does nothing at an epoch boundary. */
-void tsock__plan_cut(struct tsock_epoch_plan *p);
+void tsock__epoch_plan_cut(struct tsock__epoch_plan *p);
 
 /* Batches in one epoch (0 in free mode). */
-uint64_t tsock__plan_batches_per_epoch(const struct tsock_epoch_plan *p);
+uint64_t tsock__epoch_plan_batches_per_epoch(const struct tsock__epoch_plan *p);
 
 #endif

@@ -31,7 +31,7 @@ tsock__hold_table_init(struct tsock__hold_table *t, uint32_t slots)
     if (t == NULL)
         return -EINVAL;
     memset(t, 0, sizeof *t);
-    if (slots == 0 || slots > TSOCK_RING_MAX_SLOTS)
+    if (slots == 0 || slots > TSOCK__RING_MAX_SLOTS)
         return -EINVAL;
     t->entry = calloc(slots, sizeof *t->entry);
     t->queue = calloc(slots, sizeof *t->queue);
@@ -310,7 +310,7 @@ int
 tsock__hold_table_check(const struct tsock__hold_table *t)
 {
     if (t == NULL || t->entry == NULL || t->queue == NULL || t->releases == NULL || t->slots == 0 ||
-        t->slots > TSOCK_RING_MAX_SLOTS)
+        t->slots > TSOCK__RING_MAX_SLOTS)
         return -EPROTO;
     uint32_t held = 0;
     for (uint32_t s = 0; s < t->slots; s++) {

@@ -62,7 +62,7 @@ struct tsock__hold_table {
     uint32_t held; /* slots with at least one reference */
 };
 
-/* Allocates a table for a ring of `slots` slots (1..TSOCK_RING_MAX_SLOTS), all FREE. Returns 0,
+/* Allocates a table for a ring of `slots` slots (1..TSOCK__RING_MAX_SLOTS), all FREE. Returns 0,
  * -EINVAL or -ENOMEM (the table is then empty and free is still safe). */
 int tsock__hold_table_init(struct tsock__hold_table *t, uint32_t slots);
 

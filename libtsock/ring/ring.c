@@ -18,7 +18,7 @@ consumer_bit(uint32_t consumer)
 
 /* A slot index the ring can be asked about: inside the initialised part of the table. */
 static int
-slot_ok(const struct tsock_ring *r, uint32_t slot)
+slot_ok(const struct tsock__ring *r, uint32_t slot)
 {
     return r != NULL && slot < r->count;
 }
@@ -26,13 +26,13 @@ slot_ok(const struct tsock_ring *r, uint32_t slot)
 static int
 consumer_ok(uint32_t consumer)
 {
-    return consumer < TSOCK_RING_MAX_CONSUMERS;
+    return consumer < TSOCK__RING_MAX_CONSUMERS;
 }
 
 static void
-slot_set_free(struct tsock_ring *r, struct tsock_ring_slot *s)
+slot_set_free(struct tsock__ring *r, struct tsock__ring_slot *s)
 {
-    s->state = TSOCK_SLOT_FREE;
+    s->state = TSOCK__SLOT_FREE;
     s->holders = 0;
     r->free_count++;
 }
@@ -40,7 +40,7 @@ slot_set_free(struct tsock_ring *r, struct tsock_ring_slot *s)
 /* Takes consumer's bit off a HELD slot; returns 1 when that was the last holder and the slot is
  * FREE now. The caller has checked that the bit is set. */
 static int
-slot_drop_holder(struct tsock_ring *r, struct tsock_ring_slot *s, uint32_t consumer)
+slot_drop_holder(struct tsock__ring *r, struct tsock__ring_slot *s, uint32_t consumer)
 {
     s->holders &= ~consumer_bit(consumer);
     if (s->holders != 0)
@@ -50,9 +50,9 @@ slot_drop_holder(struct tsock_ring *r, struct tsock_ring_slot *s, uint32_t consu
 }
 
 int
-tsock__ring_init(struct tsock_ring *r, uint32_t count)
+tsock__ring_init(struct tsock__ring *r, uint32_t count)
 {
-    if (r == NULL || count == 0 || count > TSOCK_RING_MAX_SLOTS)
+    if (r == NULL || count == 0 || count > TSOCK__RING_MAX_SLOTS)
         return -EINVAL;
     r->count = count;
     r->free_count = count;
@@ -60,8 +60,8 @@ tsock__ring_init(struct tsock_ring *r, uint32_t count)
     r->next_seq = 0;
     /* The whole table, not only `count` entries: tsock__ring_check can then also catch a write
      * past the ring's end, and the struct never holds leftovers of an earlier use. */
-    for (uint32_t i = 0; i < TSOCK_RING_MAX_SLOTS; i++) {
-        r->slots[i].state = TSOCK_SLOT_FREE;
+    for (uint32_t i = 0; i < TSOCK__RING_MAX_SLOTS; i++) {
+        r->slots[i].state = TSOCK__SLOT_FREE;
         r->slots[i].holders = 0;
         r->slots[i].seq = 0;
     }
@@ -69,9 +69,9 @@ tsock__ring_init(struct tsock_ring *r, uint32_t count)
 }
 
 int
-tsock__ring_acquire(struct tsock_ring *r)
+tsock__ring_acquire(struct tsock__ring *r)
 {
-    if (r == NULL || r->count == 0 || r->count > TSOCK_RING_MAX_SLOTS)
+    if (r == NULL || r->count == 0 || r->count > TSOCK__RING_MAX_SLOTS)
         return -EINVAL;
     if (r->free_count == 0)
         return -EAGAIN;
@@ -80,9 +80,9 @@ tsock__ring_acquire(struct tsock_ring *r)
      * and no slot stays cold while another is recycled over and over. */
     for (uint32_t k = 0; k < r->count; k++) {
         uint32_t i = (r->next_hint + k) % r->count;
-        if (r->slots[i].state != TSOCK_SLOT_FREE)
+        if (r->slots[i].state != TSOCK__SLOT_FREE)
             continue;
-        r->slots[i].state = TSOCK_SLOT_FILLING;
+        r->slots[i].state = TSOCK__SLOT_FILLING;
         r->free_count--;
         r->next_hint = (i + 1) % r->count;
         return (int)i;
@@ -92,11 +92,11 @@ tsock__ring_acquire(struct tsock_ring *r)
 }
 
 int
-tsock__ring_publish(struct tsock_ring *r, uint32_t slot, uint64_t holders, uint64_t *seq)
+tsock__ring_publish(struct tsock__ring *r, uint32_t slot, uint64_t holders, uint64_t *seq)
 {
-    if (!slot_ok(r, slot) || r->slots[slot].state != TSOCK_SLOT_FILLING)
+    if (!slot_ok(r, slot) || r->slots[slot].state != TSOCK__SLOT_FILLING)
         return -EINVAL;
-    struct tsock_ring_slot *s = &r->slots[slot];
+    struct tsock__ring_slot *s = &r->slots[slot];
     /* A publication with nobody to see it still takes a sequence number: the sequence is the
      * producer's batch number (tsock_batch_seq), which counts every batch published. */
     s->seq = r->next_seq++;
@@ -106,63 +106,63 @@ tsock__ring_publish(struct tsock_ring *r, uint32_t slot, uint64_t holders, uint6
         slot_set_free(r, s);
         return 0;
     }
-    s->state = TSOCK_SLOT_HELD;
+    s->state = TSOCK__SLOT_HELD;
     s->holders = holders;
     return 0;
 }
 
 int
-tsock__ring_abandon(struct tsock_ring *r, uint32_t slot)
+tsock__ring_abandon(struct tsock__ring *r, uint32_t slot)
 {
-    if (!slot_ok(r, slot) || r->slots[slot].state != TSOCK_SLOT_FILLING)
+    if (!slot_ok(r, slot) || r->slots[slot].state != TSOCK__SLOT_FILLING)
         return -EINVAL;
     slot_set_free(r, &r->slots[slot]);
     return 0;
 }
 
 int
-tsock__ring_release(struct tsock_ring *r, uint32_t slot, uint32_t consumer, uint64_t seq)
+tsock__ring_release(struct tsock__ring *r, uint32_t slot, uint32_t consumer, uint64_t seq)
 {
     if (!slot_ok(r, slot) || !consumer_ok(consumer))
         return -EINVAL;
-    struct tsock_ring_slot *s = &r->slots[slot];
+    struct tsock__ring_slot *s = &r->slots[slot];
     /* The seq comparison is what makes a late release harmless: once a slot has been freed and
      * republished, a release for its previous publication no longer matches. */
-    if (s->state != TSOCK_SLOT_HELD || s->seq != seq || (s->holders & consumer_bit(consumer)) == 0)
+    if (s->state != TSOCK__SLOT_HELD || s->seq != seq || (s->holders & consumer_bit(consumer)) == 0)
         return -ENOENT;
     return slot_drop_holder(r, s, consumer);
 }
 
 int
-tsock__ring_drop_consumer(struct tsock_ring *r, uint32_t consumer)
+tsock__ring_drop_consumer(struct tsock__ring *r, uint32_t consumer)
 {
-    if (r == NULL || r->count > TSOCK_RING_MAX_SLOTS || !consumer_ok(consumer))
+    if (r == NULL || r->count > TSOCK__RING_MAX_SLOTS || !consumer_ok(consumer))
         return -EINVAL;
     int freed = 0;
     for (uint32_t i = 0; i < r->count; i++) {
-        struct tsock_ring_slot *s = &r->slots[i];
-        if (s->state == TSOCK_SLOT_HELD && (s->holders & consumer_bit(consumer)) != 0)
+        struct tsock__ring_slot *s = &r->slots[i];
+        if (s->state == TSOCK__SLOT_HELD && (s->holders & consumer_bit(consumer)) != 0)
             freed += slot_drop_holder(r, s, consumer);
     }
     return freed;
 }
 
 int
-tsock__ring_held_by(const struct tsock_ring *r, uint32_t consumer)
+tsock__ring_held_by(const struct tsock__ring *r, uint32_t consumer)
 {
-    if (r == NULL || r->count > TSOCK_RING_MAX_SLOTS || !consumer_ok(consumer))
+    if (r == NULL || r->count > TSOCK__RING_MAX_SLOTS || !consumer_ok(consumer))
         return -EINVAL;
     int held = 0;
     for (uint32_t i = 0; i < r->count; i++) {
-        const struct tsock_ring_slot *s = &r->slots[i];
-        if (s->state == TSOCK_SLOT_HELD && (s->holders & consumer_bit(consumer)) != 0)
+        const struct tsock__ring_slot *s = &r->slots[i];
+        if (s->state == TSOCK__SLOT_HELD && (s->holders & consumer_bit(consumer)) != 0)
             held++;
     }
     return held;
 }
 
 int
-tsock__ring_holds(const struct tsock_ring *r, uint32_t slot, uint32_t consumer, uint64_t seq)
+tsock__ring_holds(const struct tsock__ring *r, uint32_t slot, uint32_t consumer, uint64_t seq)
 {
     if (!slot_ok(r, slot) || !consumer_ok(consumer))
         return -EINVAL;
@@ -170,54 +170,54 @@ tsock__ring_holds(const struct tsock_ring *r, uint32_t slot, uint32_t consumer, 
 }
 
 uint64_t
-tsock__ring_holders(const struct tsock_ring *r, uint32_t slot, uint64_t seq)
+tsock__ring_holders(const struct tsock__ring *r, uint32_t slot, uint64_t seq)
 {
     if (!slot_ok(r, slot))
         return 0;
-    const struct tsock_ring_slot *s = &r->slots[slot];
-    return s->state == TSOCK_SLOT_HELD && s->seq == seq ? s->holders : 0;
+    const struct tsock__ring_slot *s = &r->slots[slot];
+    return s->state == TSOCK__SLOT_HELD && s->seq == seq ? s->holders : 0;
 }
 
 /* A ring that init has set up (a zeroed one is not). */
 static int
-ring_ok(const struct tsock_ring *r)
+ring_ok(const struct tsock__ring *r)
 {
-    return r != NULL && r->count > 0 && r->count <= TSOCK_RING_MAX_SLOTS;
+    return r != NULL && r->count > 0 && r->count <= TSOCK__RING_MAX_SLOTS;
 }
 
 int
-tsock__ring_held_count(const struct tsock_ring *r)
+tsock__ring_held_count(const struct tsock__ring *r)
 {
     if (!ring_ok(r))
         return -EINVAL;
     int held = 0;
     for (uint32_t i = 0; i < r->count; i++)
-        held += r->slots[i].state == TSOCK_SLOT_HELD;
+        held += r->slots[i].state == TSOCK__SLOT_HELD;
     return held;
 }
 
 int
-tsock__ring_free_count(const struct tsock_ring *r)
+tsock__ring_free_count(const struct tsock__ring *r)
 {
     return ring_ok(r) ? (int)r->free_count : -EINVAL;
 }
 
 uint64_t
-tsock__ring_published(const struct tsock_ring *r)
+tsock__ring_published(const struct tsock__ring *r)
 {
     return r != NULL ? r->next_seq : 0;
 }
 
 int
-tsock__ring_oldest_seq(const struct tsock_ring *r, uint32_t consumer, uint64_t *seq)
+tsock__ring_oldest_seq(const struct tsock__ring *r, uint32_t consumer, uint64_t *seq)
 {
-    if (r == NULL || r->count > TSOCK_RING_MAX_SLOTS || !consumer_ok(consumer))
+    if (r == NULL || r->count > TSOCK__RING_MAX_SLOTS || !consumer_ok(consumer))
         return -EINVAL;
     int found = 0;
     uint64_t oldest = 0;
     for (uint32_t i = 0; i < r->count; i++) {
-        const struct tsock_ring_slot *s = &r->slots[i];
-        if (s->state != TSOCK_SLOT_HELD || (s->holders & consumer_bit(consumer)) == 0)
+        const struct tsock__ring_slot *s = &r->slots[i];
+        if (s->state != TSOCK__SLOT_HELD || (s->holders & consumer_bit(consumer)) == 0)
             continue;
         if (!found || s->seq < oldest)
             oldest = s->seq;
@@ -229,7 +229,7 @@ tsock__ring_oldest_seq(const struct tsock_ring *r, uint32_t consumer, uint64_t *
 }
 
 int
-tsock__ring_lag(const struct tsock_ring *r, uint32_t consumer, uint64_t *lag)
+tsock__ring_lag(const struct tsock__ring *r, uint32_t consumer, uint64_t *lag)
 {
     uint64_t oldest = 0;
     int found = tsock__ring_oldest_seq(r, consumer, &oldest);
@@ -244,27 +244,27 @@ tsock__ring_lag(const struct tsock_ring *r, uint32_t consumer, uint64_t *lag)
 /* One slot's own invariants: a known state, holders exactly when HELD, and a sequence number
  * that was actually handed out. */
 static int
-slot_consistent(const struct tsock_ring *r, const struct tsock_ring_slot *s)
+slot_consistent(const struct tsock__ring *r, const struct tsock__ring_slot *s)
 {
     switch (s->state) {
-    case TSOCK_SLOT_FREE:
-    case TSOCK_SLOT_FILLING: return s->holders == 0;
-    case TSOCK_SLOT_HELD: return s->holders != 0 && s->seq < r->next_seq;
+    case TSOCK__SLOT_FREE:
+    case TSOCK__SLOT_FILLING: return s->holders == 0;
+    case TSOCK__SLOT_HELD: return s->holders != 0 && s->seq < r->next_seq;
     default: return 0;
     }
 }
 
 /* The table past `count` is never used; anything there means a write out of bounds. */
 static int
-unused_slot_clean(const struct tsock_ring_slot *s)
+unused_slot_clean(const struct tsock__ring_slot *s)
 {
-    return s->state == TSOCK_SLOT_FREE && s->holders == 0 && s->seq == 0;
+    return s->state == TSOCK__SLOT_FREE && s->holders == 0 && s->seq == 0;
 }
 
 int
-tsock__ring_check(const struct tsock_ring *r)
+tsock__ring_check(const struct tsock__ring *r)
 {
-    if (r == NULL || r->count == 0 || r->count > TSOCK_RING_MAX_SLOTS)
+    if (r == NULL || r->count == 0 || r->count > TSOCK__RING_MAX_SLOTS)
         return -EPROTO;
     if (r->next_hint >= r->count)
         return -EPROTO;
@@ -272,9 +272,9 @@ tsock__ring_check(const struct tsock_ring *r)
     for (uint32_t i = 0; i < r->count; i++) {
         if (!slot_consistent(r, &r->slots[i]))
             return -EPROTO;
-        free_slots += r->slots[i].state == TSOCK_SLOT_FREE;
+        free_slots += r->slots[i].state == TSOCK__SLOT_FREE;
     }
-    for (uint32_t i = r->count; i < TSOCK_RING_MAX_SLOTS; i++) {
+    for (uint32_t i = r->count; i < TSOCK__RING_MAX_SLOTS; i++) {
         if (!unused_slot_clean(&r->slots[i]))
             return -EPROTO;
     }

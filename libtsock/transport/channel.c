@@ -30,9 +30,9 @@ struct tsock__channel {
     char ipc_file[TSOCK__ENDPOINT_MAX];
     ino_t ipc_inode;
     struct watched_peer peers[TSOCK__CHANNEL_MAX_PEERS];
-    struct tsock_frame frame;             /* the frame being handled */
-    struct tsock_msg msg;                 /* its decoding */
-    uint8_t out[TSOCK_PROTO_MAX_MESSAGE]; /* the message being sent */
+    struct tsock__frame frame;             /* the frame being handled */
+    struct tsock__msg msg;                 /* its decoding */
+    uint8_t out[TSOCK__PROTO_MAX_MESSAGE]; /* the message being sent */
 };
 
 const char *
@@ -181,7 +181,7 @@ tsock__channel_unwatch(struct tsock__channel *ch, int peer)
 
 /* The watched index of the peer a frame came from, or -1. */
 static int
-find_peer(const struct tsock__channel *ch, const struct tsock_frame *f)
+find_peer(const struct tsock__channel *ch, const struct tsock__frame *f)
 {
     for (int i = 0; i < TSOCK__CHANNEL_MAX_PEERS; i++) {
         const struct watched_peer *w = &ch->peers[i];
@@ -203,13 +203,13 @@ send_bytes(struct tsock__channel *ch, const struct tsock__peer_id *to, const uin
 }
 
 static int
-encode(struct tsock__channel *ch, const struct tsock_msg *m)
+encode(struct tsock__channel *ch, const struct tsock__msg *m)
 {
     return tsock__msg_encode(m, ch->out, sizeof ch->out);
 }
 
 int
-tsock__channel_send(struct tsock__channel *ch, int peer, const struct tsock_msg *m)
+tsock__channel_send(struct tsock__channel *ch, int peer, const struct tsock__msg *m)
 {
     if (ch->routed && (peer < 0 || peer >= TSOCK__CHANNEL_MAX_PEERS || !ch->peers[peer].active))
         return -EHOSTUNREACH;
@@ -220,7 +220,7 @@ tsock__channel_send(struct tsock__channel *ch, int peer, const struct tsock_msg 
 }
 
 uint64_t
-tsock__channel_send_many(struct tsock__channel *ch, uint64_t peers, const struct tsock_msg *m)
+tsock__channel_send_many(struct tsock__channel *ch, uint64_t peers, const struct tsock__msg *m)
 {
     int n = encode(ch, m);
     if (n < 0)
@@ -239,7 +239,7 @@ tsock__channel_send_many(struct tsock__channel *ch, uint64_t peers, const struct
 
 int
 tsock__channel_reply(struct tsock__channel *ch, const struct tsock__peer_id *to,
-                     const struct tsock_msg *m)
+                     const struct tsock__msg *m)
 {
     int n = encode(ch, m);
     return n < 0 ? n : send_bytes(ch, to, ch->out, (size_t)n);
@@ -280,14 +280,14 @@ tsock__channel_wake(struct tsock__channel *ch)
 static void
 handle_frame(struct tsock__channel *ch)
 {
-    const struct tsock_frame *f = &ch->frame;
+    const struct tsock__frame *f = &ch->frame;
     struct tsock__peer_id from = {.len = f->id_len};
     memcpy(from.bytes, f->id, f->id_len);
     int peer = find_peer(ch, f);
     int err =
         f->parts != 1 || f->oversized || (ch->routed && f->id_len == 0) ? TSOCK_E_PROTOCOL : 0;
     int type = err ? err : tsock__msg_peek_type(f->data, f->size);
-    if (type == TSOCK_MSG_STATS_REPLY && ch->h.on_stats_reply) {
+    if (type == TSOCK__MSG_STATS_REPLY && ch->h.on_stats_reply) {
         ch->h.on_stats_reply(ch->h.ctx, f->data, f->size);
         return;
     }
@@ -309,8 +309,8 @@ handle_frame(struct tsock__channel *ch)
 static void
 beat(struct tsock__channel *ch, uint64_t now)
 {
-    struct tsock_msg hb;
-    hb.type = TSOCK_MSG_HEARTBEAT;
+    struct tsock__msg hb;
+    hb.type = TSOCK__MSG_HEARTBEAT;
     int n = encode(ch, &hb);
     for (int i = 0; i < TSOCK__CHANNEL_MAX_PEERS; i++) {
         struct watched_peer *w = &ch->peers[i];

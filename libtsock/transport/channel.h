@@ -37,12 +37,12 @@ struct tsock__channel;
 
 /* A decoded message from `from`; `peer` is its watched index, or -1 when it is not watched. */
 typedef void (*tsock__channel_msg_fn)(void *ctx, const struct tsock__peer_id *from, int peer,
-                                      const struct tsock_msg *m);
+                                      const struct tsock__msg *m);
 
 struct tsock__channel_handlers {
     void *ctx; /* passed to every handler */
     /* One per message type; a type without a handler goes to on_unexpected. */
-    tsock__channel_msg_fn on[TSOCK_MSG_TYPE_LAST + 1];
+    tsock__channel_msg_fn on[TSOCK__MSG_TYPE_LAST + 1];
     tsock__channel_msg_fn on_unexpected;
     /* A frame that is no valid message (err: TSOCK_E_PROTOCOL or TSOCK_E_VERSION). */
     void (*on_malformed)(void *ctx, const struct tsock__peer_id *from, int peer, size_t size,
@@ -92,16 +92,16 @@ void tsock__channel_unwatch(struct tsock__channel *ch, int peer);
 /* Sends to a watched peer (on a DEALER, `peer` is ignored: its one peer). Never blocks.
  * Returns 0, -EHOSTUNREACH (the peer's connection is gone), -EAGAIN (its queue is full) or
  * another negative code. */
-int tsock__channel_send(struct tsock__channel *ch, int peer, const struct tsock_msg *m);
+int tsock__channel_send(struct tsock__channel *ch, int peer, const struct tsock__msg *m);
 
 /* Encodes `m` once and sends it to every watched peer in `peers` (bit i: peer i). Returns the
  * peers whose send failed. */
 uint64_t tsock__channel_send_many(struct tsock__channel *ch, uint64_t peers,
-                                  const struct tsock_msg *m);
+                                  const struct tsock__msg *m);
 
 /* Answers any peer, watched or not, best effort (REJECT, WELCOME, STATS_REPLY frames). */
 int tsock__channel_reply(struct tsock__channel *ch, const struct tsock__peer_id *to,
-                         const struct tsock_msg *m);
+                         const struct tsock__msg *m);
 int tsock__channel_reply_frame(struct tsock__channel *ch, const struct tsock__peer_id *to,
                                const uint8_t *frame, size_t size);
 

@@ -21,7 +21,7 @@ set_int(void *sock, int option, int value)
 static void
 set_common_options(void *sock)
 {
-    int64_t max_message = TSOCK_PROTO_MAX_MESSAGE + 64;
+    int64_t max_message = TSOCK__PROTO_MAX_MESSAGE + 64;
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max_message, sizeof max_message);
     set_int(sock, ZMQ_LINGER, 0);
     set_int(sock, ZMQ_SNDHWM, 100000);
@@ -86,9 +86,9 @@ tsock__send_frame(void *sock, const uint8_t *id, size_t id_len, const uint8_t *f
 }
 
 int
-tsock__send(void *sock, const uint8_t *id, size_t id_len, const struct tsock_msg *msg)
+tsock__send(void *sock, const uint8_t *id, size_t id_len, const struct tsock__msg *msg)
 {
-    uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
+    uint8_t buf[TSOCK__PROTO_MAX_MESSAGE];
     int n = tsock__msg_encode(msg, buf, sizeof buf);
     if (n < 0)
         return n;
@@ -115,7 +115,7 @@ recv_part(void *sock, uint8_t *buf, size_t cap, size_t *size, int *more, int fla
 }
 
 int
-tsock__recv(void *sock, int routed, struct tsock_frame *f)
+tsock__recv(void *sock, int routed, struct tsock__frame *f)
 {
     int more = 0, err;
     f->id_len = 0;

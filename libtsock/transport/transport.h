@@ -1,6 +1,6 @@
-/* ZeroMQ plumbing shared by the producer and consumer engines: endpoints, sockets, sending
- * and receiving whole tsock messages, and the wake-up fd that lets an API thread nudge a
- * service thread blocked in zmq_poll. Knows ZeroMQ and proto/, nothing about slots. */
+/* The channel's socket-level plumbing, private to transport/: endpoints, sockets, sending and
+ * receiving whole frames, and the eventfd that wakes a thread blocked in zmq_poll. The engines
+ * use channel.h instead. Knows ZeroMQ and proto/, nothing about slots. */
 #ifndef TSOCK_TRANSPORT_H
 #define TSOCK_TRANSPORT_H
 
@@ -9,18 +9,18 @@
 #include <sys/types.h>
 
 #include "proto/proto.h"
+#include "transport/channel.h"
 
-#define TSOCK_ENDPOINT_MAX 512
-#define TSOCK_ROUTING_ID_MAX 255
+#define TSOCK__ROUTING_ID_MAX 255
 
 /* One received message: the routing id (ROUTER side only) and the first payload frame. */
-struct tsock_frame {
-    uint8_t id[TSOCK_ROUTING_ID_MAX];
+struct tsock__frame {
+    uint8_t id[TSOCK__ROUTING_ID_MAX];
     size_t id_len;
     size_t size;
     int parts;     /* payload frames in the message (exactly 1 is valid) */
     int oversized; /* the payload was larger than data[] and was not copied */
-    uint8_t data[TSOCK_PROTO_MAX_MESSAGE];
+    uint8_t data[TSOCK__PROTO_MAX_MESSAGE];
 };
 
 /* The path of an "ipc://" endpoint, or NULL for any other transport. */
@@ -40,14 +40,14 @@ void tsock__socket_close(void *sock, int linger_ms);
 /* Encodes and sends one message, prefixed by a routing id when id != NULL. Never blocks.
  * Returns 0, -EHOSTUNREACH (unknown or vanished peer), -EAGAIN (peer's queue full), or another
  * negated errno. */
-int tsock__send(void *sock, const uint8_t *id, size_t id_len, const struct tsock_msg *msg);
+int tsock__send(void *sock, const uint8_t *id, size_t id_len, const struct tsock__msg *msg);
 
 /* Sends one frame already encoded (a STATS_REPLY), as tsock__send does. */
 int tsock__send_frame(void *sock, const uint8_t *id, size_t id_len, const uint8_t *frame, size_t n);
 
 /* Receives one whole message without blocking. Returns 1 when *f holds one, 0 when nothing
  * is waiting, or a negated errno. `routed`: the socket prefixes a routing id (ROUTER). */
-int tsock__recv(void *sock, int routed, struct tsock_frame *f);
+int tsock__recv(void *sock, int routed, struct tsock__frame *f);
 
 /* An eventfd an API thread signals to wake a service thread out of zmq_poll. */
 int tsock__wake_open(void);

@@ -18,8 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static int
 test_stats_reply(const uint8_t *data, size_t size)
 {
-    static uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
-    static struct tsock_stats_reply first, again;
+    static uint8_t buf[TSOCK__PROTO_MAX_MESSAGE];
+    static struct tsock__stats_reply first, again;
     int r = tsock__stats_reply_decode(data, size, &first);
     int n;
 
@@ -40,8 +40,8 @@ test_stats_reply(const uint8_t *data, size_t size)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
-    static struct tsock_msg first, again;
+    static uint8_t buf[TSOCK__PROTO_MAX_MESSAGE];
+    static struct tsock__msg first, again;
     /* The decoder writes only the decoded type's part of the message: start both from zero so
      * that they compare whole. */
     memset(&first, 0, sizeof first);
@@ -49,7 +49,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int r = tsock__msg_decode(data, size, &first);
     int n;
 
-    if (tsock__msg_peek_type(data, size) == TSOCK_MSG_STATS_REPLY) {
+    if (tsock__msg_peek_type(data, size) == TSOCK__MSG_STATS_REPLY) {
         if (r != TSOCK_E_PROTOCOL) /* the generic decoder never takes one */
             abort();
         return test_stats_reply(data, size);
@@ -68,8 +68,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (tsock__msg_decode(buf, (size_t)n, &again) != 0)
         abort();
     /* A WELCOME's attach blob is a view of the bytes decoded: equal content, other buffer. */
-    if (first.type == TSOCK_MSG_WELCOME) {
-        const struct tsock_msg_welcome *a = &first.u.welcome, *b = &again.u.welcome;
+    if (first.type == TSOCK__MSG_WELCOME) {
+        const struct tsock__msg_welcome *a = &first.u.welcome, *b = &again.u.welcome;
         if (a->attach_len != b->attach_len ||
             (a->attach_len && memcmp(a->attach, b->attach, a->attach_len) != 0))
             abort();

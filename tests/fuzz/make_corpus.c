@@ -23,7 +23,7 @@ static void
 emit(const char *dir, const char *name, const uint8_t *bytes, size_t len)
 {
     char path[4096];
-    uint8_t old[TSOCK_PROTO_MAX_MESSAGE + 1];
+    uint8_t old[TSOCK__PROTO_MAX_MESSAGE + 1];
     FILE *f;
 
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -55,9 +55,9 @@ store_le(uint8_t *p, uint64_t v, unsigned n)
 
 /* Encodes m into buf; aborts when the encoder refuses it (a bug in this program). */
 static size_t
-encode(const struct tsock_msg *m, uint8_t *buf)
+encode(const struct tsock__msg *m, uint8_t *buf)
 {
-    int n = tsock__msg_encode(m, buf, TSOCK_PROTO_MAX_MESSAGE);
+    int n = tsock__msg_encode(m, buf, TSOCK__PROTO_MAX_MESSAGE);
 
     if (n < 0) {
         fprintf(stderr, "make_corpus: encoding a %s failed: %d\n", tsock__msg_type_name(m->type),
@@ -68,15 +68,15 @@ encode(const struct tsock_msg *m, uint8_t *buf)
 }
 
 static void
-put(const char *dir, const char *name, const struct tsock_msg *m)
+put(const char *dir, const char *name, const struct tsock__msg *m)
 {
-    uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
+    uint8_t buf[TSOCK__PROTO_MAX_MESSAGE];
 
     emit(dir, name, buf, encode(m, buf));
 }
 
 static void
-set_tensor(struct tsock_tensor_desc *t, const char *name, int dtype, int ndim, const int64_t *dims,
+set_tensor(struct tsock__tensor_desc *t, const char *name, int dtype, int ndim, const int64_t *dims,
            uint64_t offset, uint64_t sample_bytes)
 {
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -91,13 +91,13 @@ set_tensor(struct tsock_tensor_desc *t, const char *name, int dtype, int ndim, c
 /* ImageNet-like: 32 images of 3x224x224 bytes and 32 int64 labels per slot, 8 slots, a sampler
  * over the 1 281 167 training images. */
 static void
-welcome(struct tsock_msg *m)
+welcome(struct tsock__msg *m)
 {
     static const int64_t chw[3] = {3, 224, 224};
-    struct tsock_msg_welcome *w = &m->u.welcome;
+    struct tsock__msg_welcome *w = &m->u.welcome;
 
     memset(m, 0, sizeof *m);
-    m->type = TSOCK_MSG_WELCOME;
+    m->type = TSOCK__MSG_WELCOME;
     w->consumer_id = 3;
     w->batch_size = 32;
     w->slot_count = 8;
@@ -116,22 +116,22 @@ welcome(struct tsock_msg *m)
 
 /* The largest message: 16 tensors of 8 dims, every dtype, names and ring name at full length. */
 static void
-welcome_max(struct tsock_msg *m)
+welcome_max(struct tsock__msg *m)
 {
     static const uint64_t size[13] = {0, 1, 1, 2, 4, 8, 2, 4, 8, 2, 4, 8, 2};
     static const int64_t dims[8] = {1, 2, 1, 1, 1, 1, 1, 3};
-    struct tsock_msg_welcome *w = &m->u.welcome;
+    struct tsock__msg_welcome *w = &m->u.welcome;
     uint64_t offset = 0;
 
     memset(m, 0, sizeof *m);
-    m->type = TSOCK_MSG_WELCOME;
+    m->type = TSOCK__MSG_WELCOME;
     w->consumer_id = UINT64_MAX;
     w->batch_size = 1000;
     w->slot_count = 1024;
     w->heartbeat_ms = 1000;
     w->device = TSOCK_DEVICE_CPU;
     w->samples = UINT64_MAX;
-    static uint8_t ring_name[TSOCK_PROTO_MAX_SHM_NAME];
+    static uint8_t ring_name[TSOCK__PROTO_MAX_SHM_NAME];
     ring_name[0] = '/';
     memset(ring_name + 1, 'r', sizeof ring_name - 1);
     w->attach = ring_name;
@@ -151,37 +151,37 @@ welcome_max(struct tsock_msg *m)
 
 /* Two consumers (one paused, one that reported its figures) and an application status. */
 static void
-stats_reply(struct tsock_stats_reply *r)
+stats_reply(struct tsock__stats_reply *r)
 {
     memset(r, 0, sizeof *r);
     r->request_id = 0x5EED;
-    r->producer = (struct tsock_stats_producer){4242, 8, 3, 4, 1000,        32000,       1,
-                                                1990, 3, 1, 0, 1500000000u, 60000000000u};
+    r->producer = (struct tsock__stats_producer){4242, 8, 3, 4, 1000,        32000,       1,
+                                                 1990, 3, 1, 0, 1500000000u, 60000000000u};
     snprintf(r->status, sizeof r->status, "{\"images_per_s\":2410.5,\"cpu_percent\":715}");
     r->consumer_count = 2;
-    r->consumers[0] = (struct tsock_stats_consumer){.id = 0,
-                                                    .pid = 4300,
-                                                    .flags = TSOCK_STATS_REPORTED,
-                                                    .batches = 1000,
-                                                    .samples = 32000,
-                                                    .released = 998,
-                                                    .held = 2,
-                                                    .lag = 1,
-                                                    .rate_milli = 75250,
-                                                    .own = {998, 31936, 1, 2000000}};
+    r->consumers[0] = (struct tsock__stats_consumer){.id = 0,
+                                                     .pid = 4300,
+                                                     .flags = TSOCK__STATS_REPORTED,
+                                                     .batches = 1000,
+                                                     .samples = 32000,
+                                                     .released = 998,
+                                                     .held = 2,
+                                                     .lag = 1,
+                                                     .rate_milli = 75250,
+                                                     .own = {998, 31936, 1, 2000000}};
     snprintf(r->consumers[0].name, sizeof r->consumers[0].name, "resnet50");
-    r->consumers[1] = (struct tsock_stats_consumer){.id = 2,
-                                                    .pid = 4301,
-                                                    .flags = TSOCK_STATS_PAUSED,
-                                                    .batches = 200,
-                                                    .samples = 6400,
-                                                    .released = 200};
+    r->consumers[1] = (struct tsock__stats_consumer){.id = 2,
+                                                     .pid = 4301,
+                                                     .flags = TSOCK__STATS_PAUSED,
+                                                     .batches = 200,
+                                                     .samples = 6400,
+                                                     .released = 200};
 }
 
 static void
-put_reply(const char *dir, const char *name, const struct tsock_stats_reply *r)
+put_reply(const char *dir, const char *name, const struct tsock__stats_reply *r)
 {
-    uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
+    uint8_t buf[TSOCK__PROTO_MAX_MESSAGE];
     int n = tsock__stats_reply_encode(r, buf, sizeof buf);
 
     if (n < 0) {
@@ -194,7 +194,7 @@ put_reply(const char *dir, const char *name, const struct tsock_stats_reply *r)
 static void
 stats_replies(const char *dir)
 {
-    static struct tsock_stats_reply r;
+    static struct tsock__stats_reply r;
 
     stats_reply(&r);
     put_reply(dir, "stats-reply.bin", &r);
@@ -207,33 +207,33 @@ stats_replies(const char *dir)
 /* welcome()'s ring in device memory: no shm name; a device UUID, the ring's memory handle and
  * one event handle per slot, each with recognisable non-zero bytes. */
 static void
-welcome_cuda(struct tsock_msg *m)
+welcome_cuda(struct tsock__msg *m)
 {
-    struct tsock_msg_welcome *w = &m->u.welcome;
+    struct tsock__msg_welcome *w = &m->u.welcome;
 
     welcome(m);
     w->device = TSOCK_DEVICE_CUDA;
-    static uint8_t blob[TSOCK_PROTO_DEVICE_ID_SIZE + 9 * TSOCK_PROTO_HANDLE_SIZE];
-    uint8_t *mem = blob + TSOCK_PROTO_DEVICE_ID_SIZE, *events = mem + TSOCK_PROTO_HANDLE_SIZE;
-    for (int i = 0; i < TSOCK_PROTO_DEVICE_ID_SIZE; i++)
+    static uint8_t blob[TSOCK__PROTO_DEVICE_ID_SIZE + 9 * TSOCK__PROTO_HANDLE_SIZE];
+    uint8_t *mem = blob + TSOCK__PROTO_DEVICE_ID_SIZE, *events = mem + TSOCK__PROTO_HANDLE_SIZE;
+    for (int i = 0; i < TSOCK__PROTO_DEVICE_ID_SIZE; i++)
         blob[i] = (uint8_t)(0xA0 + i);
-    for (int i = 0; i < TSOCK_PROTO_HANDLE_SIZE; i++)
+    for (int i = 0; i < TSOCK__PROTO_HANDLE_SIZE; i++)
         mem[i] = (uint8_t)(i + 1);
     for (uint32_t s = 0; s < w->slot_count; s++)
-        memset(events + (size_t)s * TSOCK_PROTO_HANDLE_SIZE, (int)(0xE0 + s),
-               TSOCK_PROTO_HANDLE_SIZE);
+        memset(events + (size_t)s * TSOCK__PROTO_HANDLE_SIZE, (int)(0xE0 + s),
+               TSOCK__PROTO_HANDLE_SIZE);
     w->attach = blob;
-    w->attach_len = (uint32_t)(TSOCK_PROTO_DEVICE_ID_SIZE +
-                               (1 + (size_t)w->slot_count) * TSOCK_PROTO_HANDLE_SIZE);
+    w->attach_len = (uint32_t)(TSOCK__PROTO_DEVICE_ID_SIZE +
+                               (1 + (size_t)w->slot_count) * TSOCK__PROTO_HANDLE_SIZE);
 }
 
 static void
 valid(const char *dir)
 {
-    struct tsock_msg m;
+    struct tsock__msg m;
 
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_HELLO;
+    m.type = TSOCK__MSG_HELLO;
     m.u.hello.pid = 4242;
     snprintf(m.u.hello.name, sizeof m.u.hello.name, "trainer-0");
     put(dir, "hello.bin", &m);
@@ -250,14 +250,14 @@ valid(const char *dir)
     put(dir, "welcome-cuda.bin", &m);
 
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_REJECT;
+    m.type = TSOCK__MSG_REJECT;
     m.u.reject.code = TSOCK_E_VERSION;
     put(dir, "reject-version.bin", &m);
     m.u.reject.code = TSOCK_E_FULL;
     put(dir, "reject-full.bin", &m);
 
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_BATCH;
+    m.type = TSOCK__MSG_BATCH;
     m.u.batch.slot = 5;
     m.u.batch.samples = 32;
     m.u.batch.seq = 1000;
@@ -268,7 +268,7 @@ valid(const char *dir)
     m.u.batch.samples = 17;
     m.u.batch.index_in_epoch = 40036;
     m.u.batch.position = 2 * 1281167 + 40036 * 32;
-    m.u.batch.flags = TSOCK_BATCH_EPOCH_END;
+    m.u.batch.flags = TSOCK__BATCH_EPOCH_END;
     put(dir, "batch-epoch-end.bin", &m);
     m.u.batch.slot = 1023;
     m.u.batch.samples = UINT32_MAX;
@@ -279,37 +279,37 @@ valid(const char *dir)
     put(dir, "batch-max.bin", &m);
 
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_RELEASE;
+    m.type = TSOCK__MSG_RELEASE;
     m.u.release.slot = 5;
     m.u.release.seq = 1000;
     put(dir, "release.bin", &m);
 
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_HEARTBEAT;
+    m.type = TSOCK__MSG_HEARTBEAT;
     put(dir, "heartbeat.bin", &m);
-    m.type = TSOCK_MSG_BYE;
+    m.type = TSOCK__MSG_BYE;
     put(dir, "bye.bin", &m);
-    m.type = TSOCK_MSG_PAUSE;
+    m.type = TSOCK__MSG_PAUSE;
     put(dir, "pause.bin", &m);
-    m.type = TSOCK_MSG_RESUME;
+    m.type = TSOCK__MSG_RESUME;
     put(dir, "resume.bin", &m);
-    m.type = TSOCK_MSG_RESUMED;
+    m.type = TSOCK__MSG_RESUMED;
     put(dir, "resumed.bin", &m);
 
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_SHUTDOWN;
-    m.u.shutdown.reason = TSOCK_SHUTDOWN_END;
+    m.type = TSOCK__MSG_SHUTDOWN;
+    m.u.shutdown.reason = TSOCK__SHUTDOWN_END;
     put(dir, "shutdown-end.bin", &m);
-    m.u.shutdown.reason = TSOCK_SHUTDOWN_STOPPED;
+    m.u.shutdown.reason = TSOCK__SHUTDOWN_STOPPED;
     put(dir, "shutdown-stopped.bin", &m);
 
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_STATS_REQUEST;
+    m.type = TSOCK__MSG_STATS_REQUEST;
     m.u.stats_request.request_id = 0x5EED;
     put(dir, "stats-request.bin", &m);
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_CONSUMER_STATS;
-    m.u.consumer_stats = (struct tsock_msg_consumer_stats){40036, 1281167, 1, 2500000000u};
+    m.type = TSOCK__MSG_CONSUMER_STATS;
+    m.u.consumer_stats = (struct tsock__msg_consumer_stats){40036, 1281167, 1, 2500000000u};
     put(dir, "consumer-stats.bin", &m);
     stats_replies(dir);
 }
@@ -319,8 +319,8 @@ valid(const char *dir)
 static void
 stats_malformed(const char *dir)
 {
-    static struct tsock_stats_reply r;
-    uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
+    static struct tsock__stats_reply r;
+    uint8_t buf[TSOCK__PROTO_MAX_MESSAGE];
     int n;
 
     stats_reply(&r);
@@ -332,19 +332,19 @@ stats_malformed(const char *dir)
     store_le(buf + 12 + 20, 9, 4); /* held 9 of 8 slots */
     emit(dir, "bad-stats-reply-held.bin", buf, (size_t)n);
     n = tsock__stats_reply_encode(&r, buf, sizeof buf);
-    buf[12 + 96 + 2 + strlen(r.status)] = TSOCK_STATS_MAX_CONSUMERS + 1;
+    buf[12 + 96 + 2 + strlen(r.status)] = TSOCK__STATS_MAX_CONSUMERS + 1;
     emit(dir, "bad-stats-reply-count.bin", buf, (size_t)n);
 }
 
 static void
 malformed(const char *dir)
 {
-    uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
-    struct tsock_msg m;
+    uint8_t buf[TSOCK__PROTO_MAX_MESSAGE];
+    struct tsock__msg m;
     size_t n;
 
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_BATCH;
+    m.type = TSOCK__MSG_BATCH;
     m.u.batch.samples = 1;
     n = encode(&m, buf);
     buf[3] = 'X';
@@ -353,34 +353,34 @@ malformed(const char *dir)
     store_le(buf + 4, 1, 2); /* a peer of protocol version 1 */
     emit(dir, "bad-version.bin", buf, n);
     n = encode(&m, buf);
-    store_le(buf + 6, TSOCK_MSG_TYPE_LAST + 1, 2);
+    store_le(buf + 6, TSOCK__MSG_TYPE_LAST + 1, 2);
     emit(dir, "bad-type.bin", buf, n);
     n = encode(&m, buf);
     store_le(buf + 8, 0xFFFFFFF0u, 4);
     emit(dir, "bad-length.bin", buf, n);
     n = encode(&m, buf);
     buf[n] = 0;
-    store_le(buf + 8, n + 1 - TSOCK_PROTO_HEADER_SIZE, 4);
+    store_le(buf + 8, n + 1 - TSOCK__PROTO_HEADER_SIZE, 4);
     emit(dir, "bad-trailing.bin", buf, n + 1);
     emit(dir, "bad-empty.bin", buf, 0);
     /* The BATCH layout without `position` (40-byte body): flags moved up over it. */
     n = encode(&m, buf);
-    memmove(buf + TSOCK_PROTO_HEADER_SIZE + 32, buf + TSOCK_PROTO_HEADER_SIZE + 40, 4);
+    memmove(buf + TSOCK__PROTO_HEADER_SIZE + 32, buf + TSOCK__PROTO_HEADER_SIZE + 40, 4);
     n -= 8;
-    store_le(buf + 8, n - TSOCK_PROTO_HEADER_SIZE, 4);
+    store_le(buf + 8, n - TSOCK__PROTO_HEADER_SIZE, 4);
     emit(dir, "bad-batch-no-position.bin", buf, n);
     /* A message with an empty body carrying one, announced and not. */
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_PAUSE;
+    m.type = TSOCK__MSG_PAUSE;
     n = encode(&m, buf);
     memset(buf + n, 0, 4);
     store_le(buf + 8, 4, 4);
     emit(dir, "bad-pause-body.bin", buf, n + 4);
-    m.type = TSOCK_MSG_RESUMED;
+    m.type = TSOCK__MSG_RESUMED;
     n = encode(&m, buf);
     buf[n] = 0;
     emit(dir, "bad-resumed-trailing.bin", buf, n + 1);
-    m.type = TSOCK_MSG_RESUME;
+    m.type = TSOCK__MSG_RESUME;
     n = encode(&m, buf);
     emit(dir, "bad-resume-truncated.bin", buf, n - 1);
 
@@ -393,24 +393,24 @@ malformed(const char *dir)
     emit(dir, "bad-ring-bytes.bin", buf, n);
     /* The WELCOME layout without `samples`: the shm name moved up over it. */
     n = encode(&m, buf);
-    memmove(buf + TSOCK_PROTO_HEADER_SIZE + 40, buf + TSOCK_PROTO_HEADER_SIZE + 48,
-            n - TSOCK_PROTO_HEADER_SIZE - 48);
+    memmove(buf + TSOCK__PROTO_HEADER_SIZE + 40, buf + TSOCK__PROTO_HEADER_SIZE + 48,
+            n - TSOCK__PROTO_HEADER_SIZE - 48);
     n -= 8;
-    store_le(buf + 8, n - TSOCK_PROTO_HEADER_SIZE, 4);
+    store_le(buf + 8, n - TSOCK__PROTO_HEADER_SIZE, 4);
     emit(dir, "bad-welcome-no-samples.bin", buf, n);
 
     /* CUDA rings: the last event handle all zeros; the block cut short; a version-1 style
      * WELCOME of a CUDA ring (a shm name, no block). */
     welcome_cuda(&m);
     n = encode(&m, buf);
-    memset(buf + n - TSOCK_PROTO_HANDLE_SIZE, 0, TSOCK_PROTO_HANDLE_SIZE);
+    memset(buf + n - TSOCK__PROTO_HANDLE_SIZE, 0, TSOCK__PROTO_HANDLE_SIZE);
     emit(dir, "bad-welcome-cuda-zero-event.bin", buf, n);
     n = encode(&m, buf);
-    store_le(buf + 8, n - 1 - TSOCK_PROTO_HEADER_SIZE, 4);
+    store_le(buf + 8, n - 1 - TSOCK__PROTO_HEADER_SIZE, 4);
     emit(dir, "bad-welcome-cuda-truncated.bin", buf, n - 1);
     welcome(&m);
     n = encode(&m, buf);
-    store_le(buf + TSOCK_PROTO_HEADER_SIZE + 36, TSOCK_DEVICE_CUDA, 4);
+    store_le(buf + TSOCK__PROTO_HEADER_SIZE + 36, TSOCK_DEVICE_CUDA, 4);
     emit(dir, "bad-welcome-cuda-no-handles.bin", buf, n);
 }
 

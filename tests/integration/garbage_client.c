@@ -17,7 +17,7 @@
 #include <string.h>
 #include <zmq.h>
 
-/* The protocol version the library speaks (TSOCK_PROTO_VERSION; this program deliberately does
+/* The protocol version the library speaks (TSOCK__PROTO_VERSION; this program deliberately does
  * not include the library's headers, so it is repeated here). */
 #define WIRE_VERSION 2
 
@@ -119,7 +119,7 @@ main(int argc, char **argv)
         fprintf(stderr, "garbage_client: connect %s: %s\n", argv[1], zmq_strerror(zmq_errno()));
         return 1;
     }
-    size_t cap = 70000; /* above TSOCK_PROTO_MAX_MESSAGE (65536) */
+    size_t cap = 70000; /* above TSOCK__PROTO_MAX_MESSAGE (65536) */
     uint8_t *buf = malloc(cap);
     if (!buf)
         return 1;

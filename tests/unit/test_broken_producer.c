@@ -23,9 +23,9 @@ struct fake {
 };
 
 static void
-send_to(struct fake *f, const struct tsock_msg *m)
+send_to(struct fake *f, const struct tsock__msg *m)
 {
-    uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
+    uint8_t buf[TSOCK__PROTO_MAX_MESSAGE];
     int n = tsock__msg_encode(m, buf, sizeof buf);
     CHECK(n > 0);
     zmq_send(f->router, f->id, f->id_len, ZMQ_SNDMORE);
@@ -41,11 +41,11 @@ welcome(void *arg)
     int n = zmq_recv(f->router, f->id, sizeof f->id, 0);
     CHECK(n > 0);
     f->id_len = (size_t)n;
-    uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
+    uint8_t buf[TSOCK__PROTO_MAX_MESSAGE];
     CHECK(zmq_recv(f->router, buf, sizeof buf, 0) > 0); /* the HELLO itself */
     CHECK_EQ(tsock__shm_create(&f->region, (size_t)STRIDE * SLOTS), 0);
-    struct tsock_msg m = {.type = TSOCK_MSG_WELCOME};
-    struct tsock_msg_welcome *w = &m.u.welcome;
+    struct tsock__msg m = {.type = TSOCK__MSG_WELCOME};
+    struct tsock__msg_welcome *w = &m.u.welcome;
     w->batch_size = 4;
     w->slot_count = SLOTS;
     w->slot_stride = STRIDE;
@@ -89,12 +89,12 @@ close_fake(struct fake *f, tsock_consumer *c)
     tsock__shm_release(&f->region);
 }
 
-static struct tsock_msg
+static struct tsock__msg
 batch(uint32_t slot, uint64_t seq, uint64_t position)
 {
-    struct tsock_msg m = {.type = TSOCK_MSG_BATCH};
+    struct tsock__msg m = {.type = TSOCK__MSG_BATCH};
     m.u.batch =
-        (struct tsock_msg_batch){.slot = slot, .samples = 4, .seq = seq, .position = position};
+        (struct tsock__msg_batch){.slot = slot, .samples = 4, .seq = seq, .position = position};
     return m;
 }
 
@@ -114,12 +114,12 @@ expect_protocol_error(enum breakage kind)
     pthread_create(&answer, NULL, welcome, &f);
     CHECK_EQ(tsock_consumer_start(c, 5000), 0);
     pthread_join(answer, NULL);
-    struct tsock_msg first = batch(0, 0, 0);
+    struct tsock__msg first = batch(0, 0, 0);
     send_to(&f, &first);
     tsock_batch *held = NULL;
     if (kind == SLOT_STILL_HELD)
         CHECK_EQ(tsock_consumer_next(c, 5000, &held), 0);
-    struct tsock_msg bad;
+    struct tsock__msg bad;
     switch (kind) {
     case GARBAGE: {
         const char junk[] = "not a tsock message";

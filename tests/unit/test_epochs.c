@@ -31,7 +31,7 @@ struct sim_consumer {
     int resume_countdown;
     uint64_t window_start; /* stream position of its current window */
     int has_window;
-    struct tsock_epoch_plan plan;
+    struct tsock__epoch_plan plan;
     uint32_t pending;    /* samples of the batch being built */
     unsigned char *seen; /* per sample id: times seen in the current epoch */
     uint64_t epoch_samples;
@@ -77,10 +77,10 @@ feed_sample(struct sim_consumer *c, uint64_t id, uint64_t n)
     c->seen[id]++;
     c->epoch_samples++;
     c->pending++;
-    if (c->pending < tsock__plan_want(&c->plan))
+    if (c->pending < tsock__epoch_plan_want(&c->plan))
         return 0;
     uint64_t before = c->plan.epoch;
-    int end = tsock__plan_advance(&c->plan, c->pending, 0);
+    int end = tsock__epoch_plan_advance(&c->plan, c->pending, 0);
     c->pending = 0;
     c->flag_errors += end != (c->plan.epoch != before);
     if (end) {
@@ -141,7 +141,7 @@ simulate(uint64_t n, uint32_t producer_batch, int nc, uint64_t batches)
         cs[i].pause_batches = rnd(3) == 0 ? (int)rnd(5) + 1 : 0;
         uint32_t batch = (uint32_t)rnd(2 * producer_batch) + 1;
         int drop_last = batch <= n && rnd(3) == 0;
-        tsock__plan_init(&cs[i].plan, n, batch, drop_last);
+        tsock__epoch_plan_init(&cs[i].plan, n, batch, drop_last);
         cs[i].seen = calloc(n, 1);
     }
     uint64_t *ids = malloc(producer_batch * sizeof *ids);
@@ -182,29 +182,29 @@ test_random_joins_exact_epochs(void)
 static void
 test_plan_arithmetic(void)
 {
-    struct tsock_epoch_plan p;
-    tsock__plan_init(&p, 10, 4, 0);
-    CHECK_EQ(tsock__plan_batches_per_epoch(&p), 3);
-    CHECK_EQ(tsock__plan_want(&p), 4);
-    CHECK_EQ(tsock__plan_advance(&p, 4, 0), 0);
-    CHECK_EQ(tsock__plan_advance(&p, 4, 0), 0);
-    CHECK_EQ(tsock__plan_want(&p), 2);
-    CHECK_EQ(tsock__plan_advance(&p, 2, 0), 1);
+    struct tsock__epoch_plan p;
+    tsock__epoch_plan_init(&p, 10, 4, 0);
+    CHECK_EQ(tsock__epoch_plan_batches_per_epoch(&p), 3);
+    CHECK_EQ(tsock__epoch_plan_want(&p), 4);
+    CHECK_EQ(tsock__epoch_plan_advance(&p, 4, 0), 0);
+    CHECK_EQ(tsock__epoch_plan_advance(&p, 4, 0), 0);
+    CHECK_EQ(tsock__epoch_plan_want(&p), 2);
+    CHECK_EQ(tsock__epoch_plan_advance(&p, 2, 0), 1);
     CHECK_EQ(p.epoch, 1);
-    tsock__plan_init(&p, 10, 4, 1);
-    CHECK_EQ(tsock__plan_batches_per_epoch(&p), 2);
-    CHECK_EQ(tsock__plan_advance(&p, 4, 0), 0);
-    CHECK_EQ(tsock__plan_advance(&p, 4, 0), 1);
+    tsock__epoch_plan_init(&p, 10, 4, 1);
+    CHECK_EQ(tsock__epoch_plan_batches_per_epoch(&p), 2);
+    CHECK_EQ(tsock__epoch_plan_advance(&p, 4, 0), 0);
+    CHECK_EQ(tsock__epoch_plan_advance(&p, 4, 0), 1);
     CHECK_EQ(p.skip, 2);
-    tsock__plan_init(&p, 0, 4, 0); /* free mode: the producer's marks decide */
-    CHECK_EQ(tsock__plan_advance(&p, 4, 0), 0);
-    CHECK_EQ(tsock__plan_advance(&p, 3, 1), 1);
-    tsock__plan_init(&p, 10, 4, 0);
-    tsock__plan_advance(&p, 4, 0);
-    tsock__plan_cut(&p); /* the producer vanished mid-epoch */
+    tsock__epoch_plan_init(&p, 0, 4, 0); /* free mode: the producer's marks decide */
+    CHECK_EQ(tsock__epoch_plan_advance(&p, 4, 0), 0);
+    CHECK_EQ(tsock__epoch_plan_advance(&p, 3, 1), 1);
+    tsock__epoch_plan_init(&p, 10, 4, 0);
+    tsock__epoch_plan_advance(&p, 4, 0);
+    tsock__epoch_plan_cut(&p); /* the producer vanished mid-epoch */
     CHECK_EQ(p.epoch, 1);
     CHECK_EQ(p.done, 0);
-    tsock__plan_cut(&p); /* at a boundary: nothing to cut */
+    tsock__epoch_plan_cut(&p); /* at a boundary: nothing to cut */
     CHECK_EQ(p.epoch, 1);
 }
 

@@ -82,14 +82,14 @@ static void *
 welcome_cuda(void *arg)
 {
     struct fake *f = arg;
-    uint8_t id[256], buf[TSOCK_PROTO_MAX_MESSAGE];
+    uint8_t id[256], buf[TSOCK__PROTO_MAX_MESSAGE];
     int idn = zmq_recv(f->router, id, sizeof id, 0);
     CHECK(idn > 0);
     CHECK(zmq_recv(f->router, buf, sizeof buf, 0) > 0); /* HELLO */
-    static struct tsock_msg m;
+    static struct tsock__msg m;
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_WELCOME;
-    struct tsock_msg_welcome *w = &m.u.welcome;
+    m.type = TSOCK__MSG_WELCOME;
+    struct tsock__msg_welcome *w = &m.u.welcome;
     w->batch_size = 4;
     w->slot_count = 2;
     w->slot_stride = 4096;
@@ -97,11 +97,11 @@ welcome_cuda(void *arg)
     w->heartbeat_ms = 250;
     w->device = TSOCK_DEVICE_CUDA;
     /* The attach blob: device id, memory handle, one event handle per slot. */
-    static uint8_t blob[TSOCK_PROTO_DEVICE_ID_SIZE + 3 * TSOCK_PROTO_HANDLE_SIZE];
-    memset(blob, 0x5A, TSOCK_PROTO_DEVICE_ID_SIZE);
-    memset(blob + TSOCK_PROTO_DEVICE_ID_SIZE, 0xA5, TSOCK_PROTO_HANDLE_SIZE);
-    memset(blob + TSOCK_PROTO_DEVICE_ID_SIZE + TSOCK_PROTO_HANDLE_SIZE, 0x33,
-           2 * TSOCK_PROTO_HANDLE_SIZE);
+    static uint8_t blob[TSOCK__PROTO_DEVICE_ID_SIZE + 3 * TSOCK__PROTO_HANDLE_SIZE];
+    memset(blob, 0x5A, TSOCK__PROTO_DEVICE_ID_SIZE);
+    memset(blob + TSOCK__PROTO_DEVICE_ID_SIZE, 0xA5, TSOCK__PROTO_HANDLE_SIZE);
+    memset(blob + TSOCK__PROTO_DEVICE_ID_SIZE + TSOCK__PROTO_HANDLE_SIZE, 0x33,
+           2 * TSOCK__PROTO_HANDLE_SIZE);
     w->attach = blob;
     w->attach_len = sizeof blob;
     w->tensor_count = 1;

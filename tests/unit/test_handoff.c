@@ -179,8 +179,8 @@ test_silent_consumer_is_reclaimed(void)
     void *ctx = zmq_ctx_new();
     void *raw = zmq_socket(ctx, ZMQ_DEALER);
     CHECK_EQ(zmq_connect(raw, endpoint), 0);
-    struct tsock_msg hello = {.type = TSOCK_MSG_HELLO, .u.hello = {.pid = 1, .name = "silent"}};
-    uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
+    struct tsock__msg hello = {.type = TSOCK__MSG_HELLO, .u.hello = {.pid = 1, .name = "silent"}};
+    uint8_t buf[TSOCK__PROTO_MAX_MESSAGE];
     int n = tsock__msg_encode(&hello, buf, sizeof buf);
     CHECK(n > 0);
     CHECK_EQ(zmq_send(raw, buf, (size_t)n, 0), n);

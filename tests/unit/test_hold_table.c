@@ -40,9 +40,9 @@ batches_equal(const struct tsock__hold_batch *a, const struct tsock__hold_batch 
 
 /* A deep copy of the table, compared field by field, to prove a rejected call changed
  * nothing. */
-static struct tsock__hold_slot saved_entry[TSOCK_RING_MAX_SLOTS];
-static uint32_t saved_queue[TSOCK_RING_MAX_SLOTS];
-static struct tsock__hold_release saved_releases[TSOCK_RING_MAX_SLOTS];
+static struct tsock__hold_slot saved_entry[TSOCK__RING_MAX_SLOTS];
+static uint32_t saved_queue[TSOCK__RING_MAX_SLOTS];
+static struct tsock__hold_release saved_releases[TSOCK__RING_MAX_SLOTS];
 static struct tsock__hold_table saved;
 
 static void
@@ -88,15 +88,15 @@ test_init_and_free(void)
 {
     CHECK_EQ(tsock__hold_table_init(&table, 0), -EINVAL);
     CHECK(table.entry == NULL);
-    CHECK_EQ(tsock__hold_table_init(&table, TSOCK_RING_MAX_SLOTS + 1), -EINVAL);
+    CHECK_EQ(tsock__hold_table_init(&table, TSOCK__RING_MAX_SLOTS + 1), -EINVAL);
     CHECK_EQ(tsock__hold_table_init(NULL, 4), -EINVAL);
     tsock__hold_table_free(&table); /* zeroed: a no-op */
     tsock__hold_table_free(NULL);
     CHECK_EQ(tsock__hold_table_check(&table), -EPROTO);
 
-    CHECK_EQ(tsock__hold_table_init(&table, TSOCK_RING_MAX_SLOTS), 0);
+    CHECK_EQ(tsock__hold_table_init(&table, TSOCK__RING_MAX_SLOTS), 0);
     CHECK_EQ(tsock__hold_table_check(&table), 0);
-    CHECK_EQ(announce(TSOCK_RING_MAX_SLOTS - 1, 0, 1), 0);
+    CHECK_EQ(announce(TSOCK__RING_MAX_SLOTS - 1, 0, 1), 0);
     CHECK_EQ(tsock__hold_table_check(&table), 0);
     tsock__hold_table_free(&table);
     CHECK(table.entry == NULL && table.slots == 0);

@@ -47,7 +47,7 @@ release_decoded(void)
 
 /* Decodes a heap copy of exactly `len` bytes, kept until the next call. */
 static int
-decode_exact(const uint8_t *bytes, size_t len, struct tsock_msg *msg)
+decode_exact(const uint8_t *bytes, size_t len, struct tsock__msg *msg)
 {
     release_decoded();
     decoded_copy = malloc(len ? len : 1);
@@ -65,13 +65,13 @@ decode_exact(const uint8_t *bytes, size_t len, struct tsock_msg *msg)
  * attach blob is compared by content (length and bytes), not by where it lies: a decoded one
  * points into the frame it came from. */
 static int
-msg_same(const struct tsock_msg *a, const struct tsock_msg *b)
+msg_same(const struct tsock__msg *a, const struct tsock__msg *b)
 {
-    static struct tsock_msg tmp;
+    static struct tsock__msg tmp;
 
-    if (a->type != TSOCK_MSG_WELCOME || b->type != TSOCK_MSG_WELCOME)
+    if (a->type != TSOCK__MSG_WELCOME || b->type != TSOCK__MSG_WELCOME)
         return memcmp(a, b, sizeof *a) == 0;
-    const struct tsock_msg_welcome *wa = &a->u.welcome, *wb = &b->u.welcome;
+    const struct tsock__msg_welcome *wa = &a->u.welcome, *wb = &b->u.welcome;
     if (wa->attach_len != wb->attach_len)
         return 0;
     if (wa->attach_len &&
@@ -125,7 +125,7 @@ w_str(struct wire *w, const char *s, size_t cap)
 }
 
 static void
-w_tensor(struct wire *w, const struct tsock_tensor_desc *t)
+w_tensor(struct wire *w, const struct tsock__tensor_desc *t)
 {
     w_str(w, t->name, sizeof t->name);
     w_le(w, t->dtype, 1);
@@ -137,7 +137,7 @@ w_tensor(struct wire *w, const struct tsock_tensor_desc *t)
 }
 
 static void
-w_welcome(struct wire *w, const struct tsock_msg_welcome *m)
+w_welcome(struct wire *w, const struct tsock__msg_welcome *m)
 {
     w_le(w, m->consumer_id, 8);
     w_le(w, m->batch_size, 4);
@@ -171,9 +171,9 @@ w_insert(struct wire *w, size_t at, const void *p, size_t n)
 }
 
 static void
-spec_encode(const struct tsock_msg *m, struct wire *w)
+spec_encode(const struct tsock__msg *m, struct wire *w)
 {
-    const struct tsock_msg_batch *b = &m->u.batch;
+    const struct tsock__msg_batch *b = &m->u.batch;
 
     w->n = 0;
     w_le(w, 0x4B435354u, 4);
@@ -181,14 +181,14 @@ spec_encode(const struct tsock_msg *m, struct wire *w)
     w_le(w, m->type, 2);
     w_le(w, 0, 4);
     switch (m->type) {
-    case TSOCK_MSG_HELLO:
+    case TSOCK__MSG_HELLO:
         w_le(w, m->u.hello.pid, 4);
         w_le(w, m->u.hello.flags, 4);
         w_str(w, m->u.hello.name, sizeof m->u.hello.name);
         break;
-    case TSOCK_MSG_WELCOME: w_welcome(w, &m->u.welcome); break;
-    case TSOCK_MSG_REJECT: w_le(w, (uint32_t)m->u.reject.code, 4); break;
-    case TSOCK_MSG_BATCH:
+    case TSOCK__MSG_WELCOME: w_welcome(w, &m->u.welcome); break;
+    case TSOCK__MSG_REJECT: w_le(w, (uint32_t)m->u.reject.code, 4); break;
+    case TSOCK__MSG_BATCH:
         w_le(w, b->slot, 4);
         w_le(w, b->samples, 4);
         w_le(w, b->seq, 8);
@@ -197,13 +197,13 @@ spec_encode(const struct tsock_msg *m, struct wire *w)
         w_le(w, b->position, 8);
         w_le(w, b->flags, 4);
         break;
-    case TSOCK_MSG_RELEASE:
+    case TSOCK__MSG_RELEASE:
         w_le(w, m->u.release.slot, 4);
         w_le(w, m->u.release.seq, 8);
         break;
-    case TSOCK_MSG_SHUTDOWN: w_le(w, m->u.shutdown.reason, 4); break;
-    case TSOCK_MSG_STATS_REQUEST: w_le(w, m->u.stats_request.request_id, 8); break;
-    case TSOCK_MSG_CONSUMER_STATS:
+    case TSOCK__MSG_SHUTDOWN: w_le(w, m->u.shutdown.reason, 4); break;
+    case TSOCK__MSG_STATS_REQUEST: w_le(w, m->u.stats_request.request_id, 8); break;
+    case TSOCK__MSG_CONSUMER_STATS:
         w_le(w, m->u.consumer_stats.batches, 8);
         w_le(w, m->u.consumer_stats.samples, 8);
         w_le(w, m->u.consumer_stats.epochs, 8);
@@ -216,10 +216,10 @@ spec_encode(const struct tsock_msg *m, struct wire *w)
 
 /* Decodes the naive encoding of m. */
 static int
-spec_decode(const struct tsock_msg *m)
+spec_decode(const struct tsock__msg *m)
 {
     struct wire w;
-    struct tsock_msg d;
+    struct tsock__msg d;
 
     spec_encode(m, &w);
     return decode_exact(w.b, w.n, &d);
@@ -244,7 +244,7 @@ spec_decode(const struct tsock_msg *m)
 /* ------------------------------------------------------------------------------------------ */
 
 static void
-make(struct tsock_msg *m, int type)
+make(struct tsock__msg *m, int type)
 {
     memset(m, 0, sizeof *m); /* padding too, so decoded and built messages memcmp equal */
     m->type = (uint16_t)type;
@@ -252,14 +252,14 @@ make(struct tsock_msg *m, int type)
 
 /* Points w's attach blob at a host ring's name (a string that outlives the message). */
 static void
-set_shm_name(struct tsock_msg_welcome *w, const char *name)
+set_shm_name(struct tsock__msg_welcome *w, const char *name)
 {
     w->attach = (const uint8_t *)name;
     w->attach_len = (uint32_t)strlen(name);
 }
 
 static void
-set_tensor(struct tsock_tensor_desc *t, const char *name, int dtype, int ndim, const int64_t *dims,
+set_tensor(struct tsock__tensor_desc *t, const char *name, int dtype, int ndim, const int64_t *dims,
            uint64_t offset, uint64_t sample_bytes)
 {
     strcpy(t->name, name);
@@ -273,12 +273,12 @@ set_tensor(struct tsock_tensor_desc *t, const char *name, int dtype, int ndim, c
 
 /* Two tensors, the second ending exactly at the end of the slot. */
 static void
-make_welcome(struct tsock_msg *m)
+make_welcome(struct tsock__msg *m)
 {
     static const int64_t image[3] = {3, 4, 5};
-    struct tsock_msg_welcome *w = &m->u.welcome;
+    struct tsock__msg_welcome *w = &m->u.welcome;
 
-    make(m, TSOCK_MSG_WELCOME);
+    make(m, TSOCK__MSG_WELCOME);
     w->consumer_id = 7;
     w->batch_size = 4;
     w->slot_count = 3;
@@ -296,13 +296,13 @@ make_welcome(struct tsock_msg *m)
 /* Everything at its largest: 16 tensors of 8 dims with 63-byte names, a 255-byte ring name,
  * every dtype, the largest batch size and slot count. */
 static void
-make_welcome_max(struct tsock_msg *m)
+make_welcome_max(struct tsock__msg *m)
 {
-    static uint8_t ring_name[TSOCK_PROTO_MAX_SHM_NAME]; /* the same bytes every time */
-    struct tsock_msg_welcome *w = &m->u.welcome;
+    static uint8_t ring_name[TSOCK__PROTO_MAX_SHM_NAME]; /* the same bytes every time */
+    struct tsock__msg_welcome *w = &m->u.welcome;
     uint64_t offset = 0;
 
-    make(m, TSOCK_MSG_WELCOME);
+    make(m, TSOCK__MSG_WELCOME);
     w->consumer_id = UINT64_MAX;
     w->batch_size = UINT32_MAX;
     w->slot_count = MAX_SLOTS;
@@ -310,9 +310,9 @@ make_welcome_max(struct tsock_msg *m)
     w->device = TSOCK_DEVICE_CPU;
     w->samples = UINT64_MAX;
     ring_name[0] = '/';
-    memset(ring_name + 1, 'r', TSOCK_PROTO_MAX_SHM_NAME - 1);
+    memset(ring_name + 1, 'r', TSOCK__PROTO_MAX_SHM_NAME - 1);
     w->attach = ring_name;
-    w->attach_len = TSOCK_PROTO_MAX_SHM_NAME;
+    w->attach_len = TSOCK__PROTO_MAX_SHM_NAME;
     w->tensor_count = TSOCK_MAX_TENSORS;
     for (int t = 0; t < TSOCK_MAX_TENSORS; t++) {
         static const uint64_t size[13] = {0, 1, 1, 2, 4, 8, 2, 4, 8, 2, 4, 8, 2};
@@ -330,9 +330,9 @@ make_welcome_max(struct tsock_msg *m)
 
 /* Bytes of a device ring's attach blob (the CUDA block) for `slots` slots. */
 #define CUDA_BLOB_SIZE(slots)                                                                      \
-    (TSOCK_PROTO_DEVICE_ID_SIZE + (size_t)TSOCK_PROTO_HANDLE_SIZE * (1 + (size_t)(slots)))
+    (TSOCK__PROTO_DEVICE_ID_SIZE + (size_t)TSOCK__PROTO_HANDLE_SIZE * (1 + (size_t)(slots)))
 /* Room for one slot more than a CUDA ring may have, for the test that breaks that limit. */
-#define CUDA_BLOB_MAX CUDA_BLOB_SIZE(TSOCK_PROTO_MAX_CUDA_SLOTS + 1)
+#define CUDA_BLOB_MAX CUDA_BLOB_SIZE(TSOCK__PROTO_MAX_DEVICE_SLOTS + 1)
 
 /* Handles with recognisable, non-zero bytes: the device id counts from 0x10, the memory handle
  * from 0x40, event handle s is filled with s + 1 (slots above 254 wrap but stay non-zero). The
@@ -344,18 +344,18 @@ cuda_blob(void)
     static uint8_t blob[CUDA_BLOB_MAX];
     uint8_t *p = blob;
 
-    for (int i = 0; i < TSOCK_PROTO_DEVICE_ID_SIZE; i++)
+    for (int i = 0; i < TSOCK__PROTO_DEVICE_ID_SIZE; i++)
         *p++ = (uint8_t)(0x10 + i);
-    for (int i = 0; i < TSOCK_PROTO_HANDLE_SIZE; i++)
+    for (int i = 0; i < TSOCK__PROTO_HANDLE_SIZE; i++)
         *p++ = (uint8_t)(0x40 + i);
-    for (uint32_t s = 0; s < TSOCK_PROTO_MAX_CUDA_SLOTS + 1; s++, p += TSOCK_PROTO_HANDLE_SIZE)
-        memset(p, (int)(s % 255 + 1), TSOCK_PROTO_HANDLE_SIZE);
+    for (uint32_t s = 0; s < TSOCK__PROTO_MAX_DEVICE_SLOTS + 1; s++, p += TSOCK__PROTO_HANDLE_SIZE)
+        memset(p, (int)(s % 255 + 1), TSOCK__PROTO_HANDLE_SIZE);
     return blob;
 }
 
 /* Points w's attach blob at the handles above for its slot count. */
 static void
-set_cuda_handles(struct tsock_msg_welcome *w)
+set_cuda_handles(struct tsock__msg_welcome *w)
 {
     w->attach = cuda_blob();
     w->attach_len = (uint32_t)CUDA_BLOB_SIZE(w->slot_count);
@@ -364,7 +364,7 @@ set_cuda_handles(struct tsock_msg_welcome *w)
 /* Gives w a private, writable copy of its attach blob (in `own`, of `cap` bytes), for tests
  * that break some of its bytes; returns the copy. */
 static uint8_t *
-own_attach(struct tsock_msg_welcome *w, uint8_t *own, size_t cap)
+own_attach(struct tsock__msg_welcome *w, uint8_t *own, size_t cap)
 {
     if (w->attach_len > cap)
         abort();
@@ -375,7 +375,7 @@ own_attach(struct tsock_msg_welcome *w, uint8_t *own, size_t cap)
 
 /* make_welcome's ring in device memory: no shm name, the CUDA block instead. */
 static void
-make_welcome_cuda(struct tsock_msg *m)
+make_welcome_cuda(struct tsock__msg *m)
 {
     make_welcome(m);
     m->u.welcome.device = TSOCK_DEVICE_CUDA;
@@ -385,24 +385,24 @@ make_welcome_cuda(struct tsock_msg *m)
 /* The largest CUDA WELCOME: make_welcome_max's tensors, no ring name, the most slots a CUDA
  * ring may have. */
 static void
-make_welcome_cuda_max(struct tsock_msg *m)
+make_welcome_cuda_max(struct tsock__msg *m)
 {
     make_welcome_max(m);
-    struct tsock_msg_welcome *w = &m->u.welcome;
+    struct tsock__msg_welcome *w = &m->u.welcome;
     w->device = TSOCK_DEVICE_CUDA;
-    w->slot_count = TSOCK_PROTO_MAX_CUDA_SLOTS;
-    w->ring_bytes = w->slot_stride * TSOCK_PROTO_MAX_CUDA_SLOTS;
+    w->slot_count = TSOCK__PROTO_MAX_DEVICE_SLOTS;
+    w->ring_bytes = w->slot_stride * TSOCK__PROTO_MAX_DEVICE_SLOTS;
     set_cuda_handles(w);
 }
 
 /* One tensor whose single dimension is INT64_MAX bytes; free mode (samples 0). */
 static void
-make_welcome_huge(struct tsock_msg *m)
+make_welcome_huge(struct tsock__msg *m)
 {
     static const int64_t dims[1] = {INT64_MAX};
-    struct tsock_msg_welcome *w = &m->u.welcome;
+    struct tsock__msg_welcome *w = &m->u.welcome;
 
-    make(m, TSOCK_MSG_WELCOME);
+    make(m, TSOCK__MSG_WELCOME);
     w->batch_size = 1;
     w->slot_count = 1;
     w->slot_stride = INT64_MAX;
@@ -415,60 +415,60 @@ make_welcome_huge(struct tsock_msg *m)
 
 /* Fills out[] with valid messages of every type; returns how many. */
 static int
-valid_messages(struct tsock_msg *out)
+valid_messages(struct tsock__msg *out)
 {
     int n = 0;
 
-    make(&out[n], TSOCK_MSG_HELLO);
+    make(&out[n], TSOCK__MSG_HELLO);
     out[n].u.hello.pid = 4242;
     strcpy(out[n++].u.hello.name, "trainer-0");
-    make(&out[n], TSOCK_MSG_HELLO); /* unnamed consumer */
+    make(&out[n], TSOCK__MSG_HELLO); /* unnamed consumer */
     out[n++].u.hello.pid = UINT32_MAX;
-    make(&out[n], TSOCK_MSG_HELLO);
+    make(&out[n], TSOCK__MSG_HELLO);
     memset(out[n++].u.hello.name, '~', TSOCK_MAX_NAME);
     make_welcome(&out[n++]);
     make_welcome_max(&out[n++]);
     make_welcome_huge(&out[n++]);
     make_welcome_cuda(&out[n++]);
     make_welcome_cuda_max(&out[n++]);
-    make(&out[n], TSOCK_MSG_REJECT);
+    make(&out[n], TSOCK__MSG_REJECT);
     out[n++].u.reject.code = TSOCK_E_VERSION;
-    make(&out[n], TSOCK_MSG_BATCH);
+    make(&out[n], TSOCK__MSG_BATCH);
     out[n].u.batch.samples = 1;
     out[n++].u.batch.seq = 0;
-    make(&out[n], TSOCK_MSG_BATCH);
+    make(&out[n], TSOCK__MSG_BATCH);
     out[n].u.batch.slot = MAX_SLOTS - 1;
     out[n].u.batch.samples = UINT32_MAX;
     out[n].u.batch.seq = UINT64_MAX;
     out[n].u.batch.epoch = UINT64_MAX;
     out[n].u.batch.index_in_epoch = UINT64_MAX;
     out[n].u.batch.position = UINT64_MAX;
-    out[n++].u.batch.flags = TSOCK_BATCH_EPOCH_END;
-    make(&out[n], TSOCK_MSG_BATCH); /* a joiner's first batch: mid-stream, mid-epoch */
+    out[n++].u.batch.flags = TSOCK__BATCH_EPOCH_END;
+    make(&out[n], TSOCK__MSG_BATCH); /* a joiner's first batch: mid-stream, mid-epoch */
     out[n].u.batch.slot = 2;
     out[n].u.batch.samples = 32;
     out[n].u.batch.seq = 77;
     out[n].u.batch.epoch = 3;
     out[n].u.batch.index_in_epoch = 9;
     out[n++].u.batch.position = 3 * 1000 + 9 * 32;
-    make(&out[n], TSOCK_MSG_RELEASE);
+    make(&out[n], TSOCK__MSG_RELEASE);
     out[n].u.release.slot = 5;
     out[n++].u.release.seq = 0x0123456789ABCDEFu;
-    make(&out[n], TSOCK_MSG_RELEASE);
+    make(&out[n], TSOCK__MSG_RELEASE);
     out[n].u.release.slot = MAX_SLOTS - 1;
     out[n++].u.release.seq = UINT64_MAX;
-    make(&out[n++], TSOCK_MSG_HEARTBEAT);
-    make(&out[n++], TSOCK_MSG_BYE);
-    make(&out[n++], TSOCK_MSG_PAUSE);
-    make(&out[n++], TSOCK_MSG_RESUME);
-    make(&out[n++], TSOCK_MSG_RESUMED);
-    make(&out[n], TSOCK_MSG_SHUTDOWN);
-    out[n++].u.shutdown.reason = TSOCK_SHUTDOWN_END;
-    make(&out[n], TSOCK_MSG_SHUTDOWN);
-    out[n++].u.shutdown.reason = TSOCK_SHUTDOWN_STOPPED;
-    make(&out[n], TSOCK_MSG_STATS_REQUEST);
+    make(&out[n++], TSOCK__MSG_HEARTBEAT);
+    make(&out[n++], TSOCK__MSG_BYE);
+    make(&out[n++], TSOCK__MSG_PAUSE);
+    make(&out[n++], TSOCK__MSG_RESUME);
+    make(&out[n++], TSOCK__MSG_RESUMED);
+    make(&out[n], TSOCK__MSG_SHUTDOWN);
+    out[n++].u.shutdown.reason = TSOCK__SHUTDOWN_END;
+    make(&out[n], TSOCK__MSG_SHUTDOWN);
+    out[n++].u.shutdown.reason = TSOCK__SHUTDOWN_STOPPED;
+    make(&out[n], TSOCK__MSG_STATS_REQUEST);
     out[n++].u.stats_request.request_id = 0x0102030405060708u;
-    make(&out[n], TSOCK_MSG_CONSUMER_STATS);
+    make(&out[n], TSOCK__MSG_CONSUMER_STATS);
     out[n].u.consumer_stats.batches = 40;
     out[n].u.consumer_stats.samples = 1280;
     out[n].u.consumer_stats.epochs = 1;
@@ -491,15 +491,15 @@ next_cut(int at, int n)
 }
 
 static void
-test_roundtrip_one(const struct tsock_msg *m)
+test_roundtrip_one(const struct tsock__msg *m)
 {
     uint8_t buf[BUF], out[BUF];
-    struct tsock_msg d;
+    struct tsock__msg d;
     struct wire w;
     int n = tsock__msg_encode(m, buf, sizeof buf);
 
-    CHECK(n >= TSOCK_PROTO_HEADER_SIZE && n <= TSOCK_PROTO_MAX_MESSAGE);
-    if (n < TSOCK_PROTO_HEADER_SIZE)
+    CHECK(n >= TSOCK__PROTO_HEADER_SIZE && n <= TSOCK__PROTO_MAX_MESSAGE);
+    if (n < TSOCK__PROTO_HEADER_SIZE)
         return;
     spec_encode(m, &w);
     CHECK_EQ(w.n, n);
@@ -510,10 +510,10 @@ test_roundtrip_one(const struct tsock_msg *m)
     CHECK(msg_same(&d, m));
     /* A decoded WELCOME's attach blob is a view of the frame, where the wire has it: right
      * after the shm_name length byte for a host ring, at the end for a device ring. */
-    if (m->type == TSOCK_MSG_WELCOME) {
+    if (m->type == TSOCK__MSG_WELCOME) {
         CHECK_EQ(tsock__msg_decode(buf, (size_t)n, &d), 0);
         const uint8_t *at = d.u.welcome.device == TSOCK_DEVICE_CPU
-                                ? buf + TSOCK_PROTO_HEADER_SIZE + 48 + 1
+                                ? buf + TSOCK__PROTO_HEADER_SIZE + 48 + 1
                                 : buf + n - d.u.welcome.attach_len;
         CHECK(d.u.welcome.attach == at);
         CHECK_EQ(d.u.welcome.attach_len, m->u.welcome.attach_len);
@@ -523,7 +523,7 @@ test_roundtrip_one(const struct tsock_msg *m)
      * the middle of the CUDA WELCOMEs of several KiB, every 61st: their handles are opaque). */
     for (int len = 0; len < n; len += next_cut(len, n)) {
         CHECK_EQ(decode_exact(buf, (size_t)len, &d), TSOCK_E_PROTOCOL);
-        if (len >= TSOCK_PROTO_HEADER_SIZE) {
+        if (len >= TSOCK__PROTO_HEADER_SIZE) {
             memcpy(out, buf, (size_t)len);
             store_le(out + 8, (uint64_t)len - 12, 4);
             CHECK_EQ(decode_exact(out, (size_t)len, &d), TSOCK_E_PROTOCOL);
@@ -554,24 +554,24 @@ test_roundtrip_one(const struct tsock_msg *m)
 static void
 test_roundtrip(void)
 {
-    struct tsock_msg msgs[MAX_SAMPLES];
+    struct tsock__msg msgs[MAX_SAMPLES];
     int n = valid_messages(msgs);
-    int seen[TSOCK_MSG_TYPE_LAST + 1] = {0};
+    int seen[TSOCK__MSG_TYPE_LAST + 1] = {0};
 
     for (int i = 0; i < n; i++) {
         test_roundtrip_one(&msgs[i]);
         seen[msgs[i].type] = 1;
     }
     /* STATS_REPLY has a codec of its own (test_proto_stats.c). */
-    for (int t = TSOCK_MSG_HELLO; t <= TSOCK_MSG_TYPE_LAST; t++)
-        CHECK(seen[t] || t == TSOCK_MSG_STATS_REPLY);
+    for (int t = TSOCK__MSG_HELLO; t <= TSOCK__MSG_TYPE_LAST; t++)
+        CHECK(seen[t] || t == TSOCK__MSG_STATS_REPLY);
     /* The largest message there is stays far below the frame limit. */
     CHECK_EQ(tsock__msg_encode(&msgs[4], scratch, sizeof scratch), 2653);
 
     /* Every TSOCK_E_* code can be carried by REJECT. */
     for (int code = TSOCK_E_PROTOCOL; code > TSOCK_E_LAST; code--) {
-        struct tsock_msg m;
-        make(&m, TSOCK_MSG_REJECT);
+        struct tsock__msg m;
+        make(&m, TSOCK__MSG_REJECT);
         m.u.reject.code = code;
         test_roundtrip_one(&m);
     }
@@ -582,10 +582,10 @@ test_roundtrip(void)
 /* ------------------------------------------------------------------------------------------ */
 
 static void
-expect_golden(const struct tsock_msg *m, const uint8_t *golden, size_t len)
+expect_golden(const struct tsock__msg *m, const uint8_t *golden, size_t len)
 {
     uint8_t buf[BUF];
-    struct tsock_msg d;
+    struct tsock__msg d;
 
     CHECK_EQ(tsock__msg_encode(m, buf, sizeof buf), len);
     CHECK(memcmp(buf, golden, len) == 0);
@@ -640,47 +640,47 @@ test_golden(void)
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* offset */
         0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};                        /* bytes */
     static const int64_t two[1] = {2};
-    struct tsock_msg m;
+    struct tsock__msg m;
 
-    make(&m, TSOCK_MSG_HELLO);
+    make(&m, TSOCK__MSG_HELLO);
     m.u.hello.pid = 0x01020304;
     strcpy(m.u.hello.name, "ab");
     expect_golden(&m, hello, sizeof hello);
 
-    make(&m, TSOCK_MSG_BATCH);
+    make(&m, TSOCK__MSG_BATCH);
     m.u.batch.slot = 3;
     m.u.batch.samples = 32;
     m.u.batch.seq = 0x1122334455667788u;
     m.u.batch.epoch = 2;
     m.u.batch.index_in_epoch = 5;
     m.u.batch.position = 4000;
-    m.u.batch.flags = TSOCK_BATCH_EPOCH_END;
+    m.u.batch.flags = TSOCK__BATCH_EPOCH_END;
     expect_golden(&m, batch, sizeof batch);
 
-    make(&m, TSOCK_MSG_REJECT);
+    make(&m, TSOCK__MSG_REJECT);
     m.u.reject.code = TSOCK_E_VERSION;
     expect_golden(&m, reject, sizeof reject);
 
-    make(&m, TSOCK_MSG_RELEASE);
+    make(&m, TSOCK__MSG_RELEASE);
     m.u.release.slot = 9;
     m.u.release.seq = 0x0807060504030201u;
     expect_golden(&m, release, sizeof release);
 
-    make(&m, TSOCK_MSG_HEARTBEAT);
+    make(&m, TSOCK__MSG_HEARTBEAT);
     expect_golden(&m, heartbeat, sizeof heartbeat);
-    make(&m, TSOCK_MSG_BYE);
+    make(&m, TSOCK__MSG_BYE);
     expect_golden(&m, bye, sizeof bye);
-    make(&m, TSOCK_MSG_SHUTDOWN);
-    m.u.shutdown.reason = TSOCK_SHUTDOWN_STOPPED;
+    make(&m, TSOCK__MSG_SHUTDOWN);
+    m.u.shutdown.reason = TSOCK__SHUTDOWN_STOPPED;
     expect_golden(&m, shutdown, sizeof shutdown);
-    make(&m, TSOCK_MSG_PAUSE);
+    make(&m, TSOCK__MSG_PAUSE);
     expect_golden(&m, pause, sizeof pause);
-    make(&m, TSOCK_MSG_RESUME);
+    make(&m, TSOCK__MSG_RESUME);
     expect_golden(&m, resume, sizeof resume);
-    make(&m, TSOCK_MSG_RESUMED);
+    make(&m, TSOCK__MSG_RESUMED);
     expect_golden(&m, resumed, sizeof resumed);
 
-    make(&m, TSOCK_MSG_WELCOME);
+    make(&m, TSOCK__MSG_WELCOME);
     m.u.welcome.consumer_id = 1;
     m.u.welcome.batch_size = 2;
     m.u.welcome.slot_count = 3;
@@ -736,11 +736,11 @@ static void
 test_header(void)
 {
     uint8_t buf[BUF];
-    struct tsock_msg m, d;
+    struct tsock__msg m, d;
     int n;
 
-    make(&m, TSOCK_MSG_SHUTDOWN);
-    m.u.shutdown.reason = TSOCK_SHUTDOWN_END;
+    make(&m, TSOCK__MSG_SHUTDOWN);
+    m.u.shutdown.reason = TSOCK__SHUTDOWN_END;
     n = tsock__msg_encode(&m, buf, sizeof buf);
     CHECK_EQ(n, 16);
     CHECK_EQ(decode_exact(buf, 16, &d), 0);
@@ -774,7 +774,7 @@ test_header(void)
 
     /* Unknown types, with empty and non-empty bodies; the encoder refuses them too. */
     static const uint16_t types[] = {
-        0, TSOCK_MSG_STATS_REPLY, TSOCK_MSG_TYPE_LAST + 1, 0x100, 0x109, 0xFFFF};
+        0, TSOCK__MSG_STATS_REPLY, TSOCK__MSG_TYPE_LAST + 1, 0x100, 0x109, 0xFFFF};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         store_le(buf + 6, types[i], 2);
         CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
@@ -788,8 +788,8 @@ test_header(void)
     /* HEARTBEAT, BYE, PAUSE, RESUME and RESUMED have empty bodies: the header alone is the
      * whole frame, and any body at all (zeros, or another message's body under this type) is
      * refused, whether the header counts it or not. */
-    static const int empty[] = {TSOCK_MSG_HEARTBEAT, TSOCK_MSG_BYE, TSOCK_MSG_PAUSE,
-                                TSOCK_MSG_RESUME, TSOCK_MSG_RESUMED};
+    static const int empty[] = {TSOCK__MSG_HEARTBEAT, TSOCK__MSG_BYE, TSOCK__MSG_PAUSE,
+                                TSOCK__MSG_RESUME, TSOCK__MSG_RESUMED};
     static const uint32_t bodies[] = {1, 4, 8, 12, 44};
     for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++) {
         make(&m, empty[i]);
@@ -808,13 +808,13 @@ test_header(void)
             CHECK_EQ(decode_exact(buf, 12 + bodies[j], &d), TSOCK_E_PROTOCOL); /* not announced */
         }
         /* A SHUTDOWN and a BATCH relabelled with this type. */
-        struct tsock_msg other;
-        make(&other, TSOCK_MSG_SHUTDOWN);
-        other.u.shutdown.reason = TSOCK_SHUTDOWN_END;
+        struct tsock__msg other;
+        make(&other, TSOCK__MSG_SHUTDOWN);
+        other.u.shutdown.reason = TSOCK__SHUTDOWN_END;
         n = tsock__msg_encode(&other, buf, sizeof buf);
         store_le(buf + 6, (uint64_t)empty[i], 2);
         CHECK_EQ(decode_exact(buf, (size_t)n, &d), TSOCK_E_PROTOCOL);
-        make(&other, TSOCK_MSG_BATCH);
+        make(&other, TSOCK__MSG_BATCH);
         other.u.batch.samples = 1;
         n = tsock__msg_encode(&other, buf, sizeof buf);
         CHECK_EQ(n, 56);
@@ -823,17 +823,17 @@ test_header(void)
         /* And the other way round: an empty body under a type that needs one. */
         make(&m, empty[i]);
         tsock__msg_encode(&m, buf, sizeof buf);
-        store_le(buf + 6, TSOCK_MSG_BATCH, 2);
+        store_le(buf + 6, TSOCK__MSG_BATCH, 2);
         CHECK_EQ(decode_exact(buf, 12, &d), TSOCK_E_PROTOCOL);
     }
 
     /* Frames larger than the limit are refused before anything else is looked at, even when
      * the header agrees with their size. */
-    size_t big = TSOCK_PROTO_MAX_MESSAGE + 1;
+    size_t big = TSOCK__PROTO_MAX_MESSAGE + 1;
     uint8_t *huge = calloc(1, big + 64);
     if (!huge)
         abort();
-    make(&m, TSOCK_MSG_HEARTBEAT);
+    make(&m, TSOCK__MSG_HEARTBEAT);
     tsock__msg_encode(&m, huge, 12);
     for (size_t size = big; size < big + 64; size += 7) {
         store_le(huge + 8, size - 12, 4);
@@ -842,8 +842,8 @@ test_header(void)
         CHECK_EQ(tsock__msg_decode(huge, size, &d), TSOCK_E_PROTOCOL);
         store_le(huge + 4, 2, 2);
     }
-    store_le(huge + 8, TSOCK_PROTO_MAX_MESSAGE - 12, 4);
-    CHECK_EQ(tsock__msg_decode(huge, TSOCK_PROTO_MAX_MESSAGE, &d), TSOCK_E_PROTOCOL);
+    store_le(huge + 8, TSOCK__PROTO_MAX_MESSAGE - 12, 4);
+    CHECK_EQ(tsock__msg_decode(huge, TSOCK__PROTO_MAX_MESSAGE, &d), TSOCK_E_PROTOCOL);
     free(huge);
 
     /* Bad arguments. */
@@ -860,10 +860,10 @@ test_header(void)
 
 /* Decodes the naive encoding of m after setting byte `off` of it to `v`. */
 static int
-patched_decode(const struct tsock_msg *m, size_t off, uint8_t v)
+patched_decode(const struct tsock__msg *m, size_t off, uint8_t v)
 {
     struct wire w;
-    struct tsock_msg d;
+    struct tsock__msg d;
 
     spec_encode(m, &w);
     w.b[off] = v;
@@ -872,7 +872,7 @@ patched_decode(const struct tsock_msg *m, size_t off, uint8_t v)
 
 /* Frame offset of tensor t's name length byte in a WELCOME. */
 static size_t
-tensor_offset(const struct tsock_msg_welcome *w, uint32_t t)
+tensor_offset(const struct tsock__msg_welcome *w, uint32_t t)
 {
     size_t off = 12 + 48 + 1 + (w->device == TSOCK_DEVICE_CUDA ? 0 : w->attach_len) + 1;
 
@@ -884,9 +884,9 @@ tensor_offset(const struct tsock_msg_welcome *w, uint32_t t)
 static void
 test_hello_rules(void)
 {
-    struct tsock_msg m, base;
+    struct tsock__msg m, base;
 
-    make(&base, TSOCK_MSG_HELLO);
+    make(&base, TSOCK__MSG_HELLO);
     base.u.hello.pid = 1;
     strcpy(base.u.hello.name, "abc");
     EXPECT_VALID(base);
@@ -917,8 +917,8 @@ test_hello_rules(void)
 static void
 test_welcome_ring_rules(void)
 {
-    struct tsock_msg m, base;
-    struct tsock_msg_welcome *w = &m.u.welcome;
+    struct tsock__msg m, base;
+    struct tsock__msg_welcome *w = &m.u.welcome;
 
     make_welcome(&base);
     EXPECT_VALID(base);
@@ -979,7 +979,7 @@ test_welcome_ring_rules(void)
         EXPECT_VALID(m);
     }
     struct wire wire;
-    struct tsock_msg d;
+    struct tsock__msg d;
     m = base;
     w->samples = 0;
     spec_encode(&m, &wire);
@@ -997,14 +997,14 @@ test_welcome_ring_rules(void)
 }
 
 /* The CUDA block: present exactly for device 1, exact in length, no all-zero handle, at most
- * TSOCK_PROTO_MAX_CUDA_SLOTS slots, and no shared-memory name beside it. */
+ * TSOCK__PROTO_MAX_DEVICE_SLOTS slots, and no shared-memory name beside it. */
 static void
 test_welcome_cuda_rules(void)
 {
     static const char name[] = "/tsock-1234-ring";
     static uint8_t own[CUDA_BLOB_MAX], again[BUF];
-    struct tsock_msg m, base, d;
-    struct tsock_msg_welcome *w = &m.u.welcome;
+    struct tsock__msg m, base, d;
+    struct tsock__msg_welcome *w = &m.u.welcome;
     struct wire wire;
     uint8_t *blob;
 
@@ -1015,7 +1015,7 @@ test_welcome_cuda_rules(void)
     /* The largest valid message of all: 18 862 bytes (docs/protocol.md). */
     CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch),
              12 + 50 + TSOCK_MAX_TENSORS * (19 + TSOCK_MAX_NAME + 8 * TSOCK_MAX_DIMS) + 80 +
-                 64 * TSOCK_PROTO_MAX_CUDA_SLOTS);
+                 64 * TSOCK__PROTO_MAX_DEVICE_SLOTS);
 
     /* A name and handles: which ring is it? The struct holds one blob, so the name goes in on
      * the wire, as a non-empty shm_name in front of the tensors; and in the struct, a blob
@@ -1034,31 +1034,31 @@ test_welcome_cuda_rules(void)
 
     m = base;
     blob = own_attach(w, own, sizeof own);
-    memset(blob, 0, TSOCK_PROTO_DEVICE_ID_SIZE);
+    memset(blob, 0, TSOCK__PROTO_DEVICE_ID_SIZE);
     EXPECT_INVALID(m);
     m = base;
     blob = own_attach(w, own, sizeof own);
-    memset(blob + TSOCK_PROTO_DEVICE_ID_SIZE, 0, TSOCK_PROTO_HANDLE_SIZE);
+    memset(blob + TSOCK__PROTO_DEVICE_ID_SIZE, 0, TSOCK__PROTO_HANDLE_SIZE);
     EXPECT_INVALID(m);
     /* one non-zero byte is enough to be taken for a handle */
-    blob[TSOCK_PROTO_DEVICE_ID_SIZE + TSOCK_PROTO_HANDLE_SIZE - 1] = 1;
+    blob[TSOCK__PROTO_DEVICE_ID_SIZE + TSOCK__PROTO_HANDLE_SIZE - 1] = 1;
     EXPECT_VALID(m);
     for (uint32_t s = 0; s < base.u.welcome.slot_count; s++) {
         m = base;
         blob = own_attach(w, own, sizeof own);
         /* event handle s starts where the blob of an s-slot ring would end */
-        memset(blob + CUDA_BLOB_SIZE(s), 0, TSOCK_PROTO_HANDLE_SIZE);
+        memset(blob + CUDA_BLOB_SIZE(s), 0, TSOCK__PROTO_HANDLE_SIZE);
         EXPECT_INVALID(m);
     }
     /* Handles past slot_count are not part of the message: bytes after the blob change
      * nothing, and a blob that counts them (or lacks a byte, or is missing) is refused. */
     m = base;
     blob = own_attach(w, own, sizeof own);
-    memset(blob + w->attach_len, 0x55, TSOCK_PROTO_HANDLE_SIZE);
+    memset(blob + w->attach_len, 0x55, TSOCK__PROTO_HANDLE_SIZE);
     int n = tsock__msg_encode(&m, scratch, sizeof scratch);
     CHECK_EQ(tsock__msg_encode(&base, again, sizeof again), n);
     CHECK(n > 0 && memcmp(scratch, again, (size_t)n) == 0);
-    w->attach_len += TSOCK_PROTO_HANDLE_SIZE;
+    w->attach_len += TSOCK__PROTO_HANDLE_SIZE;
     EXPECT_INVALID(m);
     w->attach_len = base.u.welcome.attach_len - 1;
     EXPECT_INVALID(m);
@@ -1069,7 +1069,7 @@ test_welcome_cuda_rules(void)
     CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
 
     make_welcome_cuda_max(&m);
-    w->slot_count = TSOCK_PROTO_MAX_CUDA_SLOTS + 1;
+    w->slot_count = TSOCK__PROTO_MAX_DEVICE_SLOTS + 1;
     w->ring_bytes = w->slot_stride * w->slot_count;
     set_cuda_handles(w); /* every handle of the 257 non-zero */
     CHECK_EQ(w->attach_len, CUDA_BLOB_MAX);
@@ -1113,9 +1113,9 @@ static void
 test_welcome_shm_rules(void)
 {
     static const char *const bad[] = {"", "/", "tsock", "/a/b", "/a/", "/a\x01", "/a\x7f", "\x1f"};
-    static uint8_t longest[TSOCK_PROTO_MAX_SHM_NAME + 1];
-    struct tsock_msg m, base;
-    struct tsock_msg_welcome *w = &m.u.welcome;
+    static uint8_t longest[TSOCK__PROTO_MAX_SHM_NAME + 1];
+    struct tsock__msg m, base;
+    struct tsock__msg_welcome *w = &m.u.welcome;
 
     make_welcome(&base);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -1136,9 +1136,9 @@ test_welcome_shm_rules(void)
     set_shm_name(w, "/\xc3\xa9");
     EXPECT_VALID(m);
     longest[0] = '/';
-    memset(longest + 1, 's', TSOCK_PROTO_MAX_SHM_NAME);
+    memset(longest + 1, 's', TSOCK__PROTO_MAX_SHM_NAME);
     w->attach = longest;
-    w->attach_len = TSOCK_PROTO_MAX_SHM_NAME;
+    w->attach_len = TSOCK__PROTO_MAX_SHM_NAME;
     EXPECT_VALID(m);
     w->attach_len++; /* 256 bytes: more than the u8 length can say */
     CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
@@ -1150,9 +1150,9 @@ test_welcome_shm_rules(void)
 static void
 test_welcome_tensor_rules(void)
 {
-    struct tsock_msg m, base;
-    struct tsock_msg_welcome *w = &m.u.welcome;
-    struct tsock_tensor_desc *img = &w->tensors[0], *lab = &w->tensors[1];
+    struct tsock__msg m, base;
+    struct tsock__msg_welcome *w = &m.u.welcome;
+    struct tsock__tensor_desc *img = &w->tensors[0], *lab = &w->tensors[1];
 
     make_welcome(&base);
 
@@ -1230,8 +1230,8 @@ test_welcome_tensor_rules(void)
 static void
 test_welcome_name_rules(void)
 {
-    struct tsock_msg m, base;
-    struct tsock_msg_welcome *w = &m.u.welcome;
+    struct tsock__msg m, base;
+    struct tsock__msg_welcome *w = &m.u.welcome;
 
     make_welcome(&base);
 
@@ -1261,7 +1261,7 @@ test_long_name_on_wire(void)
     /* A 255-byte name in the last tensor, whose name field lies near the end of struct
      * tsock_msg: refused without writing past the field (AddressSanitizer watches the end of
      * the heap block). */
-    struct tsock_msg max, *d = malloc(sizeof *d);
+    struct tsock__msg max, *d = malloc(sizeof *d);
     struct wire w, longer;
     size_t off, rest;
 
@@ -1287,17 +1287,17 @@ test_long_name_on_wire(void)
 static void
 test_small_message_rules(void)
 {
-    struct tsock_msg m;
+    struct tsock__msg m;
 
     static const int32_t codes[] = {
         0, 1, -1, -EINVAL, TSOCK_E_BASE, TSOCK_E_LAST, -20000, INT32_MIN, INT32_MAX};
-    make(&m, TSOCK_MSG_REJECT);
+    make(&m, TSOCK__MSG_REJECT);
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
         m.u.reject.code = codes[i];
         EXPECT_INVALID(m);
     }
 
-    make(&m, TSOCK_MSG_BATCH);
+    make(&m, TSOCK__MSG_BATCH);
     m.u.batch.samples = 1;
     EXPECT_VALID(m);
     m.u.batch.samples = 0;
@@ -1310,29 +1310,29 @@ test_small_message_rules(void)
     m.u.batch.slot = 0;
     m.u.batch.flags = 2;
     EXPECT_INVALID(m);
-    m.u.batch.flags = 0x80000000u | TSOCK_BATCH_EPOCH_END;
+    m.u.batch.flags = 0x80000000u | TSOCK__BATCH_EPOCH_END;
     EXPECT_INVALID(m);
 
     /* position: any value, even one where position + samples wraps (the consumer, not the
      * codec, checks positions against the stream); it sits at body offset 32, before flags. */
     static const uint64_t positions[] = {0, 1, 1ull << 40, UINT64_MAX};
-    make(&m, TSOCK_MSG_BATCH);
+    make(&m, TSOCK__MSG_BATCH);
     m.u.batch.samples = UINT32_MAX;
     for (size_t i = 0; i < sizeof positions / sizeof positions[0]; i++) {
         m.u.batch.position = positions[i];
         EXPECT_VALID(m);
     }
     struct wire wire;
-    struct tsock_msg d;
+    struct tsock__msg d;
     m.u.batch.position = 0;
-    m.u.batch.flags = TSOCK_BATCH_EPOCH_END;
+    m.u.batch.flags = TSOCK__BATCH_EPOCH_END;
     spec_encode(&m, &wire);
     CHECK_EQ(wire.n, 56);
     wire.b[12 + 32] = 0x11;
     wire.b[12 + 39] = 0x22;
     CHECK_EQ(decode_exact(wire.b, wire.n, &d), 0);
     CHECK(d.u.batch.position == 0x2200000000000011u);
-    CHECK_EQ(d.u.batch.flags, TSOCK_BATCH_EPOCH_END);
+    CHECK_EQ(d.u.batch.flags, TSOCK__BATCH_EPOCH_END);
     CHECK(d.u.batch.index_in_epoch == 0);
     /* A BATCH without position (the layout before it existed) is refused: 40-byte body. */
     memmove(wire.b + 12 + 32, wire.b + 12 + 40, 4);
@@ -1340,14 +1340,14 @@ test_small_message_rules(void)
     store_le(wire.b + 8, wire.n - 12, 4);
     CHECK_EQ(decode_exact(wire.b, wire.n, &d), TSOCK_E_PROTOCOL);
 
-    make(&m, TSOCK_MSG_RELEASE);
+    make(&m, TSOCK__MSG_RELEASE);
     m.u.release.slot = MAX_SLOTS;
     EXPECT_INVALID(m);
     m.u.release.slot = UINT32_MAX;
     EXPECT_INVALID(m);
 
     static const uint32_t reasons[] = {0, 3, UINT32_MAX};
-    make(&m, TSOCK_MSG_SHUTDOWN);
+    make(&m, TSOCK__MSG_SHUTDOWN);
     for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++) {
         m.u.shutdown.reason = reasons[i];
         EXPECT_INVALID(m);
@@ -1357,20 +1357,20 @@ test_small_message_rules(void)
 static void
 test_type_names(void)
 {
-    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_HELLO), "HELLO") == 0);
-    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_WELCOME), "WELCOME") == 0);
-    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_REJECT), "REJECT") == 0);
-    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_BATCH), "BATCH") == 0);
-    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_RELEASE), "RELEASE") == 0);
-    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_HEARTBEAT), "HEARTBEAT") == 0);
-    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_BYE), "BYE") == 0);
-    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_SHUTDOWN), "SHUTDOWN") == 0);
-    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_PAUSE), "PAUSE") == 0);
-    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_RESUME), "RESUME") == 0);
-    CHECK(strcmp(tsock__msg_type_name(TSOCK_MSG_RESUMED), "RESUMED") == 0);
-    CHECK_EQ(TSOCK_MSG_PAUSE, 9);
-    CHECK_EQ(TSOCK_MSG_RESUME, 10);
-    CHECK_EQ(TSOCK_MSG_RESUMED, 11);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK__MSG_HELLO), "HELLO") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK__MSG_WELCOME), "WELCOME") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK__MSG_REJECT), "REJECT") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK__MSG_BATCH), "BATCH") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK__MSG_RELEASE), "RELEASE") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK__MSG_HEARTBEAT), "HEARTBEAT") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK__MSG_BYE), "BYE") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK__MSG_SHUTDOWN), "SHUTDOWN") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK__MSG_PAUSE), "PAUSE") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK__MSG_RESUME), "RESUME") == 0);
+    CHECK(strcmp(tsock__msg_type_name(TSOCK__MSG_RESUMED), "RESUMED") == 0);
+    CHECK_EQ(TSOCK__MSG_PAUSE, 9);
+    CHECK_EQ(TSOCK__MSG_RESUME, 10);
+    CHECK_EQ(TSOCK__MSG_RESUMED, 11);
     CHECK(strcmp(tsock__msg_type_name(0), "?") == 0);
     CHECK(strcmp(tsock__msg_type_name(12), "STATS_REQUEST") == 0);
     CHECK(strcmp(tsock__msg_type_name(13), "STATS_REPLY") == 0);
@@ -1389,7 +1389,7 @@ static int
 canonical(const uint8_t *bytes, size_t len)
 {
     static uint8_t buf[BUF];
-    static struct tsock_msg first, again;
+    static struct tsock__msg first, again;
 
     memset(&first, 0, sizeof first);
     memset(&again, 0, sizeof again);
@@ -1405,7 +1405,7 @@ canonical(const uint8_t *bytes, size_t len)
  * WELCOME's tensor table makes the struct over 2 KiB, too much to clear a million times under
  * TSan). */
 static int
-decode_code(const uint8_t *bytes, size_t len, struct tsock_msg *msg)
+decode_code(const uint8_t *bytes, size_t len, struct tsock__msg *msg)
 {
     uint8_t *copy = malloc(len ? len : 1);
 
@@ -1422,7 +1422,7 @@ static void
 test_random_bytes(void)
 {
     static uint8_t bytes[BUF];
-    struct tsock_msg d;
+    struct tsock__msg d;
     long accepted = 0, bad_results = 0, not_canonical = 0;
 
     for (int i = 0; i < 300000; i++) {
@@ -1431,9 +1431,9 @@ test_random_bytes(void)
             bytes[j] = (uint8_t)rnd();
         /* Most get a plausible header, so the body parsers see them. */
         if (i % 4 != 0 && len >= 12) {
-            store_le(bytes, TSOCK_PROTO_MAGIC, 4);
-            store_le(bytes + 4, i % 50 ? TSOCK_PROTO_VERSION : rnd() % 3, 2);
-            store_le(bytes + 6, rnd() % (TSOCK_MSG_TYPE_LAST + 2), 2);
+            store_le(bytes, TSOCK__PROTO_MAGIC, 4);
+            store_le(bytes + 4, i % 50 ? TSOCK__PROTO_VERSION : rnd() % 3, 2);
+            store_le(bytes + 6, rnd() % (TSOCK__MSG_TYPE_LAST + 2), 2);
             store_le(bytes + 8, len - 12, 4);
             if (len > 20 && i % 3 == 0)
                 bytes[12 + 8] = (uint8_t)(rnd() % 16); /* short HELLO names */
@@ -1454,7 +1454,7 @@ test_random_bytes(void)
 static void
 test_random_mutations(void)
 {
-    struct tsock_msg msgs[MAX_SAMPLES], d;
+    struct tsock__msg msgs[MAX_SAMPLES], d;
     uint8_t buf[BUF];
     int count = valid_messages(msgs);
     long accepted = 0, rejected = 0, bad_results = 0, not_canonical = 0;

@@ -27,7 +27,7 @@ store_le(uint8_t *p, uint64_t v, unsigned n)
 
 /* Heap copies of exactly `len` bytes, decoded by the reply decoder or the generic one. */
 static int
-decode_reply(const uint8_t *bytes, size_t len, struct tsock_stats_reply *r)
+decode_reply(const uint8_t *bytes, size_t len, struct tsock__stats_reply *r)
 {
     uint8_t *copy = malloc(len ? len : 1);
     if (!copy)
@@ -40,7 +40,7 @@ decode_reply(const uint8_t *bytes, size_t len, struct tsock_stats_reply *r)
 }
 
 static int
-decode_msg(const uint8_t *bytes, size_t len, struct tsock_msg *m)
+decode_msg(const uint8_t *bytes, size_t len, struct tsock__msg *m)
 {
     uint8_t *copy = malloc(len ? len : 1);
     if (!copy)
@@ -74,7 +74,7 @@ w_bytes(struct wire *w, const char *s, size_t len)
 }
 
 static void
-w_consumer(struct wire *w, const struct tsock_stats_consumer *c)
+w_consumer(struct wire *w, const struct tsock__stats_consumer *c)
 {
     const char *end = memchr(c->name, '\0', sizeof c->name);
     size_t len = end ? (size_t)(end - c->name) : sizeof c->name;
@@ -97,13 +97,13 @@ w_consumer(struct wire *w, const struct tsock_stats_consumer *c)
 
 /* `status_len` lets a test put more bytes on the wire than the struct's array could hold. */
 static void
-spec_encode_text(const struct tsock_stats_reply *r, const char *status, size_t status_len,
+spec_encode_text(const struct tsock__stats_reply *r, const char *status, size_t status_len,
                  struct wire *w)
 {
-    const struct tsock_stats_producer *p = &r->producer;
+    const struct tsock__stats_producer *p = &r->producer;
     w->n = 0;
     w_le(w, 0x4B435354u, 4);
-    w_le(w, TSOCK_PROTO_VERSION, 2); /* the header is the same as every message's */
+    w_le(w, TSOCK__PROTO_VERSION, 2); /* the header is the same as every message's */
     w_le(w, 13, 2);
     w_le(w, 0, 4);
     w_le(w, r->request_id, 8);
@@ -123,22 +123,22 @@ spec_encode_text(const struct tsock_stats_reply *r, const char *status, size_t s
     w_le(w, status_len, 2);
     w_bytes(w, status, status_len);
     w_le(w, r->consumer_count, 1);
-    for (uint32_t i = 0; i < r->consumer_count && i < TSOCK_STATS_MAX_CONSUMERS; i++)
+    for (uint32_t i = 0; i < r->consumer_count && i < TSOCK__STATS_MAX_CONSUMERS; i++)
         w_consumer(w, &r->consumers[i]);
     store_le(w->b + 8, w->n - 12, 4);
 }
 
 static void
-spec_encode(const struct tsock_stats_reply *r, struct wire *w)
+spec_encode(const struct tsock__stats_reply *r, struct wire *w)
 {
     spec_encode_text(r, r->status, strnlen(r->status, sizeof r->status), w);
 }
 
 static int
-spec_decode(const struct tsock_stats_reply *r)
+spec_decode(const struct tsock__stats_reply *r)
 {
     static struct wire w;
-    static struct tsock_stats_reply d;
+    static struct tsock__stats_reply d;
     spec_encode(r, &w);
     return decode_reply(w.b, w.n, &d);
 }
@@ -161,12 +161,12 @@ static uint8_t scratch[BUF];
 /* ---- sample replies ---------------------------------------------------------------------- */
 
 static void
-make_consumer(struct tsock_stats_consumer *c, uint64_t id, const char *name)
+make_consumer(struct tsock__stats_consumer *c, uint64_t id, const char *name)
 {
     memset(c, 0, sizeof *c);
     c->id = id;
     c->pid = (uint32_t)(1000 + id);
-    c->flags = TSOCK_STATS_REPORTED;
+    c->flags = TSOCK__STATS_REPORTED;
     strcpy(c->name, name);
     c->batches = 100 + id;
     c->samples = 3200 + id;
@@ -174,39 +174,39 @@ make_consumer(struct tsock_stats_consumer *c, uint64_t id, const char *name)
     c->held = 2;
     c->lag = 1;
     c->rate_milli = 41500;
-    c->own = (struct tsock_msg_consumer_stats){97, 3104, 1, 123456789};
+    c->own = (struct tsock__msg_consumer_stats){97, 3104, 1, 123456789};
 }
 
 /* Two consumers, a status, figures of every size. */
 static void
-make_reply(struct tsock_stats_reply *r)
+make_reply(struct tsock__stats_reply *r)
 {
     memset(r, 0, sizeof *r);
     r->request_id = 0xFEDCBA9876543210u;
-    r->producer = (struct tsock_stats_producer){.pid = 4242,
-                                                .slots = 8,
-                                                .free_slots = 3,
-                                                .held = 4,
-                                                .batches = 102,
-                                                .samples = 3264,
-                                                .epochs = 1,
-                                                .released = 197,
-                                                .joined = 3,
-                                                .lost = 1,
-                                                .bad_messages = 5,
-                                                .wait_ns = 1500000000u,
-                                                .uptime_ns = 9000000000u};
+    r->producer = (struct tsock__stats_producer){.pid = 4242,
+                                                 .slots = 8,
+                                                 .free_slots = 3,
+                                                 .held = 4,
+                                                 .batches = 102,
+                                                 .samples = 3264,
+                                                 .epochs = 1,
+                                                 .released = 197,
+                                                 .joined = 3,
+                                                 .lost = 1,
+                                                 .bad_messages = 5,
+                                                 .wait_ns = 1500000000u,
+                                                 .uptime_ns = 9000000000u};
     strcpy(r->status, "{\"images_per_s\": 2410.5, \"decoder\": \"caf\xc3\xa9\"}");
     r->consumer_count = 2;
     make_consumer(&r->consumers[0], 0, "trainer-0");
     make_consumer(&r->consumers[1], 2, "");
-    r->consumers[1].flags = TSOCK_STATS_PAUSED;
-    r->consumers[1].own = (struct tsock_msg_consumer_stats){0, 0, 0, 0};
+    r->consumers[1].flags = TSOCK__STATS_PAUSED;
+    r->consumers[1].own = (struct tsock__msg_consumer_stats){0, 0, 0, 0};
 }
 
 /* The largest reply: 64 consumers with 63-byte names and a status of TSOCK_MAX_STATUS bytes. */
 static void
-make_reply_max(struct tsock_stats_reply *r)
+make_reply_max(struct tsock__stats_reply *r)
 {
     make_reply(r);
     r->producer.slots = 1024;
@@ -214,43 +214,43 @@ make_reply_max(struct tsock_stats_reply *r)
     r->producer.held = 1024;
     memset(r->status, 'x', TSOCK_MAX_STATUS);
     r->status[TSOCK_MAX_STATUS] = '\0';
-    r->consumer_count = TSOCK_STATS_MAX_CONSUMERS;
-    for (uint32_t i = 0; i < TSOCK_STATS_MAX_CONSUMERS; i++) {
+    r->consumer_count = TSOCK__STATS_MAX_CONSUMERS;
+    for (uint32_t i = 0; i < TSOCK__STATS_MAX_CONSUMERS; i++) {
         char name[TSOCK_MAX_NAME + 1];
         memset(name, 'a' + (char)(i % 26), TSOCK_MAX_NAME);
         name[TSOCK_MAX_NAME] = '\0';
         make_consumer(&r->consumers[i], UINT64_MAX - i, name);
         r->consumers[i].held = 1024;
-        r->consumers[i].flags = TSOCK_STATS_PAUSED | TSOCK_STATS_REPORTED;
+        r->consumers[i].flags = TSOCK__STATS_PAUSED | TSOCK__STATS_REPORTED;
     }
 }
 
 /* ---- round trips ------------------------------------------------------------------------- */
 
 static void
-test_reply_roundtrip_one(const struct tsock_stats_reply *r)
+test_reply_roundtrip_one(const struct tsock__stats_reply *r)
 {
     static uint8_t buf[BUF], out[BUF];
     static struct wire w;
-    static struct tsock_stats_reply d;
-    struct tsock_msg m;
+    static struct tsock__stats_reply d;
+    struct tsock__msg m;
     int n = tsock__stats_reply_encode(r, buf, sizeof buf);
 
-    CHECK(n >= TSOCK_PROTO_HEADER_SIZE && n <= TSOCK_PROTO_MAX_MESSAGE);
-    if (n < TSOCK_PROTO_HEADER_SIZE)
+    CHECK(n >= TSOCK__PROTO_HEADER_SIZE && n <= TSOCK__PROTO_MAX_MESSAGE);
+    if (n < TSOCK__PROTO_HEADER_SIZE)
         return;
     spec_encode(r, &w);
     CHECK_EQ(w.n, n);
     CHECK(memcmp(w.b, buf, w.n) == 0);
     CHECK_EQ(decode_reply(buf, (size_t)n, &d), 0);
     CHECK(memcmp(&d, r, sizeof d) == 0);
-    CHECK_EQ(tsock__msg_peek_type(buf, (size_t)n), TSOCK_MSG_STATS_REPLY);
+    CHECK_EQ(tsock__msg_peek_type(buf, (size_t)n), TSOCK__MSG_STATS_REPLY);
     /* Producers and consumers never expect one: the generic decoder refuses it. */
     CHECK_EQ(decode_msg(buf, (size_t)n, &m), TSOCK_E_PROTOCOL);
 
     for (int len = 0; len < n; len++) {
         CHECK_EQ(decode_reply(buf, (size_t)len, &d), TSOCK_E_PROTOCOL);
-        if (len >= TSOCK_PROTO_HEADER_SIZE) {
+        if (len >= TSOCK__PROTO_HEADER_SIZE) {
             memcpy(out, buf, (size_t)len);
             store_le(out + 8, (uint64_t)len - 12, 4);
             CHECK_EQ(decode_reply(out, (size_t)len, &d), TSOCK_E_PROTOCOL);
@@ -276,7 +276,7 @@ test_reply_roundtrip_one(const struct tsock_stats_reply *r)
 static void
 test_reply_roundtrip(void)
 {
-    static struct tsock_stats_reply r;
+    static struct tsock__stats_reply r;
     make_reply(&r);
     test_reply_roundtrip_one(&r);
     r.consumer_count = 0;
@@ -299,7 +299,7 @@ test_reply_roundtrip(void)
 #define LE32(v) LE16((v)&0xFFFF), LE16(((v) >> 16) & 0xFFFF)
 #define LE64(v) LE32((v)&0xFFFFFFFFull), LE32(((v) >> 32) & 0xFFFFFFFFull)
 /* The header's version byte: these messages keep their layout whatever the version number. */
-#define V TSOCK_PROTO_VERSION
+#define V TSOCK__PROTO_VERSION
 
 static void
 test_golden(void)
@@ -370,12 +370,12 @@ test_golden(void)
                                     LE64(256ull),
                                     LE64(0ull),
                                     LE64(5000ull)}; /* own figures */
-    struct tsock_msg m, d;
-    static struct tsock_stats_reply r, rd;
+    struct tsock__msg m, d;
+    static struct tsock__stats_reply r, rd;
     uint8_t buf[512];
 
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_STATS_REQUEST;
+    m.type = TSOCK__MSG_STATS_REQUEST;
     m.u.stats_request.request_id = 0x0102030405060708u;
     CHECK_EQ(tsock__msg_encode(&m, buf, sizeof buf), sizeof request);
     CHECK(memcmp(buf, request, sizeof request) == 0);
@@ -384,8 +384,8 @@ test_golden(void)
           memcmp(&d.u.stats_request, &m.u.stats_request, sizeof d.u.stats_request) == 0);
 
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_CONSUMER_STATS;
-    m.u.consumer_stats = (struct tsock_msg_consumer_stats){40, 1280, 1, 2500000};
+    m.type = TSOCK__MSG_CONSUMER_STATS;
+    m.u.consumer_stats = (struct tsock__msg_consumer_stats){40, 1280, 1, 2500000};
     CHECK_EQ(tsock__msg_encode(&m, buf, sizeof buf), sizeof own);
     CHECK(memcmp(buf, own, sizeof own) == 0);
     CHECK_EQ(decode_msg(own, sizeof own, &d), 0);
@@ -394,29 +394,29 @@ test_golden(void)
 
     memset(&r, 0, sizeof r);
     r.request_id = 7;
-    r.producer = (struct tsock_stats_producer){.pid = 0x1234,
-                                               .slots = 4,
-                                               .free_slots = 1,
-                                               .held = 2,
-                                               .batches = 10,
-                                               .samples = 320,
-                                               .epochs = 1,
-                                               .released = 15,
-                                               .joined = 2,
-                                               .wait_ns = 1000,
-                                               .uptime_ns = 2000000000u};
+    r.producer = (struct tsock__stats_producer){.pid = 0x1234,
+                                                .slots = 4,
+                                                .free_slots = 1,
+                                                .held = 2,
+                                                .batches = 10,
+                                                .samples = 320,
+                                                .epochs = 1,
+                                                .released = 15,
+                                                .joined = 2,
+                                                .wait_ns = 1000,
+                                                .uptime_ns = 2000000000u};
     strcpy(r.status, "{\"a\":1}");
     r.consumer_count = 1;
-    r.consumers[0] = (struct tsock_stats_consumer){.id = 1,
-                                                   .pid = 0x2222,
-                                                   .flags = TSOCK_STATS_REPORTED,
-                                                   .batches = 10,
-                                                   .samples = 320,
-                                                   .released = 8,
-                                                   .held = 2,
-                                                   .lag = 1,
-                                                   .rate_milli = 2500,
-                                                   .own = {8, 256, 0, 5000}};
+    r.consumers[0] = (struct tsock__stats_consumer){.id = 1,
+                                                    .pid = 0x2222,
+                                                    .flags = TSOCK__STATS_REPORTED,
+                                                    .batches = 10,
+                                                    .samples = 320,
+                                                    .released = 8,
+                                                    .held = 2,
+                                                    .lag = 1,
+                                                    .rate_milli = 2500,
+                                                    .own = {8, 256, 0, 5000}};
     strcpy(r.consumers[0].name, "c");
     CHECK_EQ(sizeof reply, 212);
     CHECK_EQ(tsock__stats_reply_encode(&r, buf, sizeof buf), sizeof reply);
@@ -430,15 +430,15 @@ test_golden(void)
 static void
 test_small_bodies(void)
 {
-    static const int types[] = {TSOCK_MSG_STATS_REQUEST, TSOCK_MSG_CONSUMER_STATS};
+    static const int types[] = {TSOCK__MSG_STATS_REQUEST, TSOCK__MSG_CONSUMER_STATS};
     static const size_t sizes[] = {8, 32};
     uint8_t buf[64];
-    struct tsock_msg d;
+    struct tsock__msg d;
 
     for (int k = 0; k < 2; k++) {
         memset(buf, 0, sizeof buf);
-        store_le(buf, TSOCK_PROTO_MAGIC, 4);
-        store_le(buf + 4, TSOCK_PROTO_VERSION, 2);
+        store_le(buf, TSOCK__PROTO_MAGIC, 4);
+        store_le(buf + 4, TSOCK__PROTO_VERSION, 2);
         store_le(buf + 6, (uint64_t)types[k], 2);
         for (size_t body = 0; body <= 40; body++) {
             store_le(buf + 8, body, 4);
@@ -457,7 +457,7 @@ test_small_bodies(void)
 static void
 test_producer_rules(void)
 {
-    static struct tsock_stats_reply r;
+    static struct tsock__stats_reply r;
     make_reply(&r);
     EXPECT_VALID(r);
     r.producer.slots = 0;
@@ -487,13 +487,13 @@ test_producer_rules(void)
 static void
 test_consumer_rules(void)
 {
-    static struct tsock_stats_reply r;
+    static struct tsock__stats_reply r;
     make_reply(&r);
     r.consumers[0].flags = 4;
     EXPECT_INVALID(r);
     r.consumers[0].flags = 0x80000000u;
     EXPECT_INVALID(r);
-    r.consumers[0].flags = TSOCK_STATS_PAUSED | TSOCK_STATS_REPORTED;
+    r.consumers[0].flags = TSOCK__STATS_PAUSED | TSOCK__STATS_REPORTED;
     EXPECT_VALID(r);
     r.consumers[1].held = r.producer.slots + 1;
     EXPECT_INVALID(r);
@@ -513,7 +513,7 @@ test_consumer_rules(void)
     r.consumers[0].name[TSOCK_MAX_NAME] = '\0';
     EXPECT_VALID(r);
     make_reply(&r);
-    r.consumer_count = TSOCK_STATS_MAX_CONSUMERS + 1;
+    r.consumer_count = TSOCK__STATS_MAX_CONSUMERS + 1;
     CHECK_EQ(tsock__stats_reply_encode(&r, scratch, sizeof scratch), -EINVAL);
 }
 
@@ -521,14 +521,14 @@ test_consumer_rules(void)
 static void
 test_wire_only_rules(void)
 {
-    static struct tsock_stats_reply r, d;
+    static struct tsock__stats_reply r, d;
     static struct wire w;
     make_reply(&r);
     spec_encode(&r, &w);
     CHECK_EQ(decode_reply(w.b, w.n, &d), 0);
     size_t count_at = 12 + 96 + 2 + strlen(r.status);
     CHECK_EQ(w.b[count_at], 2);
-    w.b[count_at] = TSOCK_STATS_MAX_CONSUMERS + 1;
+    w.b[count_at] = TSOCK__STATS_MAX_CONSUMERS + 1;
     CHECK_EQ(decode_reply(w.b, w.n, &d), TSOCK_E_PROTOCOL);
     w.b[count_at] = 0xFF;
     CHECK_EQ(decode_reply(w.b, w.n, &d), TSOCK_E_PROTOCOL);
@@ -547,19 +547,19 @@ test_wire_only_rules(void)
     w.b[name_at] = (uint8_t)strlen("trainer-0");
     CHECK_EQ(decode_reply(w.b, w.n, &d), 0);
     /* Another type under the reply's layout, and another version. */
-    store_le(w.b + 6, TSOCK_MSG_BATCH, 2);
+    store_le(w.b + 6, TSOCK__MSG_BATCH, 2);
     CHECK_EQ(decode_reply(w.b, w.n, &d), TSOCK_E_PROTOCOL);
-    store_le(w.b + 6, TSOCK_MSG_STATS_REPLY, 2);
-    store_le(w.b + 4, TSOCK_PROTO_VERSION + 1, 2);
+    store_le(w.b + 6, TSOCK__MSG_STATS_REPLY, 2);
+    store_le(w.b + 4, TSOCK__PROTO_VERSION + 1, 2);
     CHECK_EQ(decode_reply(w.b, w.n, &d), TSOCK_E_VERSION);
     CHECK_EQ(tsock__msg_peek_type(w.b, w.n), TSOCK_E_VERSION);
-    store_le(w.b + 4, TSOCK_PROTO_VERSION, 2);
+    store_le(w.b + 4, TSOCK__PROTO_VERSION, 2);
     store_le(w.b + 8, 5, 4);
     CHECK_EQ(tsock__msg_peek_type(w.b, w.n), TSOCK_E_PROTOCOL);
     /* A frame of another type handed to the reply decoder. */
-    struct tsock_msg m;
+    struct tsock__msg m;
     memset(&m, 0, sizeof m);
-    m.type = TSOCK_MSG_STATS_REQUEST;
+    m.type = TSOCK__MSG_STATS_REQUEST;
     int n = tsock__msg_encode(&m, scratch, sizeof scratch);
     CHECK_EQ(decode_reply(scratch, (size_t)n, &d), TSOCK_E_PROTOCOL);
     CHECK_EQ(tsock__stats_reply_decode(NULL, 12, &d), -EINVAL);
@@ -605,7 +605,7 @@ test_status_rules(void)
         {"\xee\x80\x80", 3},     /* U+E000, just past the surrogates */
         {"\xc2\x80", 2},         /* U+0080: a C1 control, allowed (only C0 and DEL are not) */
     };
-    static struct tsock_stats_reply r, d;
+    static struct tsock__stats_reply r, d;
     static struct wire w;
     make_reply(&r);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -645,7 +645,7 @@ test_status_rules(void)
 static void
 test_mutations(void)
 {
-    static struct tsock_stats_reply r, d, again;
+    static struct tsock__stats_reply r, d, again;
     static uint8_t buf[BUF], re[BUF];
     uint64_t state = 0x9E3779B97F4A7C15u;
     long accepted = 0, rejected = 0, bad = 0;

@@ -9,8 +9,8 @@
 #include "ring/ring.h"
 
 /* Big (tens of KiB), so static rather than on the stack. */
-static struct tsock_ring ring;
-static struct tsock_ring saved;
+static struct tsock__ring ring;
+static struct tsock__ring saved;
 
 static uint64_t
 bit(uint32_t consumer)
@@ -20,13 +20,13 @@ bit(uint32_t consumer)
 
 /* Field-by-field, so struct padding never decides the answer. */
 static int
-rings_equal(const struct tsock_ring *a, const struct tsock_ring *b)
+rings_equal(const struct tsock__ring *a, const struct tsock__ring *b)
 {
     if (a->count != b->count || a->free_count != b->free_count || a->next_hint != b->next_hint ||
         a->next_seq != b->next_seq)
         return 0;
-    for (uint32_t i = 0; i < TSOCK_RING_MAX_SLOTS; i++) {
-        const struct tsock_ring_slot *x = &a->slots[i], *y = &b->slots[i];
+    for (uint32_t i = 0; i < TSOCK__RING_MAX_SLOTS; i++) {
+        const struct tsock__ring_slot *x = &a->slots[i], *y = &b->slots[i];
         if (x->state != y->state || x->holders != y->holders || x->seq != y->seq)
             return 0;
     }
@@ -35,7 +35,7 @@ rings_equal(const struct tsock_ring *a, const struct tsock_ring *b)
 
 /* Acquires a slot and publishes it to `holders`; returns the slot and sets *seq. */
 static uint32_t
-fill(struct tsock_ring *r, uint64_t holders, uint64_t *seq)
+fill(struct tsock__ring *r, uint64_t holders, uint64_t *seq)
 {
     int slot = tsock__ring_acquire(r);
     CHECK(slot >= 0);
@@ -49,17 +49,17 @@ static void
 test_init(void)
 {
     CHECK_EQ(tsock__ring_init(&ring, 0), -EINVAL);
-    CHECK_EQ(tsock__ring_init(&ring, TSOCK_RING_MAX_SLOTS + 1), -EINVAL);
+    CHECK_EQ(tsock__ring_init(&ring, TSOCK__RING_MAX_SLOTS + 1), -EINVAL);
     CHECK_EQ(tsock__ring_init(NULL, 4), -EINVAL);
-    CHECK_EQ(tsock__ring_init(&ring, TSOCK_RING_MAX_SLOTS), 0);
-    CHECK_EQ(ring.free_count, TSOCK_RING_MAX_SLOTS);
+    CHECK_EQ(tsock__ring_init(&ring, TSOCK__RING_MAX_SLOTS), 0);
+    CHECK_EQ(ring.free_count, TSOCK__RING_MAX_SLOTS);
     CHECK_EQ(tsock__ring_check(&ring), 0);
 
     CHECK_EQ(tsock__ring_init(&ring, 1), 0);
     CHECK_EQ(ring.count, 1);
     CHECK_EQ(ring.free_count, 1);
     CHECK_EQ(ring.next_seq, 0);
-    CHECK_EQ(ring.slots[0].state, TSOCK_SLOT_FREE);
+    CHECK_EQ(ring.slots[0].state, TSOCK__SLOT_FREE);
     CHECK_EQ(ring.slots[0].holders, 0);
     CHECK_EQ(tsock__ring_check(&ring), 0);
 }
@@ -72,14 +72,14 @@ test_full_cycle(void)
     uint64_t seq = 99;
     CHECK_EQ(tsock__ring_init(&ring, 3), 0);
     CHECK_EQ(tsock__ring_acquire(&ring), 0);
-    CHECK_EQ(ring.slots[0].state, TSOCK_SLOT_FILLING);
+    CHECK_EQ(ring.slots[0].state, TSOCK__SLOT_FILLING);
     CHECK_EQ(ring.free_count, 2);
     CHECK_EQ(tsock__ring_check(&ring), 0);
 
     CHECK_EQ(tsock__ring_publish(&ring, 0, bit(0) | bit(5) | bit(63), &seq), 0);
     CHECK_EQ(seq, 0);
     CHECK_EQ(ring.next_seq, 1);
-    CHECK_EQ(ring.slots[0].state, TSOCK_SLOT_HELD);
+    CHECK_EQ(ring.slots[0].state, TSOCK__SLOT_HELD);
     CHECK(ring.slots[0].holders == (bit(0) | bit(5) | bit(63)));
     CHECK_EQ(ring.free_count, 2);
     CHECK_EQ(tsock__ring_check(&ring), 0);
@@ -87,10 +87,10 @@ test_full_cycle(void)
     CHECK_EQ(tsock__ring_release(&ring, 0, 63, seq), 0);
     CHECK_EQ(tsock__ring_held_by(&ring, 63), 0);
     CHECK_EQ(tsock__ring_release(&ring, 0, 0, seq), 0);
-    CHECK_EQ(ring.slots[0].state, TSOCK_SLOT_HELD);
+    CHECK_EQ(ring.slots[0].state, TSOCK__SLOT_HELD);
     CHECK_EQ(tsock__ring_check(&ring), 0);
     CHECK_EQ(tsock__ring_release(&ring, 0, 5, seq), 1);
-    CHECK_EQ(ring.slots[0].state, TSOCK_SLOT_FREE);
+    CHECK_EQ(ring.slots[0].state, TSOCK__SLOT_FREE);
     CHECK_EQ(ring.slots[0].holders, 0);
     CHECK_EQ(ring.free_count, 3);
     CHECK_EQ(tsock__ring_check(&ring), 0);
@@ -112,7 +112,7 @@ test_fill_to_free(void)
     CHECK_EQ(tsock__ring_acquire(&ring), 0);
     CHECK_EQ(tsock__ring_publish(&ring, 0, 0, &seq), 0);
     CHECK_EQ(seq, 0);
-    CHECK_EQ(ring.slots[0].state, TSOCK_SLOT_FREE);
+    CHECK_EQ(ring.slots[0].state, TSOCK__SLOT_FREE);
     CHECK_EQ(ring.free_count, 2);
     CHECK_EQ(tsock__ring_check(&ring), 0);
     /* The empty publication still used up its number: the next batch is batch 1. */
@@ -121,7 +121,7 @@ test_fill_to_free(void)
 
     CHECK_EQ(tsock__ring_acquire(&ring), 1);
     CHECK_EQ(tsock__ring_abandon(&ring, 1), 0);
-    CHECK_EQ(ring.slots[1].state, TSOCK_SLOT_FREE);
+    CHECK_EQ(ring.slots[1].state, TSOCK__SLOT_FREE);
     CHECK_EQ(ring.free_count, 2);
     CHECK_EQ(ring.next_seq, 1);
     CHECK_EQ(tsock__ring_check(&ring), 0);
@@ -166,11 +166,11 @@ test_illegal_transitions(void)
     expect_rejected(tsock__ring_release(&ring, held, 0, seq), -ENOENT);
     expect_rejected(tsock__ring_release(&ring, held, 1, seq + 1), -ENOENT);
     expect_rejected(tsock__ring_release(&ring, 4, 1, seq), -EINVAL);
-    expect_rejected(tsock__ring_release(&ring, held, TSOCK_RING_MAX_CONSUMERS, seq), -EINVAL);
+    expect_rejected(tsock__ring_release(&ring, held, TSOCK__RING_MAX_CONSUMERS, seq), -EINVAL);
     expect_rejected(tsock__ring_release(&ring, held, UINT32_MAX, seq), -EINVAL);
     /* drop_consumer and held_by: consumer index in range. */
-    expect_rejected(tsock__ring_drop_consumer(&ring, TSOCK_RING_MAX_CONSUMERS), -EINVAL);
-    expect_rejected(tsock__ring_held_by(&ring, TSOCK_RING_MAX_CONSUMERS), -EINVAL);
+    expect_rejected(tsock__ring_drop_consumer(&ring, TSOCK__RING_MAX_CONSUMERS), -EINVAL);
+    expect_rejected(tsock__ring_held_by(&ring, TSOCK__RING_MAX_CONSUMERS), -EINVAL);
     /* A consumer with nothing to drop is no error, and changes nothing. */
     expect_rejected(tsock__ring_drop_consumer(&ring, 0), 0);
 }
@@ -185,7 +185,7 @@ test_stale_and_duplicate_release(void)
 
     CHECK_EQ(tsock__ring_release(&ring, slot, 0, first), 0);
     CHECK_EQ(tsock__ring_release(&ring, slot, 0, first), -ENOENT); /* duplicate */
-    CHECK_EQ(ring.slots[slot].state, TSOCK_SLOT_HELD);
+    CHECK_EQ(ring.slots[slot].state, TSOCK__SLOT_HELD);
     CHECK(ring.slots[slot].holders == bit(1));
     CHECK_EQ(tsock__ring_release(&ring, slot, 1, first), 1);
     CHECK_EQ(tsock__ring_release(&ring, slot, 1, first), -ENOENT); /* duplicate of the last */
@@ -222,7 +222,7 @@ test_out_of_order_release(void)
     for (int k = 0; k < N; k++) {
         int i = order[k];
         CHECK_EQ(tsock__ring_release(&ring, slot[i], 2, seq[i]), 1);
-        CHECK_EQ(ring.slots[slot[i]].state, TSOCK_SLOT_FREE);
+        CHECK_EQ(ring.slots[slot[i]].state, TSOCK__SLOT_FREE);
         CHECK_EQ(ring.free_count, (uint32_t)k + 1);
         CHECK_EQ(tsock__ring_check(&ring), 0);
     }
@@ -266,13 +266,13 @@ test_drop_consumer(void)
     CHECK_EQ(tsock__ring_held_by(&ring, 5), 3);
     CHECK_EQ(tsock__ring_held_by(&ring, 7), 1);
     CHECK_EQ(tsock__ring_held_by(&ring, 63), 1);
-    CHECK_EQ(ring.slots[slot[0]].state, TSOCK_SLOT_FREE);
-    CHECK_EQ(ring.slots[slot[3]].state, TSOCK_SLOT_FREE);
+    CHECK_EQ(ring.slots[slot[0]].state, TSOCK__SLOT_FREE);
+    CHECK_EQ(ring.slots[slot[3]].state, TSOCK__SLOT_FREE);
     CHECK(ring.slots[slot[1]].holders == bit(5));
     CHECK(ring.slots[slot[2]].holders == (bit(5) | bit(7)));
     CHECK(ring.slots[slot[4]].holders == bit(5));
     CHECK(ring.slots[slot[5]].holders == bit(63));
-    CHECK_EQ(ring.slots[filling].state, TSOCK_SLOT_FILLING);
+    CHECK_EQ(ring.slots[filling].state, TSOCK__SLOT_FILLING);
     CHECK_EQ(ring.free_count, 3); /* 8 slots - 4 held - 1 filling */
 
     for (int i = 0; i < 6; i++)
@@ -284,7 +284,7 @@ test_drop_consumer(void)
     CHECK_EQ(tsock__ring_drop_consumer(&ring, 5), 3);
     CHECK_EQ(tsock__ring_drop_consumer(&ring, 63), 1);
     CHECK_EQ(ring.free_count, 7);
-    CHECK_EQ(ring.slots[filling].state, TSOCK_SLOT_FILLING);
+    CHECK_EQ(ring.slots[filling].state, TSOCK__SLOT_FILLING);
     CHECK_EQ(tsock__ring_check(&ring), 0);
 }
 
@@ -378,7 +378,7 @@ test_check_detects_corruption(void)
     ring.next_hint = 4;
     CHECK_EQ(tsock__ring_check(&ring), -EPROTO);
     ring = saved;
-    ring.slots[4].state = TSOCK_SLOT_FILLING; /* past the end */
+    ring.slots[4].state = TSOCK__SLOT_FILLING; /* past the end */
     CHECK_EQ(tsock__ring_check(&ring), -EPROTO);
     ring = saved;
     ring.count = 0;
@@ -430,7 +430,7 @@ test_queries(void)
     CHECK_EQ(tsock__ring_holds(&ring, s0, 0, seq[1]), 0);
     CHECK_EQ(tsock__ring_holds(&ring, (uint32_t)filling, 0, 0), 0);
     CHECK_EQ(tsock__ring_holds(&ring, 4, 0, seq[0]), -EINVAL);
-    CHECK_EQ(tsock__ring_holds(&ring, s0, TSOCK_RING_MAX_CONSUMERS, seq[0]), -EINVAL);
+    CHECK_EQ(tsock__ring_holds(&ring, s0, TSOCK__RING_MAX_CONSUMERS, seq[0]), -EINVAL);
     CHECK(tsock__ring_holders(&ring, s0, seq[0]) == (bit(0) | bit(63)));
     CHECK(tsock__ring_holders(&ring, s0, seq[1]) == 0);
     CHECK(tsock__ring_holders(&ring, s3, seq[3]) == bit(5));
@@ -440,14 +440,14 @@ test_queries(void)
     CHECK_EQ(tsock__ring_oldest_seq(&ring, 5, &got), 1);
     CHECK_EQ(got, seq[3]);
     CHECK_EQ(tsock__ring_oldest_seq(&ring, 5, NULL), 1);
-    CHECK_EQ(tsock__ring_oldest_seq(&ring, TSOCK_RING_MAX_CONSUMERS, &got), -EINVAL);
+    CHECK_EQ(tsock__ring_oldest_seq(&ring, TSOCK__RING_MAX_CONSUMERS, &got), -EINVAL);
     CHECK_EQ(tsock__ring_lag(&ring, 0, &lag), 0);
     CHECK_EQ(lag, 3); /* seq 0 held, seq 3 the newest */
     CHECK_EQ(tsock__ring_lag(&ring, 5, &lag), 0);
     CHECK_EQ(lag, 0); /* holds the newest only */
     CHECK_EQ(tsock__ring_lag(&ring, 7, &lag), 0);
     CHECK_EQ(lag, 0); /* holds nothing */
-    CHECK_EQ(tsock__ring_lag(&ring, TSOCK_RING_MAX_CONSUMERS, &lag), -EINVAL);
+    CHECK_EQ(tsock__ring_lag(&ring, TSOCK__RING_MAX_CONSUMERS, &lag), -EINVAL);
     CHECK(rings_equal(&ring, &saved)); /* queries change nothing */
 
     /* Consumer 0 lets go of the oldest: its lag shrinks; 63 still holds it. */
@@ -507,7 +507,7 @@ model_free_count(const struct model *m)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i < m->count; i++)
-        n += m->state[i] == TSOCK_SLOT_FREE;
+        n += m->state[i] == TSOCK__SLOT_FREE;
     return n;
 }
 
@@ -518,7 +518,7 @@ model_held_by(const struct model *m, uint32_t consumer)
         return -EINVAL;
     int n = 0;
     for (uint32_t i = 0; i < m->count; i++)
-        n += m->state[i] == TSOCK_SLOT_HELD && (m->holders[i] >> consumer & 1);
+        n += m->state[i] == TSOCK__SLOT_HELD && (m->holders[i] >> consumer & 1);
     return n;
 }
 
@@ -527,8 +527,8 @@ model_acquire(struct model *m)
 {
     for (uint32_t k = 0; k < m->count; k++) {
         uint32_t i = (m->hint + k) % m->count;
-        if (m->state[i] == TSOCK_SLOT_FREE) {
-            m->state[i] = TSOCK_SLOT_FILLING;
+        if (m->state[i] == TSOCK__SLOT_FREE) {
+            m->state[i] = TSOCK__SLOT_FILLING;
             m->hint = (i + 1) % m->count;
             return (int)i;
         }
@@ -539,21 +539,21 @@ model_acquire(struct model *m)
 static int
 model_publish(struct model *m, uint32_t slot, uint64_t holders, uint64_t *seq)
 {
-    if (slot >= m->count || m->state[slot] != TSOCK_SLOT_FILLING)
+    if (slot >= m->count || m->state[slot] != TSOCK__SLOT_FILLING)
         return -EINVAL;
     *seq = m->next_seq++;
     m->seq[slot] = *seq;
     m->holders[slot] = holders;
-    m->state[slot] = holders ? TSOCK_SLOT_HELD : TSOCK_SLOT_FREE;
+    m->state[slot] = holders ? TSOCK__SLOT_HELD : TSOCK__SLOT_FREE;
     return 0;
 }
 
 static int
 model_abandon(struct model *m, uint32_t slot)
 {
-    if (slot >= m->count || m->state[slot] != TSOCK_SLOT_FILLING)
+    if (slot >= m->count || m->state[slot] != TSOCK__SLOT_FILLING)
         return -EINVAL;
-    m->state[slot] = TSOCK_SLOT_FREE;
+    m->state[slot] = TSOCK__SLOT_FREE;
     return 0;
 }
 
@@ -562,13 +562,13 @@ model_release(struct model *m, uint32_t slot, uint32_t consumer, uint64_t seq)
 {
     if (slot >= m->count || consumer >= 64)
         return -EINVAL;
-    if (m->state[slot] != TSOCK_SLOT_HELD || m->seq[slot] != seq ||
+    if (m->state[slot] != TSOCK__SLOT_HELD || m->seq[slot] != seq ||
         !(m->holders[slot] >> consumer & 1))
         return -ENOENT;
     m->holders[slot] &= ~bit(consumer);
     if (m->holders[slot])
         return 0;
-    m->state[slot] = TSOCK_SLOT_FREE;
+    m->state[slot] = TSOCK__SLOT_FREE;
     return 1;
 }
 
@@ -579,14 +579,14 @@ model_drop(struct model *m, uint32_t consumer)
         return -EINVAL;
     int freed = 0;
     for (uint32_t i = 0; i < m->count; i++) {
-        if (m->state[i] == TSOCK_SLOT_HELD && (m->holders[i] >> consumer & 1))
+        if (m->state[i] == TSOCK__SLOT_HELD && (m->holders[i] >> consumer & 1))
             freed += model_release(m, i, consumer, m->seq[i]);
     }
     return freed;
 }
 
 static int
-matches_model(const struct tsock_ring *r, const struct model *m)
+matches_model(const struct tsock__ring *r, const struct model *m)
 {
     if (r->count != m->count || r->next_hint != m->hint || r->next_seq != m->next_seq ||
         r->free_count != model_free_count(m))
@@ -594,7 +594,7 @@ matches_model(const struct tsock_ring *r, const struct model *m)
     for (uint32_t i = 0; i < m->count; i++) {
         if (r->slots[i].state != m->state[i] || r->slots[i].holders != m->holders[i])
             return 0;
-        if (m->state[i] == TSOCK_SLOT_HELD && r->slots[i].seq != m->seq[i])
+        if (m->state[i] == TSOCK__SLOT_HELD && r->slots[i].seq != m->seq[i])
             return 0;
     }
     return 1;
@@ -635,7 +635,7 @@ static uint32_t
 pick_consumer(uint32_t consumers)
 {
     if (rnd_below(50) == 0)
-        return TSOCK_RING_MAX_CONSUMERS + rnd_below(3);
+        return TSOCK__RING_MAX_CONSUMERS + rnd_below(3);
     return rnd_below(consumers);
 }
 
@@ -649,7 +649,7 @@ struct tally {
 static void
 op_release(struct model *m, uint32_t consumers, struct tally *t)
 {
-    uint32_t slot = pick_slot(m, TSOCK_SLOT_HELD);
+    uint32_t slot = pick_slot(m, TSOCK__SLOT_HELD);
     uint32_t consumer = pick_consumer(consumers);
     uint64_t seq = slot < m->count ? m->seq[slot] : 0;
     /* Usually a genuine holder with the right seq; otherwise a stale or a foreign release. */
@@ -672,7 +672,7 @@ op_release(struct model *m, uint32_t consumers, struct tally *t)
 static void
 op_fill(struct model *m, uint32_t consumers, struct tally *t)
 {
-    uint32_t slot = pick_slot(m, TSOCK_SLOT_FILLING);
+    uint32_t slot = pick_slot(m, TSOCK__SLOT_FILLING);
     uint64_t holders = pick_holders(consumers), got = 0, want_seq = 0;
     int want = model_publish(m, slot, holders, &want_seq);
     CHECK_EQ(tsock__ring_publish(&ring, slot, holders, &got), want);
@@ -686,7 +686,7 @@ op_fill(struct model *m, uint32_t consumers, struct tally *t)
 static void
 op_abandon(struct model *m, struct tally *t)
 {
-    uint32_t slot = pick_slot(m, TSOCK_SLOT_FILLING);
+    uint32_t slot = pick_slot(m, TSOCK__SLOT_FILLING);
     int want = model_abandon(m, slot);
     CHECK_EQ(tsock__ring_abandon(&ring, slot), want);
     t->abandoned += want == 0;
@@ -747,7 +747,7 @@ model_holds(const struct model *m, uint32_t slot, uint32_t consumer, uint64_t se
 {
     if (slot >= m->count || consumer >= 64)
         return -EINVAL;
-    return m->state[slot] == TSOCK_SLOT_HELD && m->seq[slot] == seq &&
+    return m->state[slot] == TSOCK__SLOT_HELD && m->seq[slot] == seq &&
            (m->holders[slot] >> consumer & 1);
 }
 
@@ -773,13 +773,13 @@ queries_ok(const struct model *m, uint32_t consumers, struct tally *t)
 {
     int held = 0;
     for (uint32_t i = 0; i < m->count; i++)
-        held += m->state[i] == TSOCK_SLOT_HELD;
+        held += m->state[i] == TSOCK__SLOT_HELD;
     if (tsock__ring_held_count(&ring) != held ||
         tsock__ring_free_count(&ring) != (int)model_free_count(m) ||
         tsock__ring_published(&ring) != m->next_seq)
         return 0;
 
-    uint32_t slot = pick_slot(m, TSOCK_SLOT_HELD);
+    uint32_t slot = pick_slot(m, TSOCK__SLOT_HELD);
     uint32_t consumer = pick_consumer(consumers);
     uint64_t seq = slot < m->count ? m->seq[slot] : rnd_below(4);
     if (rnd_below(5) == 0)

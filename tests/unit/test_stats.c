@@ -104,10 +104,10 @@ test_json(void)
             fprintf(stderr, "  accepted: %s\n", bad[i]);
     }
     /* Nesting: the limit passes, one more level does not (and nothing recurses unbounded). */
-    char deep[2 * TSOCK_JSON_MAX_DEPTH + 64], *p = deep;
-    for (int i = 0; i < TSOCK_JSON_MAX_DEPTH; i++)
+    char deep[2 * TSOCK__JSON_MAX_DEPTH + 64], *p = deep;
+    for (int i = 0; i < TSOCK__JSON_MAX_DEPTH; i++)
         p += sprintf(p, i ? "[" : "{\"a\":");
-    for (int i = TSOCK_JSON_MAX_DEPTH - 1; i >= 0; i--)
+    for (int i = TSOCK__JSON_MAX_DEPTH - 1; i >= 0; i--)
         p += sprintf(p, i ? "]" : "}");
     CHECK(is_object(deep));
     char deeper[sizeof deep + 8];
@@ -360,9 +360,9 @@ test_live_producer(void)
 /* ---- raw peers --------------------------------------------------------------------------- */
 
 static int
-send_msg(void *sock, const struct tsock_msg *m)
+send_msg(void *sock, const struct tsock__msg *m)
 {
-    uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
+    uint8_t buf[TSOCK__PROTO_MAX_MESSAGE];
     int n = tsock__msg_encode(m, buf, sizeof buf);
     CHECK(n > 0);
     return zmq_send(sock, buf, (size_t)n, 0);
@@ -372,8 +372,8 @@ send_msg(void *sock, const struct tsock_msg *m)
 static int
 count_replies(void *sock, int quiet_ms, uint64_t *last_id)
 {
-    static uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
-    static struct tsock_stats_reply r;
+    static uint8_t buf[TSOCK__PROTO_MAX_MESSAGE];
+    static struct tsock__stats_reply r;
     int n = 0;
     zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
     while (zmq_poll(&item, 1, quiet_ms) > 0) {
@@ -399,7 +399,7 @@ test_flood_and_malformed(void)
     int bound = 10000; /* a missing answer fails the test instead of hanging it */
     zmq_setsockopt(raw, ZMQ_RCVTIMEO, &bound, sizeof bound);
     CHECK_EQ(zmq_connect(raw, endpoint), 0);
-    struct tsock_msg m = {.type = TSOCK_MSG_STATS_REQUEST};
+    struct tsock__msg m = {.type = TSOCK__MSG_STATS_REQUEST};
     for (int i = 0; i < 200; i++) {
         m.u.stats_request.request_id = (uint64_t)i;
         CHECK(send_msg(raw, &m) > 0);
@@ -409,19 +409,19 @@ test_flood_and_malformed(void)
     /* All 200 arrive within a window or two of one second each. */
     CHECK(answered >= 20 && answered <= 40);
     /* A STATS_REQUEST with a 4-byte body, and CONSUMER_STATS from a peer that never joined. */
-    uint8_t bad[16] = {'T', 'S', 'C', 'K', TSOCK_PROTO_VERSION, 0, TSOCK_MSG_STATS_REQUEST, 0,
+    uint8_t bad[16] = {'T', 'S', 'C', 'K', TSOCK__PROTO_VERSION, 0, TSOCK__MSG_STATS_REQUEST, 0,
                        4,   0,   0,   0};
     CHECK_EQ(zmq_send(raw, bad, sizeof bad, 0), (int)sizeof bad);
     for (int k = 0; k < 500 && pstat(p, -1, TSOCK_STAT_BAD_MESSAGES) < 1; k++)
         nap();
     CHECK_EQ(pstat(p, -1, TSOCK_STAT_BAD_MESSAGES), 1);
-    struct tsock_msg own = {.type = TSOCK_MSG_CONSUMER_STATS};
+    struct tsock__msg own = {.type = TSOCK__MSG_CONSUMER_STATS};
     CHECK(send_msg(raw, &own) > 0);
     uint8_t buf[64];
-    struct tsock_msg d;
+    struct tsock__msg d;
     int got = zmq_recv(raw, buf, sizeof buf, 0);
     CHECK(got > 0 && tsock__msg_decode(buf, (size_t)got, &d) == 0);
-    CHECK(d.type == TSOCK_MSG_REJECT && d.u.reject.code == TSOCK_E_REJECTED);
+    CHECK(d.type == TSOCK__MSG_REJECT && d.u.reject.code == TSOCK_E_REJECTED);
     CHECK_EQ(tsock_producer_consumer_count(p), 0);
     CHECK_EQ(pstat(p, -1, TSOCK_STAT_JOINED), 0);
     /* The client repeats its request until the window has passed and it is answered. */
@@ -459,8 +459,8 @@ store_le_held(uint8_t *frame)
 static void
 fake_reply(struct fake *f, const uint8_t *id, size_t id_len, uint64_t request_id, int broken)
 {
-    static struct tsock_stats_reply r;
-    static uint8_t buf[TSOCK_PROTO_MAX_MESSAGE];
+    static struct tsock__stats_reply r;
+    static uint8_t buf[TSOCK__PROTO_MAX_MESSAGE];
     memset(&r, 0, sizeof r);
     r.request_id = request_id;
     r.producer.slots = 2;
@@ -480,14 +480,14 @@ fake_main(void *arg)
     uint8_t id[256], buf[256];
     int id_len = zmq_recv(f->router, id, sizeof id, 0);
     int n = zmq_recv(f->router, buf, sizeof buf, 0);
-    struct tsock_msg m;
+    struct tsock__msg m;
     if (id_len <= 0 || n <= 0 || tsock__msg_decode(buf, (size_t)n, &m) != 0)
         return NULL;
     uint64_t rid = m.u.stats_request.request_id;
     if (f->mode == FAKE_GARBAGE) {
         fake_answer(f, id, (size_t)id_len, (const uint8_t *)"HTTP/1.0 200 OK", 15);
     } else if (f->mode == FAKE_VERSION) {
-        struct tsock_msg rej = {.type = TSOCK_MSG_REJECT, .u.reject.code = TSOCK_E_VERSION};
+        struct tsock__msg rej = {.type = TSOCK__MSG_REJECT, .u.reject.code = TSOCK_E_VERSION};
         int len = tsock__msg_encode(&rej, buf, sizeof buf);
         fake_answer(f, id, (size_t)id_len, buf, (size_t)len);
     } else {

@@ -34,13 +34,13 @@ int tsock__cuda_fail(cudaError_t e, const char *what);
  * that was current before (none, on a thread that never used CUDA). Restoring by device
  * ordinal would not do: cudaGetDevice says 0 on such a thread, and cudaSetDevice(0) would
  * create a context on GPU 0 in every process using another GPU. */
-struct tsock_cuda_guard {
+struct tsock__cuda_guard {
     void *previous_ctx; /* CUcontext, through the driver entry points */
     int previous;       /* device ordinal, where the driver entry points are not there */
     int switched;
 };
-int tsock__cuda_enter(int device, struct tsock_cuda_guard *g);
-void tsock__cuda_leave(const struct tsock_cuda_guard *g);
+int tsock__cuda_enter(int device, struct tsock__cuda_guard *g);
+void tsock__cuda_leave(const struct tsock__cuda_guard *g);
 
 /* Finds the ordinal (in this process) of the device with this UUID, or -1 when this process
  * does not see it (CUDA_VISIBLE_DEVICES). Returns the ordinal, -1, or a negative code. */

@@ -63,7 +63,7 @@ tsock__cuda_fail(cudaError_t e, const char *what)
 }
 
 int
-tsock__cuda_enter(int device, struct tsock_cuda_guard *g)
+tsock__cuda_enter(int device, struct tsock__cuda_guard *g)
 {
     g->switched = 0;
     g->previous_ctx = NULL;
@@ -87,7 +87,7 @@ tsock__cuda_enter(int device, struct tsock_cuda_guard *g)
 }
 
 void
-tsock__cuda_leave(const struct tsock_cuda_guard *g)
+tsock__cuda_leave(const struct tsock__cuda_guard *g)
 {
     if (!g->switched)
         return;
@@ -133,7 +133,7 @@ int
 tsock__cuda_fence_arm(int device, void **fence, void *stream)
 {
     /* NULL is the legacy default stream of the *current* device: make it the fence's. */
-    struct tsock_cuda_guard g;
+    struct tsock__cuda_guard g;
     int err = tsock__cuda_enter(device, &g);
     if (err < 0)
         return err;
@@ -158,7 +158,7 @@ tsock__cuda_fence_done(int device, void *fence)
 {
     /* The caller is a service thread that may never have chosen a device: query from the
      * fence's own, so no other device's context gets created. */
-    struct tsock_cuda_guard g;
+    struct tsock__cuda_guard g;
     int err = tsock__cuda_enter(device, &g);
     if (err < 0)
         return err;
@@ -181,7 +181,7 @@ tsock__cuda_fence_destroy(void *fence)
 int
 tsock__cuda_alloc(int device, size_t bytes, void **ptr)
 {
-    struct tsock_cuda_guard g;
+    struct tsock__cuda_guard g;
     int err = tsock__cuda_enter(device, &g);
     if (err < 0)
         return err;
@@ -193,7 +193,7 @@ tsock__cuda_alloc(int device, size_t bytes, void **ptr)
 void
 tsock__cuda_free(int device, void *ptr)
 {
-    struct tsock_cuda_guard g;
+    struct tsock__cuda_guard g;
     if (!ptr || tsock__cuda_enter(device, &g) < 0)
         return;
     (void)cudaFree(ptr);

@@ -8,7 +8,7 @@
 
 #include "backend/cuda/cuda_int.h"
 
-struct tsock_cuda_import {
+struct tsock__cuda_import {
     struct tsock__ring_view base_view;
     int device;
     uint32_t slots;
@@ -53,7 +53,7 @@ choose_device(int wanted, int producer, int count)
 
 /* Opens the memory and event handles (device current). */
 static int
-open_handles(struct tsock_cuda_import *imp, const uint8_t *blob)
+open_handles(struct tsock__cuda_import *imp, const uint8_t *blob)
 {
     cudaIpcMemHandle_t mem;
     memcpy(&mem, blob + TSOCK__CUDA_BLOB_MEM, sizeof mem);
@@ -95,14 +95,14 @@ tsock__cuda_import_open(struct tsock__ring_view **out, const struct tsock__attac
     int chosen = choose_device(req->device, producer, count);
     if (chosen < 0)
         return chosen;
-    struct tsock_cuda_import *imp = calloc(1, sizeof *imp);
+    struct tsock__cuda_import *imp = calloc(1, sizeof *imp);
     if (!imp)
         return -ENOMEM;
     imp->base_view.ops = &tsock__backend_cuda;
     imp->device = chosen;
     imp->slots = slots;
     imp->events = calloc(slots, sizeof *imp->events);
-    struct tsock_cuda_guard g;
+    struct tsock__cuda_guard g;
     int err = imp->events ? tsock__cuda_enter(chosen, &g) : -ENOMEM;
     if (err == 0) {
         err = open_handles(imp, req->blob);
@@ -121,27 +121,27 @@ tsock__cuda_import_open(struct tsock__ring_view **out, const struct tsock__attac
 const uint8_t *
 tsock__cuda_import_base(const struct tsock__ring_view *v)
 {
-    const struct tsock_cuda_import *imp = (const struct tsock_cuda_import *)v;
+    const struct tsock__cuda_import *imp = (const struct tsock__cuda_import *)v;
     return imp->base;
 }
 
 int
 tsock__cuda_import_device(const struct tsock__ring_view *v)
 {
-    const struct tsock_cuda_import *imp = (const struct tsock_cuda_import *)v;
+    const struct tsock__cuda_import *imp = (const struct tsock__cuda_import *)v;
     return imp->device;
 }
 
 int
 tsock__cuda_import_wait(struct tsock__ring_view *v, uint32_t slot, void *stream)
 {
-    struct tsock_cuda_import *imp = (struct tsock_cuda_import *)v;
+    struct tsock__cuda_import *imp = (struct tsock__cuda_import *)v;
     if (slot >= imp->slots)
         return -EINVAL;
     /* A stream may wait on an event of another device, so an explicit stream needs no device
      * switch; NULL names the legacy default stream of the current device, so make that the
      * ring's device. */
-    struct tsock_cuda_guard g = {.switched = 0};
+    struct tsock__cuda_guard g = {.switched = 0};
     if (!stream) {
         int err = tsock__cuda_enter(imp->device, &g);
         if (err < 0)
@@ -156,10 +156,10 @@ int
 tsock__cuda_import_copy(struct tsock__ring_view *v, uint32_t slot, void *dst, const void *src,
                         size_t bytes)
 {
-    struct tsock_cuda_import *imp = (struct tsock_cuda_import *)v;
+    struct tsock__cuda_import *imp = (struct tsock__cuda_import *)v;
     if (slot >= imp->slots)
         return -EINVAL;
-    struct tsock_cuda_guard g;
+    struct tsock__cuda_guard g;
     int err = tsock__cuda_enter(imp->device, &g);
     if (err < 0)
         return err;
@@ -173,7 +173,7 @@ tsock__cuda_import_copy(struct tsock__ring_view *v, uint32_t slot, void *dst, co
 int
 tsock__cuda_import_sync(struct tsock__ring_view *v)
 {
-    struct tsock_cuda_import *imp = (struct tsock_cuda_import *)v;
+    struct tsock__cuda_import *imp = (struct tsock__cuda_import *)v;
     cudaError_t e = cudaStreamSynchronize(imp->copy_stream);
     return e == cudaSuccess ? 0 : tsock__cuda_fail(e, "cudaStreamSynchronize (gather)");
 }
@@ -181,10 +181,10 @@ tsock__cuda_import_sync(struct tsock__ring_view *v)
 void
 tsock__cuda_import_close(struct tsock__ring_view *v)
 {
-    struct tsock_cuda_import *imp = (struct tsock_cuda_import *)v;
+    struct tsock__cuda_import *imp = (struct tsock__cuda_import *)v;
     if (!imp)
         return;
-    struct tsock_cuda_guard g;
+    struct tsock__cuda_guard g;
     if (tsock__cuda_enter(imp->device, &g) == 0) {
         if (imp->copy_stream) {
             (void)cudaStreamSynchronize(imp->copy_stream);

@@ -21,7 +21,7 @@
 
 #include "backend/cuda/cuda_int.h"
 
-struct tsock_cuda_ring {
+struct tsock__cuda_ring {
     struct tsock__slot_memory base;
     int device;
     uint32_t slots;
@@ -39,7 +39,7 @@ struct tsock_cuda_ring {
 
 /* Device memory, pinned staging, the stream and the per-slot events (device current). */
 static int
-allocate(struct tsock_cuda_ring *r)
+allocate(struct tsock__cuda_ring *r)
 {
     size_t bytes = r->out_stride * r->slots;
     cudaError_t e = cudaMalloc((void **)&r->ring, bytes);
@@ -68,7 +68,7 @@ allocate(struct tsock_cuda_ring *r)
 
 /* Takes the handles consumers open, once. */
 static int
-export_handles(struct tsock_cuda_ring *r)
+export_handles(struct tsock__cuda_ring *r)
 {
     struct cudaDeviceProp prop;
     cudaError_t e = cudaGetDeviceProperties(&prop, r->device);
@@ -154,7 +154,7 @@ tsock__cuda_ring_create(struct tsock__slot_memory **out, const struct tsock__rin
     err = check_device(req->device);
     if (err < 0)
         return err;
-    struct tsock_cuda_ring *r = calloc(1, sizeof *r);
+    struct tsock__cuda_ring *r = calloc(1, sizeof *r);
     if (!r)
         return -ENOMEM;
     r->base.ops = &tsock__backend_cuda;
@@ -165,7 +165,7 @@ tsock__cuda_ring_create(struct tsock__slot_memory **out, const struct tsock__rin
     r->cv = cv;
     r->events = calloc(r->slots, sizeof *r->events);
     r->blob = calloc(1, TSOCK__CUDA_BLOB_SIZE(r->slots));
-    struct tsock_cuda_guard g;
+    struct tsock__cuda_guard g;
     err = r->events && r->blob ? tsock__cuda_enter(r->device, &g) : -ENOMEM;
     if (err == 0) {
         err = allocate(r);
@@ -184,9 +184,9 @@ tsock__cuda_ring_create(struct tsock__slot_memory **out, const struct tsock__rin
 int
 tsock__cuda_ring_staging(struct tsock__slot_memory *m, uint32_t slot, uint8_t **host)
 {
-    struct tsock_cuda_ring *r = (struct tsock_cuda_ring *)m;
+    struct tsock__cuda_ring *r = (struct tsock__cuda_ring *)m;
     /* An event never recorded counts as complete, so the first use does not wait. */
-    struct tsock_cuda_guard g;
+    struct tsock__cuda_guard g;
     int err = tsock__cuda_enter(r->device, &g);
     if (err < 0)
         return err;
@@ -200,7 +200,7 @@ tsock__cuda_ring_staging(struct tsock__slot_memory *m, uint32_t slot, uint8_t **
 
 /* The staging slot (already on the device in scratch) into the ring slot, converting. */
 static cudaError_t
-convert_slot(struct tsock_cuda_ring *r, uint8_t *dst, uint32_t samples)
+convert_slot(struct tsock__cuda_ring *r, uint8_t *dst, uint32_t samples)
 {
     const struct tsock__convert_plan *cv = &r->cv;
     cudaError_t e = cudaMemcpyAsync(r->scratch, r->staging[r->current], r->in_stride,
@@ -219,11 +219,11 @@ convert_slot(struct tsock_cuda_ring *r, uint8_t *dst, uint32_t samples)
 int
 tsock__cuda_ring_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t samples)
 {
-    struct tsock_cuda_ring *r = (struct tsock_cuda_ring *)m;
+    struct tsock__cuda_ring *r = (struct tsock__cuda_ring *)m;
     if (slot >= r->slots)
         return -EINVAL;
     uint8_t *dst = r->ring + (size_t)slot * r->out_stride;
-    struct tsock_cuda_guard g;
+    struct tsock__cuda_guard g;
     int err = tsock__cuda_enter(r->device, &g);
     if (err < 0)
         return err;
@@ -245,7 +245,7 @@ tsock__cuda_ring_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t s
 size_t
 tsock__cuda_ring_export(const struct tsock__slot_memory *m, const uint8_t **blob)
 {
-    const struct tsock_cuda_ring *r = (const struct tsock_cuda_ring *)m;
+    const struct tsock__cuda_ring *r = (const struct tsock__cuda_ring *)m;
     *blob = r->blob;
     return TSOCK__CUDA_BLOB_SIZE(r->slots);
 }
@@ -253,10 +253,10 @@ tsock__cuda_ring_export(const struct tsock__slot_memory *m, const uint8_t **blob
 void
 tsock__cuda_ring_destroy(struct tsock__slot_memory *m)
 {
-    struct tsock_cuda_ring *r = (struct tsock_cuda_ring *)m;
+    struct tsock__cuda_ring *r = (struct tsock__cuda_ring *)m;
     if (!r)
         return;
-    struct tsock_cuda_guard g;
+    struct tsock__cuda_guard g;
     if (tsock__cuda_enter(r->device, &g) == 0) {
         if (r->stream)
             (void)cudaStreamSynchronize(r->stream);
