@@ -9,6 +9,11 @@
  * This header is the reference manual. Conventions that hold for every function:
  *  - Functions that can fail return int: 0 (or a count) on success, a negative errno value or a
  *    TSOCK_E_* code on failure. tsock_strerror() names every code.
+ *  - Accessors (functions that only read a property) answer a bad argument, such as a NULL
+ *    handle or an index out of range, with one sentinel per return type: NULL for a pointer,
+ *    0 for an unsigned count, size or flag, and -EINVAL for a signed result (a dtype, a
+ *    dimension, a device). Where a valid answer is itself negative (-1: host memory), -EINVAL
+ *    still tells a bad argument apart.
  *  - Handles are opaque. Each *_create has a *_destroy; destroying NULL does nothing.
  *  - Options are set with setters after *_create and before *_start.
  *  - The library never prints, exits or aborts. Diagnostics go to the log callback.
@@ -506,7 +511,7 @@ TSOCK_API const char *tsock_batch_tensor_name(const tsock_batch *b, int tensor);
 TSOCK_API int tsock_batch_tensor_dtype(const tsock_batch *b, int tensor);
 /* Number of dimensions including the leading batch dimension. */
 TSOCK_API int tsock_batch_tensor_ndim(const tsock_batch *b, int tensor);
-/* Size of dimension `dim` (dimension 0 is the batch's sample count), or -1. */
+/* Size of dimension `dim` (dimension 0 is the batch's sample count), or -EINVAL. */
 TSOCK_API int64_t tsock_batch_tensor_dim(const tsock_batch *b, int tensor, int dim);
 /* Total bytes of the tensor in this batch. */
 TSOCK_API size_t tsock_batch_tensor_bytes(const tsock_batch *b, int tensor);
@@ -517,7 +522,7 @@ TSOCK_API const void *tsock_batch_tensor_data(const tsock_batch *b, int tensor);
 /* Where the tensor's data is: TSOCK_DEVICE_CPU or TSOCK_DEVICE_CUDA; -EINVAL for a bad index. */
 TSOCK_API int tsock_batch_tensor_device(const tsock_batch *b, int tensor);
 /* The CUDA device (an ordinal of this process) whose address space the batch's pointers belong
- * to, or -1 for a batch in host memory. */
+ * to, -1 for a batch in host memory, or -EINVAL for a NULL batch. */
 TSOCK_API int tsock_batch_device_index(const tsock_batch *b);
 
 /* Makes `cuda_stream` (a cudaStream_t; NULL: the legacy default stream of the batch's device)

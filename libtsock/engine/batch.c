@@ -52,7 +52,7 @@ tensor_desc(const tsock_batch *b, int tensor)
 int
 tsock_batch_tensor_count(const tsock_batch *b)
 {
-    return b ? (int)b->owner->welcome.tensor_count : 0;
+    return b ? (int)b->owner->welcome.tensor_count : -EINVAL;
 }
 
 int
@@ -90,7 +90,7 @@ tsock_batch_tensor_dim(const tsock_batch *b, int tensor, int dim)
 {
     const struct tsock__tensor_desc *d = tensor_desc(b, tensor);
     if (!d || dim < 0 || dim > d->ndim)
-        return -1;
+        return -EINVAL;
     return dim == 0 ? (int64_t)b->samples : d->sample_shape[dim - 1];
 }
 
@@ -118,7 +118,7 @@ tsock_batch_tensor_device(const tsock_batch *b, int tensor)
 int
 tsock_batch_device_index(const tsock_batch *b)
 {
-    return b ? b->device : -1;
+    return b ? b->device : -EINVAL;
 }
 
 int

@@ -177,7 +177,7 @@ test_host_batch(void)
     CHECK_EQ(tsock_consumer_release_on_stream(c, b, NULL), 0);
     CHECK_EQ(tsock_consumer_release_on_stream(c, b, NULL), TSOCK_E_NOT_HELD);
     CHECK_EQ(tsock_batch_wait(NULL, NULL), -EINVAL);
-    CHECK_EQ(tsock_batch_device_index(NULL), -1);
+    CHECK_EQ(tsock_batch_device_index(NULL), -EINVAL);
     CHECK_EQ(tsock_consumer_next(c, 5000, &b), 0);
     CHECK_EQ(((const uint8_t *)tsock_batch_tensor_data(b, 0))[0], 8);
     CHECK_EQ(tsock_consumer_release(c, b), 0);
