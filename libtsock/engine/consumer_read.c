@@ -179,8 +179,11 @@ finish_batch(tsock_consumer *c)
     b->epoch = c->plan.epoch;
     b->index = c->plan.index;
     b->epoch_end = tsock__epoch_plan_advance(&c->plan, b->samples, b->free_end);
-    b->device = c->ring->ops->view_device(c->ring);
+    /* A view lives in the session's ring, which stays open while it is held; a gather lives in
+     * its own buffers, whose memory was chosen when they were reserved. The ring may already
+     * be closed when the last, partial gather of a stream is handed over. */
     b->ring = b->view ? c->ring : NULL;
+    b->device = b->view ? c->ring->ops->view_device(c->ring) : b->gather_device;
     b->held = 1;
     c->held_count++;
     c->stat_batches++;
