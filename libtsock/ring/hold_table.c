@@ -215,8 +215,10 @@ tsock__hold_table_take_releases(struct tsock__hold_table *t, struct tsock__hold_
         out[i] = t->releases[i];
         t->entry[out[i].slot].pending = 0;
     }
-    /* Usually everything goes at once; a partial take keeps the rest in order. */
-    memmove(t->releases, t->releases + n, (size_t)(t->release_len - n) * sizeof *t->releases);
+    /* Usually everything goes at once; a partial take keeps the rest in order. (A table never
+     * initialised has no release array: memmove must not see its NULL.) */
+    if (n > 0 && t->release_len > n)
+        memmove(t->releases, t->releases + n, (size_t)(t->release_len - n) * sizeof *t->releases);
     t->release_len -= n;
     return n;
 }

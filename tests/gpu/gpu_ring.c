@@ -25,8 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/layout.h"
 #include "backend/convert.h"
+#include "core/layout.h"
 #include "tsock/tsock.h"
 
 #define SKIP 77
@@ -289,12 +289,12 @@ convert_consumer_main(const char *endpoint)
     CUDA_OK(cudaMemcpy(ids, tsock_batch_tensor_data(b, 1), n * 8, cudaMemcpyDeviceToHost));
     /* The same conversion on the CPU, from the bytes the producer wrote. */
     struct tsock__convert_request req = {.tensor = "data",
-                                        .channels_first = 1,
-                                        .normalize = 1,
-                                        .dtype = TSOCK_FLOAT16,
-                                        .channels = 3,
-                                        .mean = {0.485f, 0.456f, 0.406f},
-                                        .std = {0.229f, 0.224f, 0.225f}};
+                                         .channels_first = 1,
+                                         .normalize = 1,
+                                         .dtype = TSOCK_FLOAT16,
+                                         .channels = 3,
+                                         .mean = {0.485f, 0.456f, 0.406f},
+                                         .std = {0.229f, 0.224f, 0.225f}};
     tsock_layout *in = make_layout(1), out;
     size_t offsets[TSOCK_MAX_TENSORS], stride;
     struct tsock__convert_plan cv;

@@ -8,9 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/convert.h"
 #include "check.h"
 #include "core/layout.h"
-#include "backend/convert.h"
 #include "tsock/tsock.h"
 
 #define H 4

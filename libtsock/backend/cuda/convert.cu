@@ -6,8 +6,8 @@
 #include "backend/convert.h"
 
 /* Declared for C in cuda_int.h, which C++ cannot include (C11 _Static_assert). */
-extern "C" cudaError_t tsock__cuda_convert_launch(const struct tsock__convert_plan *cv, const uint8_t *in,
-                                                  uint8_t *out, uint32_t samples,
+extern "C" cudaError_t tsock__cuda_convert_launch(const struct tsock__convert_plan *cv,
+                                                  const uint8_t *in, uint8_t *out, uint32_t samples,
                                                   cudaStream_t stream);
 
 namespace
