@@ -28,16 +28,12 @@ set(TSOCK_ALLOW_transport core proto)
 set(TSOCK_ALLOW_backend core)
 set(TSOCK_ALLOW_backend_shm core backend)
 set(TSOCK_ALLOW_backend_nocuda core backend)
-set(TSOCK_ALLOW_backend_cuda core backend
-    # TEMPORARY: removed by the backend-table change
-    image/convert.h proto/proto.h)
+set(TSOCK_ALLOW_backend_cuda core backend)
 set(TSOCK_ALLOW_dataset core)
 set(TSOCK_ALLOW_io core)
 set(TSOCK_ALLOW_image core)
 set(TSOCK_ALLOW_pipeline core dataset io image)
-set(TSOCK_ALLOW_engine core proto ring transport backend dataset
-    # TEMPORARY: removed by the backend-table change (convert.h moves into backend/)
-    image/convert.h)
+set(TSOCK_ALLOW_engine core proto ring transport backend dataset)
 
 # tsock_part_id(<part> <var>): "backend/shm" -> "backend_shm" (target and folder names).
 function(tsock_part_id part var)
@@ -96,8 +92,8 @@ foreach(_tsock_part ${TSOCK_PARTS})
   endforeach()
 endforeach()
 
-# External headers that belong to one part: CUDA's to backend/cuda/, ZeroMQ's to the channel
-# (and, for now, the engines, which still call zmq_poll and friends directly). On many machines
+# External headers that belong to one part: CUDA's to backend/cuda/, ZeroMQ's to transport/
+# (the engines reach ZeroMQ only through the channel). On many machines
 # these headers sit on the compiler's default path (/usr/include, or /usr/local/include where
 # the CUDA toolkit links its headers), out of reach of any include path we leave out. So every
 # other part gets, first in its include path, a folder of same-named headers that stop the
@@ -120,7 +116,7 @@ foreach(_tsock_h ${_tsock_cuda_headers})
 endforeach()
 foreach(_tsock_h zmq.h zmq_utils.h)
   file(WRITE ${TSOCK_POISON_ZMQ_DIR}/${_tsock_h}
-       "#error \"tsock layering: <${_tsock_h}> is for libtsock/transport/ (and engine/) only (cmake/parts.cmake)\"\n")
+       "#error \"tsock layering: <${_tsock_h}> is for libtsock/transport/ only (cmake/parts.cmake)\"\n")
 endforeach()
 
 # What every part compiles with, whatever it may include: the public headers, the feature
@@ -150,13 +146,13 @@ function(tsock_part_setup target part)
   if(NOT part STREQUAL "backend/cuda")
     target_include_directories(${target} BEFORE PRIVATE ${TSOCK_POISON_CUDA_DIR})
   endif()
-  if(NOT part STREQUAL "transport" AND NOT part STREQUAL "engine")
+  if(NOT part STREQUAL "transport")
     target_include_directories(${target} BEFORE PRIVATE ${TSOCK_POISON_ZMQ_DIR})
   endif()
   target_link_libraries(${target} PRIVATE tsock_part_common)
-  # External headers where they are used: ZeroMQ for the channel and the engines, the codecs
-  # for image/, liburing for io/, CUDA for backend/cuda/ alone.
-  if(part STREQUAL "transport" OR part STREQUAL "engine")
+  # External headers where they are used: ZeroMQ for the channel, the codecs for image/,
+  # liburing for io/, CUDA for backend/cuda/ alone.
+  if(part STREQUAL "transport")
     target_link_libraries(${target} PRIVATE PkgConfig::ZMQ)
   elseif(part STREQUAL "image")
     target_link_libraries(${target} PRIVATE PkgConfig::JPEG PkgConfig::PNG)
