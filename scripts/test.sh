@@ -143,10 +143,12 @@ run_ctest() {
             $((total - failed - skipped)) "$failed" "$skipped" "$total")")
         if [ "$skipped" -gt 0 ]; then
             # Name them, and say why as the tests printed it.
+            local names
+            names=$(grep -E '^[[:space:]]*[0-9]+ - .*\(Skipped\)$' "$log" |
+                sed -E 's/^[[:space:]]*[0-9]+ - (.*) \(Skipped\)$/\1/' | paste -sd ' ' -)
             reasons=$(grep -h '^SKIP:' "$BUILD/$name/Testing/Temporary/LastTest.log" 2>/dev/null |
-                sort -u | head -n 3 | tr '\n' ' ' || true)
-            SUMMARY+=("$(printf '%-13s skipped: %s; %s' "" "$(grep -E '^[[:space:]]*[0-9]+ - .*\(Skipped\)$' "$log" |
-                sed -E 's/^[[:space:]]*[0-9]+ - (.*) \(Skipped\)$/\1/' | tr '\n' ' ')" "${reasons:-see ctest.log}")")
+                sort -u | head -n 3 | paste -sd ' ' - || true)
+            SUMMARY+=("$(printf '%-13s skipped: %s (%s)' "" "$names" "${reasons:-see ctest.log}")")
         fi
     else
         SUMMARY+=("$(printf '%-13s ctest exited %d without a summary' "$name" "$rc")")
