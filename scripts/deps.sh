@@ -12,6 +12,7 @@ TSOCK_APT_PACKAGES=(
     liburing-dev                     # io_uring reader (optional at build time)
     libturbojpeg0-dev libpng-dev     # image decoding and encoding (pipeline, mkdataset)
     clang libclang-rt-14-dev         # fuzz targets (libFuzzer) and sanitizer runtimes
+    clang-format                     # the formatting check of the test command
     python3 python3-pip python3-venv # Python binding and its tests
 )
 

@@ -4,16 +4,28 @@
 #   bash scripts/test.sh
 #
 # Steps, each in its own build directory under build/ (kept between runs, so a second run is
-# incremental):
+# incremental); every tsock build is made with -DTSOCK_WERROR=ON (warnings are errors here, not
+# in users' builds):
 #   1. dependencies (apt-get, only what is missing)
-#   2. build/normal  RelWithDebInfo, all tests (unit, integration, fuzz corpus replay)
-#   3. build/asan    AddressSanitizer + UndefinedBehaviorSanitizer, all tests
-#   4. build/fuzz    the libFuzzer targets (clang), a short session each with a fixed seed
-#   5. build/tsan    ThreadSanitizer, the unit and integration tests (ring, proto, transport,
+#   2. checks        formatting (clang-format --dry-run -Werror), the public headers alone as
+#                    C++17 (g++ -Wall -Wextra -Werror)
+#   3. build/normal  RelWithDebInfo, all tests (unit, build layering, integration, fuzz corpus
+#                    replay), then the exported symbols of libtsock.so (exactly tsock_*)
+#   4. python        pytest on the binding (real torch, and a numpy-only run); a run that
+#                    collects or runs no test fails
+#   5. build/asan    AddressSanitizer + UndefinedBehaviorSanitizer, all tests
+#   6. build/release-gcc, build/release-clang
+#                    Release (-O3, what users build) with each compiler: builds warning-free;
+#                    the GCC one also runs the unit tests
+#   7. build/fuzz    the libFuzzer targets (clang), a short session each with a fixed seed
+#   8. build/tsan    ThreadSanitizer, the unit and integration tests (ring, proto, transport,
 #                    producer/consumer processes); skipped when TSOCK_TEST_QUICK=1
-#   6. packaging     install build/normal into a scratch prefix, build examples/c_train_loop
+#   9. packaging     install build/normal into a scratch prefix, build examples/c_train_loop
 #                    against it with find_package(tsock) (shared and static), check pkg-config,
 #                    and run the installed producer with the example consumer
+# The summary names each step with its seconds and its counts, and ends with the line
+#   tests: N passed, N failed, N skipped
+# where a skipped test (ctest: exit 77 or a SKIP: line; pytest: skipped) is never a pass.
 #
 # Environment: TSOCK_TEST_QUICK=1 skips the TSan build (local iteration only; CI never sets it).
 # TSOCK_JOBS (default 2) sets build and ctest parallelism. TSOCK_TSAN_LABELS overrides the ctest
@@ -29,9 +41,19 @@ TSAN_LABELS=${TSOCK_TSAN_LABELS:-unit|integration}
 START=$SECONDS
 
 CURRENT=start
+STEP_TIMES=() # "seconds  section", one per finished section
+STEP_START=$SECONDS
+# section TITLE: closes the running section (its time goes into the summary), starts TITLE.
 section() {
+    end_section
     CURRENT=$*
+    STEP_START=$SECONDS
     printf '\n========== %s ==========\n' "$*"
+}
+end_section() {
+    if [ "$CURRENT" != start ] && [ "$CURRENT" != summary ]; then
+        STEP_TIMES+=("$(printf '%5d s  %s' $((SECONDS - STEP_START)) "$CURRENT")")
+    fi
 }
 
 # Sanitizer behaviour: stop at the first report, with a stack. Caller's settings win.
@@ -42,9 +64,10 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 # Scratch space for sockets and the packaging test; /tmp keeps ipc paths short.
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/tsock-test.XXXXXX")
 
-SUMMARY=()   # one line per ctest run
+SUMMARY=()   # one line per step (and per ctest run)
 PASSED=0
 FAILED=0
+SKIPPED=0
 FAILED_STEPS=()
 BG_PIDS=()
 
@@ -59,8 +82,14 @@ on_exit() {
     if [ "$rc" -ne 0 ] && [ "$CURRENT" != summary ]; then
         FAILED_STEPS+=("aborted in '$CURRENT' (exit $rc)")
     fi
+    end_section
+    CURRENT=summary
     printf '\n========== %s ==========\n' summary
     for line in "${SUMMARY[@]}"; do
+        echo "$line"
+    done
+    echo "time per step:"
+    for line in "${STEP_TIMES[@]}"; do
         echo "$line"
     done
     echo "time: $((SECONDS - START)) s"
@@ -69,17 +98,18 @@ on_exit() {
         echo "FAILED: ${FAILED_STEPS[*]}"
         rc=1
     fi
-    echo "tests: $PASSED passed, $FAILED failed"
+    echo "tests: $PASSED passed, $FAILED failed, $SKIPPED skipped"
     exit "$rc"
 }
 trap on_exit EXIT
 
-# configure_build NAME CMAKE_ARGS...: configures and builds build/NAME; a build failure stops.
+# configure_build NAME CMAKE_ARGS...: configures and builds build/NAME (RelWithDebInfo unless
+# the arguments say otherwise; warnings are errors); a build failure stops.
 configure_build() {
     local name=$1
     shift
-    cmake -S "$ROOT" -B "$BUILD/$name" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
-    cmake --build "$BUILD/$name" -j"$JOBS"
+    cmake -S "$ROOT" -B "$BUILD/$name" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSOCK_WERROR=ON "$@" &&
+        cmake --build "$BUILD/$name" -j"$JOBS"
 }
 
 # run_ctest NAME [WRAPPER...] -- CTEST_ARGS...: runs ctest in build/NAME, records its summary and
@@ -97,30 +127,87 @@ run_ctest() {
     local rc=0
     "${wrapper[@]}" ctest --test-dir "$BUILD/$name" --output-on-failure -j"$JOBS" \
         --no-tests=error "$@" 2>&1 | tee "$log" || rc=$?
-    local line total failed
+    local line total failed skipped reasons
     line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
     if [ -n "$line" ]; then
         total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
         failed=$(sed -E 's/.*passed, ([0-9]+) tests? failed.*/\1/' <<<"$line")
-        PASSED=$((PASSED + total - failed))
-        FAILED=$((FAILED + failed))
-        # Skipped tests (exit 77: the GPU tests without a GPU) count as passed in ctest's line;
-        # name them and say why, as the tests printed it.
-        local skipped reasons
+        # ctest's own line counts skipped tests (exit 77, SKIP_REGULAR_EXPRESSION: the GPU tests
+        # without a GPU) as passed; they are listed under "did not run" as "(Skipped)".
         skipped=$(grep -cE '^[[:space:]]*[0-9]+ - .*\(Skipped\)$' "$log" || true)
-        SUMMARY+=("$(printf '%-8s %s' "$name" "$line")")
-        if [ "${skipped:-0}" -gt 0 ]; then
+        skipped=${skipped:-0}
+        PASSED=$((PASSED + total - failed - skipped))
+        FAILED=$((FAILED + failed))
+        SKIPPED=$((SKIPPED + skipped))
+        SUMMARY+=("$(printf '%-13s ctest: %d passed, %d failed, %d skipped (of %d)' "$name" \
+            $((total - failed - skipped)) "$failed" "$skipped" "$total")")
+        if [ "$skipped" -gt 0 ]; then
+            # Name them, and say why as the tests printed it.
+            local names
+            names=$(grep -E '^[[:space:]]*[0-9]+ - .*\(Skipped\)$' "$log" |
+                sed -E 's/^[[:space:]]*[0-9]+ - (.*) \(Skipped\)$/\1/' | paste -sd ' ' -)
             reasons=$(grep -h '^SKIP:' "$BUILD/$name/Testing/Temporary/LastTest.log" 2>/dev/null |
-                sort -u | head -n 3 | tr '\n' ' ' || true)
-            SUMMARY+=("$(printf '%-8s %s tests skipped: %s' "" "$skipped" "${reasons:-see ctest.log}")")
+                sort -u | head -n 3 | paste -sd ' ' - || true)
+            SUMMARY+=("$(printf '%-13s skipped: %s (%s)' "" "$names" "${reasons:-see ctest.log}")")
         fi
     else
-        SUMMARY+=("$(printf '%-8s ctest exited %d without a summary' "$name" "$rc")")
+        SUMMARY+=("$(printf '%-13s ctest exited %d without a summary' "$name" "$rc")")
     fi
     if [ "$rc" -ne 0 ]; then
         FAILED_STEPS+=("ctest $name")
         if [ -z "$line" ]; then FAILED=$((FAILED + 1)); fi
     fi
+}
+
+# check_step NAME DESCRIPTION COMMAND...: runs a check (not a test count), records OK or FAILED
+# in the summary and carries on.
+check_step() {
+    local name=$1 what=$2
+    shift 2
+    if "$@"; then
+        SUMMARY+=("$(printf '%-13s %s: OK' "$name" "$what")")
+    else
+        SUMMARY+=("$(printf '%-13s %s: FAILED' "$name" "$what")")
+        FAILED_STEPS+=("$name")
+    fi
+}
+
+# Formatting: every C source and header of the project as .clang-format says.
+check_format() {
+    local files
+    mapfile -d '' files < <(find libtsock include producer tests benchmarks examples -type f \
+        \( -name '*.c' -o -name '*.h' -o -name '*.cu' \) -print0 | sort -z)
+    echo "clang-format $(clang-format --version | grep -oE '[0-9]+\.[0-9.]+' | head -n 1): ${#files[@]} files"
+    clang-format --dry-run -Werror "${files[@]}"
+}
+
+# The public headers compile as C++ (a C++ program includes them), each on its own.
+check_headers_cxx() {
+    local h ok=0
+    for h in include/tsock/*.h; do
+        if g++ -x c++ -std=c++17 -fsyntax-only -Wall -Wextra -Werror -Iinclude "$h"; then
+            echo "C++17: $h OK"
+        else
+            echo "C++17: $h FAILED"
+            ok=1
+        fi
+    done
+    return $ok
+}
+
+# libtsock.so exports exactly the tsock_* symbols (tsock.map, -fvisibility=hidden). A version
+# script with a named node adds that node as an absolute (A) symbol: not ours, ignored.
+check_exports() {
+    local so=$1 syms bad n
+    syms=$(nm -D --defined-only "$so" | awk 'NF >= 3 && $2 != "A" { sub(/@.*/, "", $3); print $3 }')
+    n=$(grep -cE '^tsock_' <<<"$syms" || true)
+    bad=$(grep -vE '^tsock_' <<<"$syms" || true)
+    echo "$(basename "$so"): ${n:-0} tsock_* symbols exported"
+    if [ -n "$bad" ]; then
+        echo "exported but not tsock_*: $(tr '\n' ' ' <<<"$bad")"
+        return 1
+    fi
+    [ "${n:-0}" -gt 0 ] || { echo "no tsock_* symbol exported"; return 1; }
 }
 
 section "dependencies"
@@ -129,32 +216,76 @@ source "$ROOT/scripts/deps.sh"
 tsock_install_deps
 tsock_install_python_deps
 
+section "checks: formatting, public headers as C++"
+check_step format "clang-format --dry-run -Werror (libtsock include producer tests benchmarks examples)" \
+    check_format
+check_step headers "include/tsock/*.h alone as C++17 (g++ -Wall -Wextra -Werror)" check_headers_cxx
+
 section "normal build (RelWithDebInfo): all tests"
 configure_build normal -DTSOCK_SANITIZE=
 run_ctest normal --
+check_step exports "build/normal libtsock.so exports only tsock_*" \
+    check_exports "$BUILD/normal/libtsock/libtsock.so"
 
 section "Python binding: pytest with real torch, and a numpy-only run (normal build)"
 pyrc=0
 TSOCK_LIBRARY="$BUILD/normal/libtsock/libtsock.so" TSOCK_BIN_DIR="$BUILD/normal/producer" \
     python3 -m pytest "$ROOT/tests/python" -q -p no:cacheprovider 2>&1 | tee "$BUILD/normal/pytest.log" ||
     pyrc=$?
-pyline=$(grep -E '^=* ?[0-9]+ (passed|failed)' "$BUILD/normal/pytest.log" | tail -n 1 || true)
-pypassed=$(grep -oE '[0-9]+ passed' <<<"$pyline" | grep -oE '[0-9]+' || echo 0)
-pyfailed=0
-for n in $(grep -oE '[0-9]+ (failed|errors?)' <<<"$pyline" | grep -oE '[0-9]+' || true); do
-    pyfailed=$((pyfailed + n))
-done
+# The last summary line: "3 passed, 1 skipped in 2.1s", "no tests ran in 0.01s", with or
+# without ===== around it.
+pyline=$(grep -E '(no tests ran|[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed|deselected|warnings?)).* in [0-9.]+s' \
+    "$BUILD/normal/pytest.log" | tail -n 1 | sed -E 's/^=+ //; s/ =+$//' || true)
+pycount() { # pycount WORD...: the sum of "<n> WORD" in the summary line
+    local w n sum=0
+    for w in "$@"; do
+        for n in $(grep -oE "(^|[ ,])[0-9]+ $w(,| |$)" <<<"$pyline" | grep -oE '[0-9]+' || true); do
+            sum=$((sum + n))
+        done
+    done
+    echo "$sum"
+}
+pypassed=$(pycount passed xpassed)
+pyfailed=$(pycount failed error errors)
+pyskipped=$(pycount skipped xfailed)
 PASSED=$((PASSED + pypassed))
 FAILED=$((FAILED + pyfailed))
-SUMMARY+=("$(printf '%-8s %s' python "${pyline:-pytest printed no summary}")")
-if [ "$pyrc" -ne 0 ]; then
-    FAILED_STEPS+=("pytest")
-    [ -n "$pyline" ] || FAILED=$((FAILED + 1))
+SKIPPED=$((SKIPPED + pyskipped))
+SUMMARY+=("$(printf '%-13s pytest: %d passed, %d failed, %d skipped (%s)' python "$pypassed" \
+    "$pyfailed" "$pyskipped" "${pyline:-pytest printed no summary}")")
+# A run that collected or ran nothing (exit 5, "no tests ran", everything skipped or
+# deselected) tested nothing: a failure, never a pass.
+if [ "$pyrc" -ne 0 ] || [ $((pypassed + pyfailed)) -eq 0 ]; then
+    if [ "$pyrc" -eq 5 ] || [ $((pypassed + pyfailed)) -eq 0 ]; then
+        FAILED_STEPS+=("pytest ran no test (exit $pyrc)")
+    else
+        FAILED_STEPS+=("pytest")
+    fi
+    [ "$pyfailed" -gt 0 ] || FAILED=$((FAILED + 1))
 fi
 
 section "ASan + UBSan build: all tests"
 configure_build asan -DTSOCK_SANITIZE=address,undefined
 run_ctest asan --
+
+section "Release builds (what users build): GCC and clang, warnings as errors; GCC's unit tests"
+# Users build Release (-O3), where GCC and clang warn about more than at -O2; TSOCK_WERROR is
+# off for them, on here, so that a new warning shows up in this run rather than in theirs.
+configure_build release-gcc -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DTSOCK_SANITIZE=
+SUMMARY+=("$(printf '%-13s Release build (gcc, -DTSOCK_WERROR=ON): OK' release-gcc)")
+run_ctest release-gcc -- -L unit
+check_step exports "build/release-gcc libtsock.so exports only tsock_*" \
+    check_exports "$BUILD/release-gcc/libtsock/libtsock.so"
+if command -v clang >/dev/null 2>&1; then
+    configure_build release-clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang \
+        -DTSOCK_SANITIZE=
+    SUMMARY+=("$(printf '%-13s Release build (clang, -DTSOCK_WERROR=ON): OK' release-clang)")
+    check_step exports "build/release-clang libtsock.so exports only tsock_*" \
+        check_exports "$BUILD/release-clang/libtsock/libtsock.so"
+else
+    echo "no clang: the clang Release build is not checked" >&2
+    FAILED_STEPS+=("release-clang: no clang")
+fi
 
 section "fuzz smoke: the libFuzzer targets (clang), fixed seed, from the committed corpora"
 # The corpus replays already run in ctest; this checks that every libFuzzer target still
@@ -167,18 +298,18 @@ fuzz_smoke() {
     if cmake --build "$BUILD/fuzz" -j"$JOBS" --target "$target" >"$log" 2>&1 &&
         "$BUILD/fuzz/tests/fuzz/$target" -seed=1 -runs="$runs" -max_total_time="$secs" \
             -rss_limit_mb=4096 "$SCRATCH/$target" "$ROOT/tests/fuzz/corpus/$corpus" >>"$log" 2>&1; then
-        SUMMARY+=("$(printf '%-8s %s: %s' fuzz "$target" "$(grep -E '^Done [0-9]+ runs' "$log" |
+        SUMMARY+=("$(printf '%-13s %s: %s' fuzz "$target" "$(grep -E '^Done [0-9]+ runs' "$log" |
             tail -n 1)")")
     else
         tail -n 40 "$log"
-        SUMMARY+=("$(printf '%-8s %s FAILED (build/fuzz/%s.log)' fuzz "$target" "$target")")
+        SUMMARY+=("$(printf '%-13s %s FAILED (build/fuzz/%s.log)' fuzz "$target" "$target")")
         FAILED_STEPS+=("fuzz smoke $target")
     fi
     grep -E '^Done [0-9]+ runs' "$log" || true
 }
 if command -v clang >/dev/null 2>&1; then
     cmake -S "$ROOT" -B "$BUILD/fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-        -DTSOCK_SANITIZE= -DTSOCK_BUILD_FUZZERS=ON
+        -DTSOCK_SANITIZE= -DTSOCK_BUILD_FUZZERS=ON -DTSOCK_WERROR=ON
     fuzz_smoke fuzz_proto proto 500000 60
     fuzz_smoke fuzz_index index 200000 30
     fuzz_smoke fuzz_image image 60000 45
@@ -188,7 +319,7 @@ fi
 
 if [ "$QUICK" = "1" ]; then
     section "TSan build: skipped (TSOCK_TEST_QUICK=1)"
-    SUMMARY+=("$(printf '%-8s skipped (TSOCK_TEST_QUICK=1)' tsan)")
+    SUMMARY+=("$(printf '%-13s skipped (TSOCK_TEST_QUICK=1)' tsan)")
 else
     section "TSan build: tests labelled '$TSAN_LABELS'"
     configure_build tsan -DTSOCK_SANITIZE=thread
@@ -264,6 +395,7 @@ else
     echo "no installed tsock-producer: end-to-end run of the example skipped" >&2
     FAILED_STEPS+=("packaging: tsock-producer not installed")
 fi
-SUMMARY+=("$(printf '%-8s install + find_package (shared, static) + pkg-config: OK' package)")
+SUMMARY+=("$(printf '%-13s install + find_package (shared, static) + pkg-config: OK' package)")
 
+end_section
 CURRENT=summary

@@ -134,7 +134,7 @@ tsock__recv(void *sock, int routed, struct tsock__frame *f)
     /* The rest of a multipart message is already here once its first part is: drain it all,
      * keeping the first payload frame. */
     for (int first = 1; more; first = 0) {
-        size_t size;
+        size_t size = 0; /* set by recv_part on success; GCC -O3 cannot see it */
         err = recv_part(sock, first ? f->data : NULL, sizeof f->data, &size, &more,
                         routed ? 0 : (first ? ZMQ_DONTWAIT : 0));
         if (err < 0)
