@@ -370,13 +370,7 @@ flush_outgoing(tsock_producer *p)
         p->queue_head = (p->queue_head + 1) % p->slot_count;
         p->queue_len--;
         /* A holder dropped since publish has had its bit cleared by the ring. */
-        uint64_t to = 0;
-        for (int i = 0; i < MAX_CONSUMERS; i++) {
-            uint64_t bit = (uint64_t)1 << i;
-            if ((o->holders & bit) &&
-                tsock__ring_holds(&p->ring, o->batch.slot, (uint32_t)i, o->batch.seq) == 1)
-                to |= bit;
-        }
+        uint64_t to = o->holders & tsock__ring_holders(&p->ring, o->batch.slot, o->batch.seq);
         if (!to)
             continue;
         struct tsock__msg m;

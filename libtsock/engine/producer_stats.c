@@ -25,14 +25,14 @@ tsock_producer_consumer_count(tsock_producer *p)
 void
 tsock__producer_snapshot(const tsock_producer *p, struct tsock__stats_producer *s)
 {
-    uint32_t held = 0;
-    for (uint32_t i = 0; i < p->ring.count; i++)
-        held += p->ring.slots[i].state == TSOCK__SLOT_HELD;
+    /* Before start the ring is not set up: every slot is free, none held. */
+    int held = tsock__ring_held_count(&p->ring);
+    int free_slots = tsock__ring_free_count(&p->ring);
     *s = (struct tsock__stats_producer){
         .pid = (uint32_t)getpid(),
         .slots = p->slot_count,
-        .free_slots = p->ring.count ? p->ring.free_count : p->slot_count, /* before start */
-        .held = held,
+        .free_slots = free_slots < 0 ? p->slot_count : (uint32_t)free_slots,
+        .held = held < 0 ? 0 : (uint32_t)held,
         .batches = p->stat_batches,
         .samples = p->stat_samples,
         .epochs = p->stat_epochs,
@@ -49,14 +49,8 @@ tsock__producer_snapshot(const tsock_producer *p, struct tsock__stats_producer *
 static uint64_t
 consumer_lag(const tsock_producer *p, int index)
 {
-    uint64_t bit = (uint64_t)1 << index, oldest = UINT64_MAX;
-    for (uint32_t i = 0; i < p->ring.count; i++) {
-        const struct tsock__ring_slot *rs = &p->ring.slots[i];
-        if (rs->state == TSOCK__SLOT_HELD && (rs->holders & bit) && rs->seq < oldest)
-            oldest = rs->seq;
-    }
-    /* A held publication was issued, so next_seq > oldest. */
-    return oldest == UINT64_MAX ? 0 : p->ring.next_seq - 1 - oldest;
+    uint64_t lag = 0;
+    return tsock__ring_lag(&p->ring, (uint32_t)index, &lag) < 0 ? 0 : lag;
 }
 
 void
