@@ -120,6 +120,8 @@ void tsock__consumer_take(tsock_consumer *c, uint32_t n, int view);
 void tsock__consumer_drop_queue(tsock_consumer *c);
 /* A released batch whose fence has passed: its slot reference goes, the object is free. */
 void tsock__consumer_finish_release(tsock_consumer *c, tsock_batch *b);
+/* Frees a batch's own (gather) buffers, wherever they are. */
+void tsock__consumer_free_gathers(tsock_batch *b);
 /* Finishes the fenced releases whose fences have passed. Returns how many still wait. */
 int tsock__consumer_poll_fences(tsock_consumer *c);
 /* The caller holds a batch that points into the session's ring. */

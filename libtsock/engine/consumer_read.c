@@ -35,18 +35,6 @@ tsock__consumer_recycle(tsock_consumer *c, tsock_batch *b)
     c->free_batches = b;
 }
 
-/* Frees a batch's own buffers, wherever they are. */
-static void
-free_gathers(tsock_batch *b)
-{
-    for (int t = 0; t < TSOCK_MAX_TENSORS; t++) {
-        if (b->gather_ops)
-            b->gather_ops->buffer_free(b->gather_device, b->gather[t]);
-        b->gather[t] = NULL;
-        b->gather_cap[t] = 0;
-    }
-}
-
 /* Room in a batch's own buffers for `samples` samples of every tensor, in the memory the
  * session's ring is read from (host memory, or the GPU the ring is read on). */
 static int
@@ -54,7 +42,7 @@ reserve_gather(tsock_consumer *c, tsock_batch *b, uint32_t samples)
 {
     int device = c->ring->ops->view_device(c->ring);
     if (b->gather_ops != c->ring->ops || b->gather_device != device) {
-        free_gathers(b);
+        tsock__consumer_free_gathers(b);
         b->gather_ops = c->ring->ops;
         b->gather_device = device;
     }

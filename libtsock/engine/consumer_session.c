@@ -93,11 +93,7 @@ tsock__session_reopen(tsock_consumer *c, int timeout_ms)
 static void
 free_batch_memory(tsock_batch *b)
 {
-    for (int t = 0; t < TSOCK_MAX_TENSORS; t++) {
-        if (b->gather_ops)
-            b->gather_ops->buffer_free(b->gather_device, b->gather[t]);
-        b->gather[t] = NULL;
-    }
+    tsock__consumer_free_gathers(b);
     if (b->fence_ops)
         b->fence_ops->fence_destroy(b->fence);
     b->fence = NULL;

@@ -32,6 +32,17 @@ tsock__consumer_finish_release(tsock_consumer *c, tsock_batch *b)
     c->free_batches = b;
 }
 
+void
+tsock__consumer_free_gathers(tsock_batch *b)
+{
+    for (int t = 0; t < TSOCK_MAX_TENSORS; t++) {
+        if (b->gather_ops)
+            b->gather_ops->buffer_free(b->gather_device, b->gather[t]);
+        b->gather[t] = NULL;
+        b->gather_cap[t] = 0;
+    }
+}
+
 int
 tsock__consumer_poll_fences(tsock_consumer *c)
 {

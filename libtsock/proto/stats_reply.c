@@ -144,12 +144,7 @@ put_text(struct tsock__wire_writer *w, const char *s)
     size_t len = strlen(s);
 
     tsock__wire_put_le(w, len, 2);
-    if (w->overflow || len > w->size - w->pos) {
-        w->overflow = 1;
-        return;
-    }
-    memcpy(w->buf + w->pos, s, len);
-    w->pos += len;
+    tsock__wire_put_bytes(w, (const uint8_t *)s, len);
 }
 
 int

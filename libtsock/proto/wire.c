@@ -77,12 +77,7 @@ tsock__wire_put_str(struct tsock__wire_writer *w, const char *s, size_t cap)
     size_t len = (size_t)((const char *)memchr(s, '\0', cap) - s);
 
     tsock__wire_put_le(w, len, 1);
-    if (w->overflow || len > w->size - w->pos) {
-        w->overflow = 1;
-        return;
-    }
-    memcpy(w->buf + w->pos, s, len);
-    w->pos += len;
+    tsock__wire_put_bytes(w, (const uint8_t *)s, len);
 }
 
 void
