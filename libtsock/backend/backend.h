@@ -106,6 +106,11 @@ struct tsock__backend {
     /* 1 when the work before the armed fence has finished, 0 while it runs, < 0 on error. */
     int (*fence_passed)(int device, void *fence);
     void (*fence_destroy)(void *fence);
+    /* Returns when every piece of work this process queued on `device` (any stream) has
+     * finished: a consumer closing with batches never released calls it before saying BYE, as
+     * the caller's kernels may still read them (host, -1: nothing to wait for). Blocks: never
+     * call it holding a lock another thread needs. */
+    int (*device_sync)(int device);
 
     /* A consumer that found its producer dead removes what the ring left behind, since a
      * process killed with SIGKILL could not (host: the shared-memory name). Returns 1 when

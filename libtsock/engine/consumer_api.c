@@ -326,11 +326,25 @@ tsock_consumer_batches_per_epoch(const tsock_consumer *c)
     return c && c->ready_to_read ? tsock__epoch_plan_batches_per_epoch(&c->plan) : 0;
 }
 
+/* Batches the caller never released may still be read by work queued on its streams: wait
+ * for their devices before BYE lets the producer refill the slots and before anything is
+ * unmapped. Without mu: it blocks on the GPU, and only this thread changes `held`. */
+static void
+finish_work_on_held(tsock_consumer *c)
+{
+    for (tsock_batch *b = c->all_batches; b; b = b->next_all) {
+        const struct tsock__backend *ops = b->ring ? b->ring->ops : b->gather_ops;
+        if (b->held && b->device >= 0 && ops)
+            (void)ops->device_sync(b->device);
+    }
+}
+
 void
 tsock_consumer_destroy(tsock_consumer *c)
 {
     if (!c)
         return;
+    finish_work_on_held(c);
     tsock__session_close(c);
     tsock__session_free(c);
     pthread_cond_destroy(&c->cond);

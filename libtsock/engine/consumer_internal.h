@@ -90,8 +90,15 @@ struct tsock_consumer {
     const struct tsock__backend *ops;  /* the session's backend, from WELCOME */
     struct tsock__ring_view *ring;     /* the session's ring */
     const uint8_t *ring_base;          /* its first byte (host or device); NULL once closed */
-    struct tsock__ring_view *old_rings[TSOCK__MAX_OLD_RINGS]; /* kept while views use them */
+    /* Rings of earlier sessions that held batches still point into: each is detached when its
+     * last user (a held view, or a release whose fence has not passed) goes. */
+    struct tsock__old_ring {
+        struct tsock__ring_view *ring;
+        int users;
+    } old_rings[TSOCK__MAX_OLD_RINGS];
     int old_ring_count;
+    int bye_sent;          /* the session's BYE went out (its ring was given up before destroy) */
+    int gathering;         /* the caller copies out of the ring without mu (consumer_read.c) */
     tsock_batch *deferred; /* released on a stream, fence not yet passed */
     int deferred_count;
     /* The producer batches announced to this session, the views into them, and the releases
@@ -124,13 +131,17 @@ void tsock__consumer_finish_release(tsock_consumer *c, tsock_batch *b);
 void tsock__consumer_free_gathers(tsock_batch *b);
 /* Finishes the fenced releases whose fences have passed. Returns how many still wait. */
 int tsock__consumer_poll_fences(tsock_consumer *c);
-/* The caller holds a batch that points into the session's ring. */
+/* The caller holds a batch that points into the session's ring, a release of one waits for
+ * its fence, or the caller is copying out of it. */
 int tsock__consumer_ring_in_use(const tsock_consumer *c);
-/* Closes the ring of a session that ended (producer gone or stream over) once nothing of
- * the caller's refers to it, so a dead producer's memory is not kept mapped. */
-void tsock__consumer_close_ring_if_unused(tsock_consumer *c);
-/* Moves the session's ring aside on reconnect (closed now if unused, else at destroy). */
-void tsock__consumer_retire_ring(tsock_consumer *c);
+/* Closes the ring of a session that ended (producer gone, stopped, or stream over) once
+ * nothing of the caller's refers to it, so a producer's memory is not kept mapped. Returns 1
+ * when it closed the ring now. */
+int tsock__consumer_close_ring_if_unused(tsock_consumer *c);
+/* Moves the session's ring aside on reconnect: detached now if unused, else when its last
+ * user goes. Returns 0, or -EBUSY (logged) when TSOCK__MAX_OLD_RINGS rings of earlier
+ * sessions are still in use: nothing changed then. */
+int tsock__consumer_retire_ring(tsock_consumer *c);
 /* Time blocked in next so far, including a wait in progress, so that a consumer starved right
  * now shows it before its call returns. */
 uint64_t tsock__consumer_wait_ns(const tsock_consumer *c, uint64_t now);

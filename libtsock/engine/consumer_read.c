@@ -72,24 +72,45 @@ sample_at(const tsock_consumer *c, const struct tsock__hold_batch *h, uint32_t t
 }
 
 /* Copies n samples of producer batch h from `offset` into b's own buffers, complete on return:
- * the slot's reference may be dropped right after, and the producer may then refill it. */
+ * the slot's reference may be dropped right after, and the producer may then refill it.
+ *
+ * The copies run without mu: on a GPU, copy_finish blocks until the device is done, and the
+ * service thread must keep heartbeating (and noticing a lost producer) meanwhile. `gathering`
+ * keeps the ring open; the head batch keeps its slot, as it stays queued until take. Returns 1
+ * when the copy is complete, 0 when the queue was dropped meanwhile (the producer stopped:
+ * the samples are not this batch's), or a negative code. */
 static int
 gather(tsock_consumer *c, tsock_batch *b, const struct tsock__hold_batch *h, uint32_t offset,
        uint32_t n)
 {
-    const struct tsock__backend *ops = c->ring->ops;
-    for (uint32_t t = 0; t < c->welcome.tensor_count; t++) {
+    struct tsock__ring_view *ring = c->ring;
+    const struct tsock__backend *ops = ring->ops;
+    uint32_t slot = h->slot;
+    uint64_t seq = h->seq;
+    const uint8_t *src[TSOCK_MAX_TENSORS];
+    for (uint32_t t = 0; t < c->welcome.tensor_count; t++)
+        src[t] = sample_at(c, h, t, offset);
+    c->gathering = 1;
+    pthread_mutex_unlock(&c->mu);
+    int err = 0;
+    for (uint32_t t = 0; t < c->welcome.tensor_count && err == 0; t++) {
         size_t bytes = (size_t)c->welcome.tensors[t].sample_bytes;
-        int err = ops->copy_out(c->ring, h->slot, b->gather[t] + bytes * b->samples,
-                                sample_at(c, h, t, offset), bytes * n);
-        if (err < 0)
-            return err;
+        err = ops->copy_out(ring, slot, b->gather[t] + bytes * b->samples, src[t], bytes * n);
     }
-    return ops->copy_finish(c->ring);
+    if (err == 0)
+        err = ops->copy_finish(ring);
+    pthread_mutex_lock(&c->mu);
+    c->gathering = 0;
+    if (err < 0)
+        return err;
+    uint32_t now_offset;
+    const struct tsock__hold_batch *head = tsock__hold_table_head(&c->holds, &now_offset);
+    return head && head->slot == slot && head->seq == seq && now_offset == offset;
 }
 
 /* Takes up to `want` samples from the head producer batch into b. Returns how many were
- * taken, or a negative code when a copy failed. */
+ * taken (0 when the queue was dropped during a gather), or a negative code when a copy
+ * failed. */
 static int
 take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t want)
 {
@@ -105,7 +126,7 @@ take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t want)
         b->generation = c->generation;
     } else {
         int err = gather(c, b, h, offset, n);
-        if (err < 0)
+        if (err <= 0)
             return err;
     }
     if (b->samples == 0)

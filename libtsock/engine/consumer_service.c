@@ -7,7 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/sync.h"
 #include "engine/consumer_internal.h"
+
+/* How long closing waits for stream-ordered releases whose work has not finished. */
+#define CLOSE_FENCE_WAIT_MS 5000
 
 static void
 send_msg(tsock_consumer *c, int type)
@@ -218,7 +222,15 @@ on_resumed(void *ctx, const struct tsock__peer_id *from, int peer, const struct 
 static void
 on_shutdown(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
 {
-    fail(ctx, m->u.shutdown.reason == TSOCK__SHUTDOWN_END ? TSOCK_E_END : TSOCK_E_PRODUCER_STOPPED);
+    tsock_consumer *c = ctx;
+    if (m->u.shutdown.reason == TSOCK__SHUTDOWN_END) {
+        fail(c, TSOCK_E_END); /* the batches queued are the stream's last: still read them */
+        return;
+    }
+    /* The producer is stopping and frees its ring once we say BYE: what is queued is not
+     * read any more, so that BYE can come as soon as the caller's views are released. */
+    fail(c, TSOCK_E_PRODUCER_STOPPED);
+    tsock__consumer_drop_queue(c);
 }
 
 static void
@@ -338,6 +350,43 @@ send_releases(tsock_consumer *c)
 
 /* ---- the service thread ------------------------------------------------------------------ */
 
+/* The producer frees or refills every slot of ours once it hears BYE, so BYE goes out once:
+ * after the last use of the ring, and never to a producer that was lost. */
+static void
+say_bye(tsock_consumer *c)
+{
+    if (!c->welcomed || c->bye_sent || c->terminal_error == TSOCK_E_PRODUCER_LOST)
+        return;
+    send_msg(c, TSOCK__MSG_BYE);
+    c->bye_sent = 1;
+    /* Nothing more to hear from this producer: no heartbeats, no liveness verdict. */
+    tsock__channel_unwatch(c->channel, 0);
+}
+
+/* Closing: releases still waiting for their fences hold work queued on the caller's streams
+ * that may read the ring. Wait for them, within a bound, before saying BYE (after which the
+ * producer refills those slots) and before the ring is unmapped; keep the channel serviced
+ * meanwhile so that heartbeats go on. */
+static void
+drain_fences(tsock_consumer *c)
+{
+    uint64_t deadline = tsock__deadline(CLOSE_FENCE_WAIT_MS);
+    while (c->deferred_count > 0 && tsock__consumer_poll_fences(c) > 0) {
+        if (tsock__now_ns() >= deadline) {
+            tsock__log(TSOCK_LOG_WARN,
+                       "closing with %d stream-ordered release(s) whose work has not finished "
+                       "after %d ms",
+                       c->deferred_count, CLOSE_FENCE_WAIT_MS);
+            break;
+        }
+        pthread_mutex_unlock(&c->mu);
+        tsock__channel_wait(c->channel, 1);
+        pthread_mutex_lock(&c->mu);
+        tsock__channel_dispatch(c->channel);
+    }
+    send_releases(c);
+}
+
 /* Milliseconds until the service thread must look again, heartbeats aside (-1: no limit). */
 static int
 poll_timeout(const tsock_consumer *c, uint64_t now)
@@ -367,10 +416,11 @@ service_main(void *arg)
         if (c->deferred_count > 0)
             tsock__consumer_poll_fences(c);
         send_releases(c);
-        tsock__consumer_close_ring_if_unused(c);
+        if (tsock__consumer_close_ring_if_unused(c))
+            say_bye(c); /* the stream ended or stopped, and nothing of ours reads the ring */
     }
-    if (c->welcomed && c->terminal_error != TSOCK_E_PRODUCER_LOST)
-        send_msg(c, TSOCK__MSG_BYE);
+    drain_fences(c);
+    say_bye(c);
     pthread_mutex_unlock(&c->mu);
     return NULL;
 }

@@ -69,10 +69,17 @@ tsock__session_reopen(tsock_consumer *c, int timeout_ms)
 {
     tsock__session_close(c);
     pthread_mutex_lock(&c->mu);
+    int err = tsock__consumer_retire_ring(c);
+    if (err < 0) {
+        /* Refused, and retryable: the session stays ended, so the next call tries again
+         * once the caller has released batches of earlier sessions. */
+        pthread_mutex_unlock(&c->mu);
+        return err;
+    }
     /* The old producer is gone: nothing queued or held is worth a release. */
     tsock__hold_table_free(&c->holds);
-    tsock__consumer_retire_ring(c);
     c->stop_thread = 0;
+    c->bye_sent = 0;
     c->welcomed = 0;
     c->start_error = 0;
     c->terminal_error = 0;
@@ -80,7 +87,7 @@ tsock__session_reopen(tsock_consumer *c, int timeout_ms)
     c->resume_sent = 0;
     pthread_mutex_unlock(&c->mu);
     tsock__log(TSOCK_LOG_INFO, "waiting up to %d ms for a producer on %s", timeout_ms, c->endpoint);
-    int err = tsock__session_open(c, timeout_ms);
+    err = tsock__session_open(c, timeout_ms);
     if (err < 0) {
         pthread_mutex_lock(&c->mu);
         c->terminal_error = err;
@@ -112,7 +119,7 @@ tsock__session_free(tsock_consumer *c)
     if (c->ring)
         c->ring->ops->detach(c->ring);
     for (int i = 0; i < c->old_ring_count; i++)
-        c->old_rings[i]->ops->detach(c->old_rings[i]);
+        c->old_rings[i].ring->ops->detach(c->old_rings[i].ring);
     free(c->attach);
     tsock__hold_table_free(&c->holds);
 }

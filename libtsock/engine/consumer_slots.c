@@ -1,6 +1,7 @@
 /* The consumer's lowest layer: references to the producer's slots, the queue of releases the
  * service thread sends, releases fenced on a stream, and the rings sessions attached. Every
  * function runs with mu held and calls nothing else of the consumer. */
+#include <errno.h>
 #include <stdlib.h>
 
 #include "engine/consumer_internal.h"
@@ -21,6 +22,23 @@ tsock__consumer_drop_queue(tsock_consumer *c)
         tsock__channel_wake(c->channel);
 }
 
+/* A batch that pointed into an earlier session's ring is done with it: the ring is detached
+ * when that was its last user, not before (a view into a detached ring would dangle). */
+static void
+drop_old_ring_user(tsock_consumer *c, const struct tsock__ring_view *ring)
+{
+    for (int i = 0; i < c->old_ring_count; i++) {
+        struct tsock__old_ring *o = &c->old_rings[i];
+        if (o->ring != ring)
+            continue;
+        if (--o->users == 0) {
+            o->ring->ops->detach(o->ring);
+            *o = c->old_rings[--c->old_ring_count];
+        }
+        return;
+    }
+}
+
 void
 tsock__consumer_finish_release(tsock_consumer *c, tsock_batch *b)
 {
@@ -28,6 +46,9 @@ tsock__consumer_finish_release(tsock_consumer *c, tsock_batch *b)
     if (b->view && b->view_slot != UINT32_MAX && b->generation == c->generation &&
         tsock__hold_table_unref(&c->holds, b->view_slot, b->view_seq) == 1)
         tsock__channel_wake(c->channel); /* a release to send */
+    if (b->ring && b->ring != c->ring)
+        drop_old_ring_user(c, b->ring);
+    b->ring = NULL;
     b->next_free = c->free_batches;
     c->free_batches = b;
 }
@@ -61,41 +82,60 @@ tsock__consumer_poll_fences(tsock_consumer *c)
     return c->deferred_count;
 }
 
+/* Held views into `ring`, and releases of them still waiting for their fences. */
+static int
+ring_users(const tsock_consumer *c, const struct tsock__ring_view *ring)
+{
+    int users = 0;
+    for (const tsock_batch *b = c->all_batches; b; b = b->next_all)
+        users += b->held && b->ring == ring;
+    for (const tsock_batch *b = c->deferred; b; b = b->next_deferred)
+        users += b->ring == ring;
+    return users;
+}
+
 int
 tsock__consumer_ring_in_use(const tsock_consumer *c)
 {
-    if (c->deferred_count > 0)
-        return 1;
-    for (const tsock_batch *b = c->all_batches; b; b = b->next_all)
-        if (b->held && b->view && b->generation == c->generation)
-            return 1;
-    return 0;
+    /* Any pending fence counts: a gather's fence guards memory of its own, but the work before
+     * it may also read the ring. */
+    return c->deferred_count > 0 || c->gathering || (c->ring && ring_users(c, c->ring) > 0);
 }
 
-void
+int
 tsock__consumer_close_ring_if_unused(tsock_consumer *c)
 {
     if (!c->ring || !c->terminal_error || tsock__hold_table_queued(&c->holds) > 0 ||
         tsock__consumer_ring_in_use(c))
-        return;
+        return 0;
     c->ring->ops->detach(c->ring);
     c->ring = NULL;
     c->ring_base = NULL;
     tsock__log(TSOCK_LOG_INFO, "closed the ring of a finished session (%s)",
                tsock_strerror(c->terminal_error));
+    return 1;
 }
 
-void
+int
 tsock__consumer_retire_ring(tsock_consumer *c)
 {
     if (!c->ring)
-        return;
-    if (!tsock__consumer_ring_in_use(c) || c->old_ring_count == TSOCK__MAX_OLD_RINGS)
+        return 0;
+    int users = ring_users(c, c->ring) + c->gathering;
+    if (users > 0 && c->old_ring_count == TSOCK__MAX_OLD_RINGS) {
+        tsock__log(TSOCK_LOG_ERROR,
+                   "cannot open a new session: the rings of %d earlier sessions are still in use "
+                   "by held batches; release them first",
+                   TSOCK__MAX_OLD_RINGS);
+        return -EBUSY;
+    }
+    if (users == 0)
         c->ring->ops->detach(c->ring);
     else
-        c->old_rings[c->old_ring_count++] = c->ring;
+        c->old_rings[c->old_ring_count++] = (struct tsock__old_ring){c->ring, users};
     c->ring = NULL;
     c->ring_base = NULL;
+    return 0;
 }
 
 uint64_t

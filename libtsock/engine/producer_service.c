@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sync.h"
 #include "engine/producer_internal.h"
 
 /* Consumer rates are measured over windows of about this length. */
@@ -15,6 +16,9 @@
 #define STATS_REPLIES_PER_S 20
 /* How long a closing producer lets its last messages (SHUTDOWN) leave. */
 #define CLOSE_LINGER_MS 200
+/* How long a stopping producer waits, beyond the heartbeat timeout, for the goodbyes of
+ * consumers that still read its ring (a dead one is dropped after the heartbeat timeout). */
+#define GOODBYE_EXTRA_MS 2000
 
 #define MAX_CONSUMERS TSOCK__PRODUCER_MAX_CONSUMERS
 
@@ -403,6 +407,32 @@ send_shutdown(tsock_producer *p, uint32_t reason)
 
 /* ---- the service thread ------------------------------------------------------------------ */
 
+/* After SHUTDOWN: the ring (and, on a GPU, the slots' events) is freed once the service
+ * thread ends, and a consumer may still read it, or have queued work that waits on it. So
+ * keep serving (releases, heartbeats, liveness) until every consumer has said BYE or been
+ * found dead, within a bound: a consumer that holds a batch past it is on its own. */
+static void
+await_goodbyes(tsock_producer *p)
+{
+    uint64_t deadline = tsock__deadline(p->hb_timeout_ms + GOODBYE_EXTRA_MS);
+    tsock__channel_dispatch(p->channel);
+    settle_unreachable(p);
+    while (p->consumer_count > 0) {
+        uint64_t now = tsock__now_ns();
+        if (now >= deadline) {
+            tsock__log(TSOCK_LOG_WARN,
+                       "stopping with %d consumer(s) that did not say goodbye within %d ms",
+                       p->consumer_count, p->hb_timeout_ms + GOODBYE_EXTRA_MS);
+            return;
+        }
+        pthread_mutex_unlock(&p->mu);
+        tsock__channel_wait(p->channel, (int)((deadline - now) / 1000000u) + 1);
+        pthread_mutex_lock(&p->mu);
+        tsock__channel_dispatch(p->channel);
+        settle_unreachable(p);
+    }
+}
+
 static void *
 service_main(void *arg)
 {
@@ -422,8 +452,7 @@ service_main(void *arg)
     if (!p->shutdown_sent)
         send_shutdown(p, p->state == TSOCK__P_FINISHED ? TSOCK__SHUTDOWN_END
                                                        : TSOCK__SHUTDOWN_STOPPED);
-    tsock__channel_dispatch(p->channel);
-    settle_unreachable(p);
+    await_goodbyes(p);
     pthread_mutex_unlock(&p->mu);
     return NULL;
 }

@@ -292,9 +292,8 @@ test_producer_stop_reaches_consumer(void)
     CHECK_EQ(produce_one(p), 0);
     tsock_producer_destroy(p);
     tsock_batch *b;
-    CHECK_EQ(tsock_consumer_next(c, 5000, &b), 0); /* what was sent before still arrives */
-    CHECK_EQ(tsock_consumer_release(c, b), 0);
-    CHECK_EQ(tsock_consumer_release(c, b), TSOCK_E_NOT_HELD);
+    /* A stopped producer frees its ring once its consumers said BYE: what was queued and not
+     * read is dropped, never handed out (issue 12, item 5). */
     CHECK_EQ(tsock_consumer_next(c, 5000, &b), TSOCK_E_PRODUCER_STOPPED);
     CHECK_EQ(tsock_consumer_next(c, 0, &b), TSOCK_E_PRODUCER_STOPPED);
     tsock_consumer_destroy(c);

@@ -138,12 +138,13 @@ class CachedView:
         return False
 
 
-def device_tensor(address, shape, np_dtype, bfloat16, owner):
-    """A torch CUDA tensor over device memory at `address` (zero-copy).
+def device_tensor(address, shape, np_dtype, bfloat16, owner, device):
+    """A torch CUDA tensor over device memory at `address` on CUDA device `device` (zero-copy).
 
     The memory is declared writable: torch cannot protect device memory anyway, and tsock's
-    rule (never modify a batch in place) is the protection. torch finds the device from the
-    pointer itself, so no device is forced (forcing one that differs would copy).
+    rule (never modify a batch in place) is the protection. The device is passed explicitly:
+    without it, torch.as_tensor copies to the CPU on torch < 2.5, and to the default device
+    under torch.set_default_device. The result is checked to be the batch's memory itself.
     """
     torch = get_torch()
     if torch is None:
@@ -151,10 +152,24 @@ def device_tensor(address, shape, np_dtype, bfloat16, owner):
                           "importable (or TSOCK_NO_TORCH is set)")
     if not address:
         raise ValueError("tsock returned a NULL tensor pointer")
-    t = torch.as_tensor(CudaMemory(address, shape, np_dtype.str, False, owner))
+    t = torch.as_tensor(CudaMemory(address, shape, np_dtype.str, False, owner),
+                        device=torch.device("cuda", device))
+    check_zero_copy(t, address, "cuda", device)
     if bfloat16:
         t = t.view(torch.bfloat16)
     return t
+
+
+def check_zero_copy(t, address, kind, index):
+    """Raises RuntimeError unless tensor `t` is the batch's memory itself: on the batch's
+    device (`kind`, `index`) and at its address. A copy would be read after the slot is
+    refilled, or on the wrong device, without any error."""
+    if t.device.type != kind or (index is not None and t.device.index != index):
+        raise RuntimeError(f"the batch is on {kind}:{index} but torch made a tensor on "
+                           f"{t.device}: a copy, not a view of the batch")
+    if t.data_ptr() != address:
+        raise RuntimeError(f"torch copied the batch (tensor at {t.data_ptr():#x}, batch at "
+                           f"{address:#x}) instead of viewing it")
 
 
 # ---- torch, optional ----

@@ -74,7 +74,7 @@ class Batch:
     """
 
     __slots__ = ("_consumer", "_ptr", "samples", "epoch_end", "is_view", "_seq", "_epoch",
-                 "_index", "_waited", "__weakref__")
+                 "_index", "_waited", "_readers", "__weakref__")
 
     def __init__(self, consumer, ptr):
         self._consumer = consumer
@@ -88,6 +88,7 @@ class Batch:
             consumer._gathers_count += 1
         self._seq = None  # read on first use (or by Consumer.next): ctypes calls cost ~1 us
         self._waited = None  # GPU batches: the stream made to wait for the batch last
+        self._readers = None  # GPU batches: every torch stream it was read on, by handle
 
     def _load_meta(self):
         ptr = self._ptr
@@ -347,24 +348,31 @@ class Consumer:
         if ptr is None:
             return
         on_gpu = self.layout is not None and self.layout[0].device == _views.DEVICE_CUDA
-        stream = self._current_stream(ptr) if on_gpu else None
-        batch._ptr = None
-        del self._held[ptr]
         if self._h is not None:
+            # The C call first: a release that fails (a fence that cannot be armed, say) leaves
+            # the batch held, so the caller may retry it and the slot is not lost.
             if on_gpu:
+                stream = self._release_stream(batch)
                 _lib.check(lib.tsock_consumer_release_on_stream(self._h, ptr, stream),
                            "tsock_consumer_release_on_stream")
             else:
                 _lib.check(lib.tsock_consumer_release(self._h, ptr), "tsock_consumer_release")
+        batch._ptr = None
+        batch._readers = None
+        del self._held[ptr]
 
-    @staticmethod
-    def _current_stream(ptr):
-        """torch's current stream on a GPU batch's device, as a cudaStream_t (None: the
-        legacy default stream, also when torch is not loaded)."""
+    def _release_stream(self, batch):
+        """The stream a GPU batch is released on: torch's current stream, made to wait first
+        for every other stream that read the batch (a step under ``torch.cuda.stream(side)``),
+        so the slot is refilled only after all of them are done with it."""
         torch = _views.get_torch()
         if torch is None:
             return None
-        return torch.cuda.current_stream(lib.tsock_batch_device_index(ptr)).cuda_stream or None
+        current = torch.cuda.current_stream(lib.tsock_batch_device_index(batch._ptr))
+        for reader in (batch._readers or {}).values():
+            if reader.cuda_stream != current.cuda_stream:
+                current.wait_stream(reader)
+        return current.cuda_stream or None
 
     def _device_view(self, batch, info, as_torch):
         """Tensor `info` of a batch in GPU memory: a torch CUDA tensor on the slot (zero-copy),
@@ -377,13 +385,20 @@ class Consumer:
             raise ImportError("a batch in GPU memory is read as torch tensors, and torch is not "
                               "importable (or TSOCK_NO_TORCH is set)")
         ptr = batch._ptr
-        stream = self._current_stream(ptr)
+        device = lib.tsock_batch_device_index(ptr)
+        reader = _views.get_torch().cuda.current_stream(device)
+        stream = reader.cuda_stream or None
         if batch._waited != (stream or 0):
             _lib.check(lib.tsock_batch_wait(ptr, stream), "tsock_batch_wait")
             batch._waited = stream or 0
+        # Every stream that reads the batch is waited for before its slot is refilled.
+        if batch._readers is None:
+            batch._readers = {}
+        batch._readers[stream or 0] = reader
         address = lib.tsock_batch_tensor_data(ptr, info.index)
         return _views.device_tensor(address, (batch.samples,) + info.sample_shape,
-                                    info.np_dtype, info.dtype == _views.BFLOAT16, self._mapping)
+                                    info.np_dtype, info.dtype == _views.BFLOAT16, self._mapping,
+                                    device)
 
     def _read_layout(self, ptr):
         layout = []

@@ -8,6 +8,22 @@ cuda_remove_orphan(const uint8_t *blob, size_t blob_len)
     return 0; /* device memory and IPC handles die with the process that made them */
 }
 
+/* issue 12, item 3 (branch wt-gpuengine): a consumer closing with batches never released
+ * waits for the work queued on their device. Kept small and here, out of import.c/device.c,
+ * which the device-API work (branch wt-gpusim) rewrites: route this call through its table
+ * when merging. */
+static int
+cuda_device_sync(int device)
+{
+    struct tsock__cuda_guard g;
+    int err = tsock__cuda_enter(device, &g);
+    if (err < 0)
+        return err;
+    cudaError_t e = cudaDeviceSynchronize();
+    tsock__cuda_leave(&g);
+    return e == cudaSuccess ? 0 : tsock__cuda_fail(e, "cudaDeviceSynchronize (closing)");
+}
+
 int
 tsock__backend_cuda_device_count(void)
 {
@@ -34,5 +50,6 @@ const struct tsock__backend tsock__backend_cuda = {
     .fence_arm = tsock__cuda_fence_arm,
     .fence_passed = tsock__cuda_fence_done,
     .fence_destroy = tsock__cuda_fence_destroy,
+    .device_sync = cuda_device_sync,
     .remove_orphan = cuda_remove_orphan,
 };

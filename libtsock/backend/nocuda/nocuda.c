@@ -126,6 +126,12 @@ no_fence_destroy(void *fence)
 }
 
 static int
+no_device_sync(int device)
+{
+    return 0; /* nothing was ever queued on a device here */
+}
+
+static int
 no_orphan(const uint8_t *blob, size_t blob_len)
 {
     return 0;
@@ -151,5 +157,6 @@ const struct tsock__backend tsock__backend_cuda = {
     .fence_arm = no_fence_arm,
     .fence_passed = no_fence_passed,
     .fence_destroy = no_fence_destroy,
+    .device_sync = no_device_sync,
     .remove_orphan = no_orphan,
 };

@@ -181,6 +181,12 @@ host_fence_destroy(void *fence)
 }
 
 static int
+host_device_sync(int device)
+{
+    return 0; /* host memory: reads are done when the caller's code returns */
+}
+
+static int
 shm_remove_orphan(const uint8_t *blob, size_t blob_len)
 {
     char name[TSOCK__REGION_NAME_MAX];
@@ -211,5 +217,6 @@ const struct tsock__backend tsock__backend_shm = {
     .fence_arm = host_fence_arm,
     .fence_passed = host_fence_passed,
     .fence_destroy = host_fence_destroy,
+    .device_sync = host_device_sync,
     .remove_orphan = shm_remove_orphan,
 };
