@@ -89,7 +89,10 @@ struct tsock_consumer {
     uint8_t *attach;                   /* the session's attach blob, kept */
     const struct tsock__backend *ops;  /* the session's backend, from WELCOME */
     struct tsock__ring_view *ring;     /* the session's ring */
-    const uint8_t *ring_base;          /* its first byte (host or device); NULL once closed */
+    const uint8_t *ring_base;          /* its first byte (host or device); NULL until attached */
+    /* The session's ring was given up (closed, or retired on reconnect): a BATCH for it is
+     * released at once. Not set while the caller is still attaching it. */
+    int ring_closed;
     /* Rings of earlier sessions that held batches still point into: each is detached when its
      * last user (a held view, or a release whose fence has not passed) goes. */
     struct tsock__old_ring {

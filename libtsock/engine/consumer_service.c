@@ -77,31 +77,32 @@ same_layout(const struct tsock__msg_welcome *a, const struct tsock__msg_welcome 
     return 1;
 }
 
-/* Attaches the ring the WELCOME describes, through the backend it names. */
+/* Keeps what the WELCOME says. The ring itself is attached by the caller's thread
+ * (consumer_session.c): the first use of a GPU can take seconds, and this thread must go on
+ * heartbeating meanwhile. BATCHes that come before the attach is done join the hold table: the
+ * consumer's window has started. */
 static int
-attach_ring(tsock_consumer *c, const struct tsock__msg_welcome *w)
+keep_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w)
 {
     const struct tsock__backend *ops = tsock__backend_for_wire(w->device);
     if (!ops)
         return TSOCK_E_PROTOCOL;
-    struct tsock__attach_request req = {
-        .blob = w->attach,
-        .blob_len = w->attach_len,
-        .ring_bytes = w->ring_bytes,
-        .slots = w->slot_count,
-        .device = c->device,
-    };
-    int err = ops->attach(&c->ring, &req);
-    if (err < 0)
-        return err;
-    c->ops = ops;
-    c->ring_base = ops->view_base(c->ring);
     /* The WELCOME's blob is a view of the channel's buffer: keep a copy of it. */
-    free(c->attach);
-    c->attach = malloc(w->attach_len ? w->attach_len : 1);
-    if (!c->attach)
+    uint8_t *blob = malloc(w->attach_len ? w->attach_len : 1);
+    if (!blob)
         return -ENOMEM;
-    memcpy(c->attach, w->attach, w->attach_len);
+    memcpy(blob, w->attach, w->attach_len);
+    int err = tsock__hold_table_init(&c->holds, w->slot_count);
+    if (err < 0) {
+        free(blob);
+        return err;
+    }
+    free(c->attach);
+    c->attach = blob;
+    c->ops = ops;
+    c->welcome = *w;
+    c->welcome.attach = c->attach;
+    c->ring_closed = 0;
     return 0;
 }
 
@@ -116,16 +117,12 @@ on_welcome(void *ctx, const struct tsock__peer_id *from, int peer, const struct 
     if (c->generation > 1 && !same_layout(&c->welcome, w))
         err = TSOCK_E_LAYOUT;
     if (!err)
-        err = attach_ring(c, w);
-    if (!err)
-        err = tsock__hold_table_init(&c->holds, w->slot_count);
+        err = keep_welcome(c, w);
     if (err) {
         tsock__log(TSOCK_LOG_ERROR, "cannot use the producer's ring: %s", tsock_strerror(err));
         fail(c, err);
         return;
     }
-    c->welcome = *w;
-    c->welcome.attach = c->attach;
     c->welcomed = 1;
     tsock__channel_watch(c->channel, 0, NULL); /* heartbeats, and the producer's liveness */
     pthread_cond_broadcast(&c->cond);
@@ -157,9 +154,10 @@ on_batch(void *ctx, const struct tsock__peer_id *from, int peer, const struct ts
         release_now(c, b); /* sent before the producer saw our PAUSE: not ours to read */
         return;
     }
-    if (!c->ring_base) {
+    if (c->ring_closed) {
         /* A late BATCH after this session's ring was closed (the producer was declared lost
-         * and everything was given back): nothing can be read from it any more. */
+         * and everything was given back): nothing can be read from it any more. A BATCH
+         * while the caller is still attaching the ring is kept: the ring is not closed. */
         release_now(c, b);
         return;
     }

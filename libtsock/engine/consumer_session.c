@@ -41,6 +41,36 @@ connect_channel(tsock_consumer *c)
     return tsock__channel_connect(&c->channel, c->endpoint, &h, t);
 }
 
+/* Attaches the ring the WELCOME describes, on the caller's thread and without mu: the first
+ * use of a GPU (a CUDA context, IPC handles) can take seconds, during which the service
+ * thread must keep heartbeating and queueing the BATCHes that arrive. */
+static int
+attach_ring(tsock_consumer *c)
+{
+    /* The WELCOME stays as it is once welcomed: read without mu. */
+    const struct tsock__msg_welcome *w = &c->welcome;
+    struct tsock__attach_request req = {
+        .blob = w->attach,
+        .blob_len = w->attach_len,
+        .ring_bytes = w->ring_bytes,
+        .slots = w->slot_count,
+        .device = c->device,
+    };
+    struct tsock__ring_view *ring = NULL;
+    int err = c->ops->attach(&ring, &req);
+    pthread_mutex_lock(&c->mu);
+    if (err < 0) {
+        tsock__log(TSOCK_LOG_ERROR, "cannot use the producer's ring: %s", tsock_strerror(err));
+        if (!c->terminal_error)
+            c->terminal_error = err;
+    } else {
+        c->ring = ring;
+        c->ring_base = ring->ops->view_base(ring);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return err;
+}
+
 int
 tsock__session_open(tsock_consumer *c, int timeout_ms)
 {
@@ -52,6 +82,8 @@ tsock__session_open(tsock_consumer *c, int timeout_ms)
         err = tsock__consumer_service_start(c);
     if (err == 0)
         err = wait_for_welcome(c, timeout_ms);
+    if (err == 0)
+        err = attach_ring(c);
     if (err == 0)
         tsock__log(TSOCK_LOG_INFO, "consumer %llu connected to %s",
                    (unsigned long long)c->welcome.consumer_id, c->endpoint);

@@ -111,6 +111,7 @@ tsock__consumer_close_ring_if_unused(tsock_consumer *c)
     c->ring->ops->detach(c->ring);
     c->ring = NULL;
     c->ring_base = NULL;
+    c->ring_closed = 1;
     tsock__log(TSOCK_LOG_INFO, "closed the ring of a finished session (%s)",
                tsock_strerror(c->terminal_error));
     return 1;
@@ -135,6 +136,7 @@ tsock__consumer_retire_ring(tsock_consumer *c)
         c->old_rings[c->old_ring_count++] = (struct tsock__old_ring){c->ring, users};
     c->ring = NULL;
     c->ring_base = NULL;
+    c->ring_closed = 1;
     return 0;
 }
 

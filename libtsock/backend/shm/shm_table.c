@@ -103,6 +103,8 @@ shm_attach(struct tsock__ring_view **out, const struct tsock__attach_request *re
     }
     v->base.ops = &tsock__backend_shm;
     *out = &v->base;
+    tsock__log(TSOCK_LOG_INFO, "attached the producer's ring %s (%zu bytes)", name,
+               req->ring_bytes);
     return 0;
 }
 
