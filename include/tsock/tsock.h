@@ -65,7 +65,12 @@ enum tsock_error {
                                              pipeline was told to fail on such files */
     TSOCK_E_NO_DEVICE = -10014,         /* no usable GPU: no CUDA device, driver or runtime, an
                                              unsupported device index, or no peer access */
-    TSOCK_E_LAST = -10015
+    TSOCK_E_DEVICE_UNUSABLE = -10015,   /* a GPU exists but this process cannot use it: driver
+                                             older than the runtime, exclusive-process compute
+                                             mode, CUDA initialised before fork, or CUDA IPC
+                                             blocked (no shared PID namespace or /dev/shm); the
+                                             log says which */
+    TSOCK_E_LAST = -10016
 };
 
 /* A static, human-readable description of any return code (0, a negated errno, TSOCK_E_*).
@@ -173,8 +178,10 @@ TSOCK_API int tsock_producer_set_sampler(tsock_producer *p, uint64_t samples, ui
 
 /* ---- the ring on a GPU (CUDA backend) ---- */
 
-/* The number of CUDA devices this process sees, or TSOCK_E_NO_DEVICE when there is none (no
- * device, no driver, or a tsock built without the CUDA toolkit). Any thread. */
+/* The number of CUDA devices this process sees, TSOCK_E_NO_DEVICE when there is none (no
+ * device, no driver, or a tsock built without the CUDA toolkit), or TSOCK_E_DEVICE_UNUSABLE when
+ * one exists that this process cannot use (the log says why). With TSOCK_CUDA_SIM=1 the
+ * simulated device's count (docs/gpu.md). Any thread. */
 TSOCK_API int tsock_cuda_device_count(void);
 
 /* Keeps the ring in the memory of CUDA device `device` (an ordinal as this process numbers its
