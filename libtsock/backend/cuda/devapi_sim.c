@@ -822,6 +822,7 @@ stream_create(tsock__dev_stream_t *s)
 static int
 stream_destroy(tsock__dev_stream_t stream)
 {
+    need_context();
     if (!stream)
         return ret(TSOCK__DEV_INVALID);
     pthread_mutex_lock(&stream->mu);
@@ -878,6 +879,7 @@ event_create(tsock__dev_event_t *out, unsigned flags)
 static int
 event_destroy(tsock__dev_event_t e)
 {
+    need_context();
     if (!e)
         return ret(TSOCK__DEV_INVALID);
     if (!e->imported) {
@@ -1027,6 +1029,7 @@ handle_check(const tsock__dev_ipc_handle *h, struct sim_handle *sh, const char *
 static int
 ipc_mem_get(tsock__dev_ipc_handle *h, void *ptr)
 {
+    need_context();
     struct mapping *m = find_mapping(ptr, 1);
     if (!m || m->imported)
         return ret(TSOCK__DEV_INVALID);
@@ -1055,6 +1058,7 @@ ipc_mem_open(void **ptr, const tsock__dev_ipc_handle *h)
 static int
 ipc_mem_close(void *ptr)
 {
+    need_context();
     struct mapping *m = find_mapping(ptr, 1);
     if (!m || !m->imported)
         return ret(TSOCK__DEV_INVALID);
@@ -1069,6 +1073,7 @@ ipc_mem_close(void *ptr)
 static int
 ipc_event_get(tsock__dev_ipc_handle *h, tsock__dev_event_t e)
 {
+    need_context();
     unsigned need = TSOCK__DEV_EVENT_DISABLE_TIMING | TSOCK__DEV_EVENT_INTERPROCESS;
     if (e->imported || (e->seg->flags & need) != need)
         violation("IPC handle of an event without DisableTiming | Interprocess (flags 0x%x)",
