@@ -173,6 +173,22 @@ start_producer(const char *endpoint, int hwc, uint64_t epochs, int convert, uint
     return p;
 }
 
+/* The guard case (item 11) calls tsock with no CUDA context current on the thread, so any
+ * tsock call without a device guard makes one on device 0; the test's own calls get the
+ * ring's device made current around them (on: 1) and dropped after (on: 0). */
+static int guard_mode;
+
+static void
+own_calls(int on)
+{
+    if (!guard_mode)
+        return;
+    if (on)
+        CUDA_OK(DEV->set_device(ring_device()));
+    else
+        DEV->context_set(NULL);
+}
+
 /* Copies a batch back on `stream`, releases it stream-ordered at once, then checks it. */
 static int
 check_batch(tsock_consumer *c, tsock_batch *b, tsock__dev_stream_t stream, uint8_t *host,
@@ -182,12 +198,16 @@ check_batch(tsock_consumer *c, tsock_batch *b, tsock__dev_stream_t stream, uint8
     EXPECT(tsock_batch_tensor_device(b, 0) == TSOCK_DEVICE_CUDA);
     EXPECT(tsock_batch_device_index(b) >= 0);
     EXPECT(tsock_batch_wait(b, stream) == 0);
+    own_calls(1);
     CUDA_OK(DEV->memcpy_async(host, tsock_batch_tensor_data(b, 0), (size_t)n * WIDTH,
                               TSOCK__DEV_D2H, stream));
     CUDA_OK(DEV->memcpy_async(ids, tsock_batch_tensor_data(b, 1), (size_t)n * 8, TSOCK__DEV_D2H,
                               stream));
+    own_calls(0);
     EXPECT(tsock_consumer_release_on_stream(c, b, stream) == 0);
+    own_calls(1);
     CUDA_OK(DEV->stream_sync(stream));
+    own_calls(0);
     int bad = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= SAMPLES || seen[ids[i]]++) {
@@ -221,6 +241,8 @@ consumer_main(const char *endpoint, uint32_t batch_size, long max_batches)
     int64_t *ids;
     CUDA_OK(DEV->host_alloc((void **)&host, (size_t)BATCH * 2 * WIDTH));
     CUDA_OK(DEV->host_alloc((void **)&ids, (size_t)BATCH * 2 * 8));
+    guard_mode = getenv("GPU_RING_NO_CONTEXT_ON_0") != NULL;
+    own_calls(0);
     long batches = 0, content_errors = 0, epochs = 0, samples_in_epoch = 0;
     memset(seen, 0, sizeof seen);
     tsock_batch *b;
@@ -243,6 +265,7 @@ consumer_main(const char *endpoint, uint32_t batch_size, long max_batches)
            batch_size, batches, epochs, content_errors);
     EXPECT(content_errors == 0);
     tsock_consumer_destroy(c);
+    own_calls(1);
     DEV->stream_destroy(stream);
     DEV->host_free(host);
     DEV->host_free(ids);
