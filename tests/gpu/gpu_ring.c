@@ -371,6 +371,10 @@ convert_consumer_main(const char *endpoint)
             src[i * 96 + (uint32_t)j] = pattern((uint64_t)ids[i], j);
     tsock__convert_ref(&cv, src, want, n);
     EXPECT(memcmp(want, got, bytes) == 0);
+    free(got);
+    free(src);
+    free(want);
+    tsock_layout_destroy(in);
     tsock_consumer_release(c, b);
     tsock_consumer_destroy(c);
     return failures ? 1 : 0;

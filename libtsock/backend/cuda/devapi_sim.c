@@ -694,37 +694,46 @@ can_access_peer(int *can, int device, int peer)
     return ret(TSOCK__DEV_OK);
 }
 
-/* The bytes of every allocation of this simulated device that still exists. An object whose
- * owner died and that no live process has open is gone, as the driver would free it: removed
- * here. */
-static int
-mem_info(size_t *free_bytes, size_t *total_bytes)
+/* Walks this simulated device's objects: removes those whose owner died and that no live
+ * process has open (the driver frees a dead process's memory once nobody maps it), and returns
+ * the bytes of the device memory that remains. */
+static size_t
+sweep(void)
 {
     settings();
-    const size_t total = (size_t)16 << 30;
     size_t used = 0;
     char prefix[48];
-    int plen = snprintf(prefix, sizeof prefix, "tsock-sim-%.20s-m", cfg.device);
+    int plen = snprintf(prefix, sizeof prefix, "tsock-sim-%.20s-", cfg.device);
     DIR *d = opendir("/dev/shm");
     struct dirent *e;
     while (d && (e = readdir(d))) {
         if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
             continue;
+        int kind = e->d_name[plen] == 'm' ? SEG_MEM : SEG_EVENT;
         char name[300];
         snprintf(name, sizeof name, "/%s", e->d_name);
-        struct seg *s = seg_open(name, SEG_MEM);
+        struct seg *s = seg_open(name, kind);
         if (!s)
             continue;
         size_t size = s->size;
-        if ((!alive(s->owner) || atomic_load(&s->freed)) && !seg_other_user(s, 0) &&
-            s->owner != (int32_t)getpid())
+        int gone = (!alive(s->owner) || (kind == SEG_MEM && atomic_load(&s->freed))) &&
+                   s->owner != (int32_t)getpid() && !seg_other_user(s, 0);
+        if (gone)
             shm_unlink(name);
-        else
+        else if (kind == SEG_MEM)
             used += size;
         munmap(s, SEG_HEADER + size);
     }
     if (d)
         closedir(d);
+    return used;
+}
+
+static int
+mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    const size_t total = (size_t)16 << 30;
+    size_t used = sweep();
     *total_bytes = total;
     *free_bytes = used < total ? total - used : 0;
     return ret(TSOCK__DEV_OK);
@@ -891,9 +900,9 @@ event_destroy(tsock__dev_event_t e)
             shm_unlink(e->seg->name);
     } else {
         seg_user(e->seg, 0, -1);
-        /* The last user of an event whose owner died removes its name (nobody else can). */
-        if (!alive(e->seg->owner) && !seg_other_user(e->seg, 0))
-            shm_unlink(e->seg->name);
+        /* The last user of a dead owner's objects removes them (nobody else can). */
+        if (!alive(e->seg->owner))
+            (void)sweep();
     }
     free(e); /* the mapping stays: queued waits may still read it */
     return ret(TSOCK__DEV_OK);
@@ -1063,10 +1072,14 @@ ipc_mem_close(void *ptr)
     if (!m || !m->imported)
         return ret(TSOCK__DEV_INVALID);
     seg_user(m->seg, 0, -1);
-    /* The last user of memory whose owner freed it or died removes it, as the driver would. */
-    if ((atomic_load(&m->seg->freed) || !alive(m->seg->owner)) && !seg_other_user(m->seg, 0))
+    /* The last user of memory whose owner freed it or died removes it, as the driver would,
+     * and with a dead owner everything else it left (scratch memory, events). */
+    int dead = !alive(m->seg->owner);
+    if ((atomic_load(&m->seg->freed) || dead) && !seg_other_user(m->seg, 0))
         shm_unlink(m->seg->name);
     remove_mapping(m);
+    if (dead)
+        (void)sweep();
     return ret(TSOCK__DEV_OK);
 }
 
