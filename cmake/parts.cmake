@@ -19,7 +19,7 @@ set(TSOCK_PARTS_DIR ${PROJECT_BINARY_DIR}/libtsock/parts)
 # The arrows: TSOCK_ALLOW_<id> lists what part <id> may include besides itself and the public
 # headers (core is listed explicitly). An entry is a part ("proto") or one header
 # ("image/convert.h"). <id> is the part with '/' replaced by '_'.
-set(TSOCK_PARTS core proto ring transport backend backend/shm backend/nocuda backend/cuda
+set(TSOCK_PARTS core proto ring transport backend backend/shm backend/cuda
                 dataset io image pipeline engine)
 set(TSOCK_ALLOW_core "")
 set(TSOCK_ALLOW_proto core)
@@ -27,7 +27,6 @@ set(TSOCK_ALLOW_ring core)
 set(TSOCK_ALLOW_transport core proto)
 set(TSOCK_ALLOW_backend core)
 set(TSOCK_ALLOW_backend_shm core backend)
-set(TSOCK_ALLOW_backend_nocuda core backend)
 set(TSOCK_ALLOW_backend_cuda core backend)
 set(TSOCK_ALLOW_dataset core)
 set(TSOCK_ALLOW_io core)

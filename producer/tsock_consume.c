@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "consume_device.h"
 #include "synthetic.h"
 #include "tsock/tsock.h"
 
@@ -107,6 +108,11 @@ usage(FILE *f)
             "                             and labels checked; every epoch's bytes digested)\n"
             "  --no-digest                with --content images: do not read the image bytes\n"
             "                             (no epoch digests; for benchmarks of the handoff)\n"
+            "  --normalize[=M1,M2,M3,S1,S2,S3]\n"
+            "                             the producer normalised its float images with these\n"
+            "                             means and stds (no values: ImageNet's); float16 and\n"
+            "                             float32 images, HWC or NCHW, are checked element by\n"
+            "                             element against that conversion of the synthetic bytes\n"
             "  --quiet                    print only errors and warnings\n"
             "  --verbose                  print every library log line\n"
             "  --help                     show this help\n"
@@ -142,7 +148,34 @@ struct config {
     int images;              /* --content images: real images, not the synthetic dataset's bytes */
     int no_digest;           /* --no-digest: leave the bytes of real images untouched */
     int64_t latency_samples; /* --latency-samples: the reservoir's size */
+    float norm[6];           /* --normalize: the producer's means and stds (float images) */
+    int normalize;
 };
+
+/* --normalize[=M1,M2,M3,S1,S2,S3], as tsock-producer takes it. */
+static void
+parse_normalize(const char *value, struct config *cfg)
+{
+    static const float imagenet[6] = {0.485f, 0.456f, 0.406f, 0.229f, 0.224f, 0.225f};
+    cfg->normalize = 1;
+    if (!value) {
+        memcpy(cfg->norm, imagenet, sizeof cfg->norm);
+        return;
+    }
+    const char *p = value;
+    for (int i = 0; i < 6; i++) {
+        char *end;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (end == p || errno || *end != (i < 5 ? ',' : '\0') || !(v > -1e30 && v < 1e30) ||
+            (i >= 3 && !(v > 0)))
+            cli_bad_usage("--normalize: expected six numbers M1,M2,M3,S1,S2,S3 (stds > 0), got "
+                          "'%s'",
+                          value);
+        cfg->norm[i] = (float)v;
+        p = end + 1;
+    }
+}
 
 /* ---- results ----------------------------------------------------------------------------- */
 
@@ -388,6 +421,8 @@ percentile_us(const uint64_t *v, size_t n, double q)
 struct tensors {
     int image, label, index;
     size_t image_bytes; /* per sample */
+    struct image_form form;
+    struct host_copy copies[3]; /* device batches: image, label, index copied back */
 };
 
 /* Finds the synthetic layout's tensors in `b`. Returns 0, or -1 (with a message) when the
@@ -402,13 +437,27 @@ find_tensors(const tsock_batch *b, struct tensors *t, char *why, size_t why_size
         snprintf(why, why_size, "batch lacks one of the tensors image, label, index");
         return -1;
     }
-    if (tsock_batch_tensor_dtype(b, t->image) != TSOCK_UINT8 ||
-        tsock_batch_tensor_ndim(b, t->image) != 4 || tsock_batch_tensor_dim(b, t->image, 3) != 3 ||
-        tsock_batch_tensor_dim(b, t->image, 1) <= 0 ||
-        tsock_batch_tensor_dim(b, t->image, 2) <= 0) {
-        snprintf(why, why_size, "tensor image is not uint8 [B,H,W,3]");
+    /* uint8 [B,H,W,3] as decoded, or the producer's conversion: float16/float32, [B,H,W,3] or
+     * [B,3,H,W] (--layout nchw). */
+    int dtype = tsock_batch_tensor_dtype(b, t->image);
+    int nchw = tsock_batch_tensor_ndim(b, t->image) == 4 &&
+               tsock_batch_tensor_dim(b, t->image, 1) == 3 &&
+               tsock_batch_tensor_dim(b, t->image, 3) != 3;
+    int hdim = nchw ? 2 : 1;
+    if ((dtype != TSOCK_UINT8 && dtype != TSOCK_FLOAT16 && dtype != TSOCK_FLOAT32) ||
+        tsock_batch_tensor_ndim(b, t->image) != 4 ||
+        tsock_batch_tensor_dim(b, t->image, nchw ? 1 : 3) != 3 ||
+        tsock_batch_tensor_dim(b, t->image, hdim) <= 0 ||
+        tsock_batch_tensor_dim(b, t->image, hdim + 1) <= 0 || (nchw && dtype == TSOCK_UINT8)) {
+        snprintf(why, why_size,
+                 "tensor image is not uint8 [B,H,W,3], nor float16/float32 "
+                 "[B,H,W,3] or [B,3,H,W]");
         return -1;
     }
+    t->form.dtype = dtype;
+    t->form.nchw = nchw;
+    t->form.height = tsock_batch_tensor_dim(b, t->image, hdim);
+    t->form.width = tsock_batch_tensor_dim(b, t->image, hdim + 1);
     if (tsock_batch_tensor_dtype(b, t->label) != TSOCK_INT64 ||
         tsock_batch_tensor_ndim(b, t->label) != 1 ||
         tsock_batch_tensor_dtype(b, t->index) != TSOCK_INT64 ||
@@ -416,8 +465,10 @@ find_tensors(const tsock_batch *b, struct tensors *t, char *why, size_t why_size
         snprintf(why, why_size, "tensors label and index are not int64 [B]");
         return -1;
     }
-    t->image_bytes = (size_t)tsock_batch_tensor_dim(b, t->image, 1) *
-                     (size_t)tsock_batch_tensor_dim(b, t->image, 2) * 3;
+    t->image_bytes = (size_t)t->form.height * (size_t)t->form.width * 3 *
+                     (dtype == TSOCK_UINT8     ? 1
+                      : dtype == TSOCK_FLOAT16 ? 2
+                                               : 4);
     return 0;
 }
 
@@ -472,13 +523,21 @@ place_free(const tsock_batch *b, const struct config *cfg, struct epoch_track *e
 
 /* Checks one batch: its place in the epochs, then every sample's bytes, label and index. */
 static void
-check_batch(const tsock_batch *b, const struct tensors *t, const struct config *cfg,
-            struct epoch_track *e, struct results *r, uint64_t now)
+check_batch(tsock_batch *b, struct tensors *t, const struct config *cfg, struct epoch_track *e,
+            struct results *r, uint64_t now)
 {
     uint32_t n = tsock_batch_samples(b);
-    const uint8_t *images = tsock_batch_tensor_data(b, t->image);
-    const int64_t *labels = tsock_batch_tensor_data(b, t->label);
-    const int64_t *indices = tsock_batch_tensor_data(b, t->index);
+    /* Host pointers: the batch's own, or copies of a batch in GPU memory. */
+    const void *tensor_bytes[3] = {NULL, NULL, NULL};
+    int which[3] = {t->image, t->label, t->index};
+    for (int k = 0; k < 3; k++)
+        if (consume_tensor_bytes(b, which[k], &t->copies[k], &tensor_bytes[k]) < 0)
+            tensor_bytes[k] = NULL; /* logged by the library; a layout error below */
+    const uint8_t *images = tensor_bytes[0];
+    const int64_t *labels = tensor_bytes[1];
+    const int64_t *indices = tensor_bytes[2];
+    memcpy(t->form.mean, cfg->norm, sizeof t->form.mean);
+    memcpy(t->form.std, cfg->norm + 3, sizeof t->form.std);
 
     if (!images || !labels || !indices || tsock_batch_tensor_dim(b, t->image, 0) != (int64_t)n ||
         tsock_batch_tensor_dim(b, t->label, 0) != (int64_t)n ||
@@ -505,8 +564,10 @@ check_batch(const tsock_batch *b, const struct tensors *t, const struct config *
         } else {
             if (labels[i] != tsock_synth_label((uint64_t)id))
                 r->label_errors++;
-            r->content_errors += tsock_synth_verify(
-                (uint64_t)id, images + (size_t)i * t->image_bytes, t->image_bytes);
+            const uint8_t *image = images + (size_t)i * t->image_bytes;
+            r->content_errors += t->form.dtype == TSOCK_UINT8
+                                     ? tsock_synth_verify((uint64_t)id, image, t->image_bytes)
+                                     : consume_verify_converted((uint64_t)id, image, &t->form);
         }
         uint8_t bit = (uint8_t)(1u << (id & 7));
         if (e->bits[id >> 3] & bit) {
@@ -559,6 +620,7 @@ enum {
     OPT_LATENCY_SAMPLES,
     OPT_CONTENT,
     OPT_NO_DIGEST,
+    OPT_NORMALIZE,
     OPT_QUIET,
     OPT_VERBOSE,
     OPT_HELP
@@ -588,11 +650,14 @@ parse_args(int argc, char **argv, struct config *cfg)
         {"latency-samples", required_argument, NULL, OPT_LATENCY_SAMPLES},
         {"content", required_argument, NULL, OPT_CONTENT},
         {"no-digest", no_argument, NULL, OPT_NO_DIGEST},
+        {"normalize", optional_argument, NULL, OPT_NORMALIZE},
         {"quiet", no_argument, NULL, OPT_QUIET},
         {"verbose", no_argument, NULL, OPT_VERBOSE},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0}};
 
+    static const float none[6] = {0, 0, 0, 1, 1, 1};
+    memcpy(cfg->norm, none, sizeof cfg->norm);
     opterr = 0;
     for (;;) {
         int c = getopt_long(argc, argv, ":hqv", longopts, NULL);
@@ -649,6 +714,7 @@ parse_args(int argc, char **argv, struct config *cfg)
             cfg->latency_samples = cli_parse_i64("latency-samples", optarg, 1, INT64_C(1) << 26);
             break;
         case OPT_NO_DIGEST: cfg->no_digest = 1; break;
+        case OPT_NORMALIZE: parse_normalize(optarg, cfg); break;
         case OPT_CONTENT:
             if (strcmp(optarg, "synthetic") == 0)
                 cfg->images = 0;

@@ -37,7 +37,7 @@ cd "$ROOT"
 JOBS=${TSOCK_JOBS:-2}
 QUICK=${TSOCK_TEST_QUICK:-0}
 BUILD=$ROOT/build
-TSAN_LABELS=${TSOCK_TSAN_LABELS:-unit|integration}
+TSAN_LABELS=${TSOCK_TSAN_LABELS:-unit|integration|gpusim}
 START=$SECONDS
 
 CURRENT=start

@@ -65,7 +65,12 @@ enum tsock_error {
                                              pipeline was told to fail on such files */
     TSOCK_E_NO_DEVICE = -10014,         /* no usable GPU: no CUDA device, driver or runtime, an
                                              unsupported device index, or no peer access */
-    TSOCK_E_LAST = -10015
+    TSOCK_E_DEVICE_UNUSABLE = -10015,   /* a GPU exists but this process cannot use it: driver
+                                             older than the runtime, exclusive-process compute
+                                             mode, CUDA initialised before fork, or CUDA IPC
+                                             blocked (no shared PID namespace or /dev/shm); the
+                                             log says which */
+    TSOCK_E_LAST = -10016
 };
 
 /* A static, human-readable description of any return code (0, a negated errno, TSOCK_E_*).
@@ -173,9 +178,19 @@ TSOCK_API int tsock_producer_set_sampler(tsock_producer *p, uint64_t samples, ui
 
 /* ---- the ring on a GPU (CUDA backend) ---- */
 
-/* The number of CUDA devices this process sees, or TSOCK_E_NO_DEVICE when there is none (no
- * device, no driver, or a tsock built without the CUDA toolkit). Any thread. */
+/* The number of CUDA devices this process sees, TSOCK_E_NO_DEVICE when there is none (no
+ * device, no driver, or a tsock built without the CUDA toolkit), or TSOCK_E_DEVICE_UNUSABLE when
+ * one exists that this process cannot use (the log says why). With TSOCK_CUDA_SIM=1 the
+ * simulated device's count (docs/gpu.md). Any thread. */
 TSOCK_API int tsock_cuda_device_count(void);
+
+/* Copies `bytes` of device memory at `src` (e.g. tsock_batch_tensor_data of a batch whose
+ * tensor is on TSOCK_DEVICE_CUDA, after tsock_batch_wait(batch, NULL)) to host memory at `dst`
+ * owned by the caller, on CUDA device `device` (tsock_batch_device_index), on that device's
+ * default stream (so it follows the wait), and returns once the copy is complete. For checks and tools, not for a training loop (it synchronises).
+ * Any thread. Returns 0, -EINVAL (NULL pointer, device < 0), TSOCK_E_NO_DEVICE,
+ * TSOCK_E_DEVICE_UNUSABLE or -EIO (logged). */
+TSOCK_API int tsock_cuda_copy_to_host(void *dst, const void *src, size_t bytes, int device);
 
 /* Keeps the ring in the memory of CUDA device `device` (an ordinal as this process numbers its
  * devices; -1, the default, keeps it in host shared memory). The caller still fills slots

@@ -1,18 +1,17 @@
-/* Shared by the C files of the CUDA backend: error mapping and the current-device guard. This
- * folder is the only part of tsock that includes CUDA headers. */
+/* Shared by the C files of the CUDA backend: error mapping and the current-device guard. They
+ * reach CUDA only through the device API (devapi.h): the real runtime or the simulated device. */
 #ifndef TSOCK_CUDA_INT_H
 #define TSOCK_CUDA_INT_H
 
-#include <cuda_runtime_api.h>
-
 #include "backend/backend.h"
+#include "backend/cuda/devapi.h"
 #include "core/core.h"
 
 /* The attach blob of a device ring (docs/protocol.md, WELCOME): the device's UUID (ordinals
  * differ between processes with CUDA_VISIBLE_DEVICES), the IPC handle of the ring's one
  * allocation, and the IPC handle of each slot's event, recorded after the slot's copy. */
-#define TSOCK__CUDA_UUID_SIZE 16
-#define TSOCK__CUDA_HANDLE_SIZE 64
+#define TSOCK__CUDA_UUID_SIZE TSOCK__DEV_UUID_SIZE
+#define TSOCK__CUDA_HANDLE_SIZE TSOCK__DEV_HANDLE_SIZE
 #define TSOCK__CUDA_BLOB_MEM TSOCK__CUDA_UUID_SIZE
 #define TSOCK__CUDA_BLOB_EVENTS (TSOCK__CUDA_UUID_SIZE + TSOCK__CUDA_HANDLE_SIZE)
 #define TSOCK__CUDA_BLOB_SIZE(slots)                                                               \
@@ -20,15 +19,11 @@
 /* The wire's bound on a device ring's slots (one event handle each). */
 #define TSOCK__CUDA_MAX_SLOTS 256
 
-_Static_assert(sizeof(cudaIpcMemHandle_t) == TSOCK__CUDA_HANDLE_SIZE,
-               "the blob carries cudaIpcMemHandle_t as 64 bytes");
-_Static_assert(sizeof(cudaIpcEventHandle_t) == TSOCK__CUDA_HANDLE_SIZE,
-               "the blob carries cudaIpcEventHandle_t as 64 bytes");
-_Static_assert(sizeof(cudaUUID_t) == TSOCK__CUDA_UUID_SIZE, "device UUIDs are 16 bytes");
-
-/* Logs `what` failed with the CUDA error's name and string, and maps the error: no device,
- * driver, runtime or peer access -> TSOCK_E_NO_DEVICE; out of memory -> -ENOMEM; else -EIO. */
-int tsock__cuda_fail(cudaError_t e, const char *what);
+/* Logs `what` failed, with what the user can do about this kind of failure and the runtime's
+ * own text, and maps it: no device -> TSOCK_E_NO_DEVICE; a device that exists but this process
+ * cannot use (old driver, exclusive mode, CUDA before fork, IPC blocked) ->
+ * TSOCK_E_DEVICE_UNUSABLE; out of memory -> -ENOMEM; else -EIO. */
+int tsock__cuda_fail(int dev_err, const char *what);
 
 /* Makes `device` current for the calling thread and, on leave, restores exactly the context
  * that was current before (none, on a thread that never used CUDA). Restoring by device
@@ -46,12 +41,8 @@ void tsock__cuda_leave(const struct tsock__cuda_guard *g);
  * does not see it (CUDA_VISIBLE_DEVICES). Returns the ordinal, -1, or a negative code. */
 int tsock__cuda_find_uuid(const uint8_t uuid[TSOCK__CUDA_UUID_SIZE]);
 
-/* convert.cu: queues the conversion of `samples` samples of cv->tensor from `in` (the staging
- * copy of the tensor, in device memory) to `out` on `stream`. */
-cudaError_t tsock__cuda_convert_launch(const struct tsock__convert_plan *cv, const uint8_t *in,
-                                       uint8_t *out, uint32_t samples, cudaStream_t stream);
-
-/* The number of CUDA devices this process sees (> 0), or TSOCK_E_NO_DEVICE. */
+/* The number of CUDA devices this process sees (> 0), TSOCK_E_NO_DEVICE when none exists, or
+ * TSOCK_E_DEVICE_UNUSABLE when one exists that this process cannot use (logged). */
 int tsock__cuda_device_count(void);
 
 /* ring.c: the producer's ring (a tsock__slot_memory). */

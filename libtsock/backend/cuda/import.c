@@ -13,8 +13,8 @@ struct tsock__cuda_import {
     int device;
     uint32_t slots;
     uint8_t *base;
-    cudaEvent_t *events;
-    cudaStream_t copy_stream; /* gathers only */
+    tsock__dev_event_t *events;
+    tsock__dev_stream_t copy_stream; /* gathers only */
 };
 
 /* Chooses the device to open the ring on. `producer` is the producer's GPU as this process
@@ -38,8 +38,8 @@ choose_device(int wanted, int producer, int count)
     if (producer < 0 || producer == wanted)
         return wanted;
     int can = 0;
-    cudaError_t e = cudaDeviceCanAccessPeer(&can, wanted, producer);
-    if (e != cudaSuccess)
+    int e = tsock__dev()->can_access_peer(&can, wanted, producer);
+    if (e != TSOCK__DEV_OK)
         return tsock__cuda_fail(e, "cudaDeviceCanAccessPeer");
     if (!can) {
         tsock__log(TSOCK_LOG_ERROR,
@@ -55,24 +55,24 @@ choose_device(int wanted, int producer, int count)
 static int
 open_handles(struct tsock__cuda_import *imp, const uint8_t *blob)
 {
-    cudaIpcMemHandle_t mem;
-    memcpy(&mem, blob + TSOCK__CUDA_BLOB_MEM, sizeof mem);
-    cudaError_t e = cudaIpcOpenMemHandle((void **)&imp->base, mem, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess) {
+    const struct tsock__devapi *d = tsock__dev();
+    tsock__dev_ipc_handle h;
+    memcpy(h.bytes, blob + TSOCK__CUDA_BLOB_MEM, sizeof h.bytes);
+    int e = d->ipc_mem_open((void **)&imp->base, &h);
+    if (e != TSOCK__DEV_OK) {
         imp->base = NULL;
         return tsock__cuda_fail(e, "cudaIpcOpenMemHandle (the producer's ring)");
     }
     for (uint32_t s = 0; s < imp->slots; s++) {
-        cudaIpcEventHandle_t ev;
-        memcpy(&ev, blob + TSOCK__CUDA_BLOB_EVENTS + (size_t)s * TSOCK__CUDA_HANDLE_SIZE,
-               sizeof ev);
-        if ((e = cudaIpcOpenEventHandle(&imp->events[s], ev)) != cudaSuccess) {
+        memcpy(h.bytes, blob + TSOCK__CUDA_BLOB_EVENTS + (size_t)s * TSOCK__CUDA_HANDLE_SIZE,
+               sizeof h.bytes);
+        if ((e = d->ipc_event_open(&imp->events[s], &h)) != TSOCK__DEV_OK) {
             imp->events[s] = NULL;
             return tsock__cuda_fail(e, "cudaIpcOpenEventHandle (a slot's event)");
         }
     }
-    e = cudaStreamCreateWithFlags(&imp->copy_stream, cudaStreamNonBlocking);
-    return e == cudaSuccess ? 0 : tsock__cuda_fail(e, "cudaStreamCreateWithFlags");
+    e = d->stream_create(&imp->copy_stream);
+    return e == TSOCK__DEV_OK ? 0 : tsock__cuda_fail(e, "cudaStreamCreateWithFlags");
 }
 
 int
@@ -85,8 +85,9 @@ tsock__cuda_import_open(struct tsock__ring_view **out, const struct tsock__attac
         return -EINVAL;
     int count = tsock__cuda_device_count();
     if (count < 0) {
-        tsock__log(TSOCK_LOG_ERROR, "the producer's ring is in GPU memory, and this process has "
-                                    "no usable CUDA device (no GPU, driver or runtime)");
+        tsock__log(TSOCK_LOG_ERROR, "the producer's ring is in GPU memory, and %s",
+                   count == TSOCK_E_NO_DEVICE ? "this process has no CUDA device (no GPU or driver)"
+                                              : "this process cannot use its GPU (see above)");
         return count;
     }
     int producer = tsock__cuda_find_uuid(req->blob);
@@ -132,29 +133,10 @@ tsock__cuda_import_device(const struct tsock__ring_view *v)
     return imp->device;
 }
 
+/* Every call below runs with the ring's device current (item 11), explicit stream or not: a
+ * thread that never used CUDA would otherwise get a context made on device 0. */
 int
 tsock__cuda_import_wait(struct tsock__ring_view *v, uint32_t slot, void *stream)
-{
-    struct tsock__cuda_import *imp = (struct tsock__cuda_import *)v;
-    if (slot >= imp->slots)
-        return -EINVAL;
-    /* A stream may wait on an event of another device, so an explicit stream needs no device
-     * switch; NULL names the legacy default stream of the current device, so make that the
-     * ring's device. */
-    struct tsock__cuda_guard g = {.switched = 0};
-    if (!stream) {
-        int err = tsock__cuda_enter(imp->device, &g);
-        if (err < 0)
-            return err;
-    }
-    cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, imp->events[slot], 0);
-    tsock__cuda_leave(&g);
-    return e == cudaSuccess ? 0 : tsock__cuda_fail(e, "cudaStreamWaitEvent (batch ready)");
-}
-
-int
-tsock__cuda_import_copy(struct tsock__ring_view *v, uint32_t slot, void *dst, const void *src,
-                        size_t bytes)
 {
     struct tsock__cuda_import *imp = (struct tsock__cuda_import *)v;
     if (slot >= imp->slots)
@@ -163,19 +145,41 @@ tsock__cuda_import_copy(struct tsock__ring_view *v, uint32_t slot, void *dst, co
     int err = tsock__cuda_enter(imp->device, &g);
     if (err < 0)
         return err;
-    cudaError_t e = cudaStreamWaitEvent(imp->copy_stream, imp->events[slot], 0);
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, imp->copy_stream);
+    int e = tsock__dev()->stream_wait((tsock__dev_stream_t)stream, imp->events[slot]);
     tsock__cuda_leave(&g);
-    return e == cudaSuccess ? 0 : tsock__cuda_fail(e, "queuing a gather copy");
+    return e == TSOCK__DEV_OK ? 0 : tsock__cuda_fail(e, "cudaStreamWaitEvent (batch ready)");
+}
+
+int
+tsock__cuda_import_copy(struct tsock__ring_view *v, uint32_t slot, void *dst, const void *src,
+                        size_t bytes)
+{
+    const struct tsock__devapi *d = tsock__dev();
+    struct tsock__cuda_import *imp = (struct tsock__cuda_import *)v;
+    if (slot >= imp->slots)
+        return -EINVAL;
+    struct tsock__cuda_guard g;
+    int err = tsock__cuda_enter(imp->device, &g);
+    if (err < 0)
+        return err;
+    int e = d->stream_wait(imp->copy_stream, imp->events[slot]);
+    if (e == TSOCK__DEV_OK)
+        e = d->memcpy_async(dst, src, bytes, TSOCK__DEV_D2D, imp->copy_stream);
+    tsock__cuda_leave(&g);
+    return e == TSOCK__DEV_OK ? 0 : tsock__cuda_fail(e, "queuing a gather copy");
 }
 
 int
 tsock__cuda_import_sync(struct tsock__ring_view *v)
 {
     struct tsock__cuda_import *imp = (struct tsock__cuda_import *)v;
-    cudaError_t e = cudaStreamSynchronize(imp->copy_stream);
-    return e == cudaSuccess ? 0 : tsock__cuda_fail(e, "cudaStreamSynchronize (gather)");
+    struct tsock__cuda_guard g;
+    int err = tsock__cuda_enter(imp->device, &g);
+    if (err < 0)
+        return err;
+    int e = tsock__dev()->stream_sync(imp->copy_stream);
+    tsock__cuda_leave(&g);
+    return e == TSOCK__DEV_OK ? 0 : tsock__cuda_fail(e, "cudaStreamSynchronize (gather)");
 }
 
 void
@@ -184,17 +188,18 @@ tsock__cuda_import_close(struct tsock__ring_view *v)
     struct tsock__cuda_import *imp = (struct tsock__cuda_import *)v;
     if (!imp)
         return;
+    const struct tsock__devapi *d = tsock__dev();
     struct tsock__cuda_guard g;
     if (tsock__cuda_enter(imp->device, &g) == 0) {
         if (imp->copy_stream) {
-            (void)cudaStreamSynchronize(imp->copy_stream);
-            (void)cudaStreamDestroy(imp->copy_stream);
+            (void)d->stream_sync(imp->copy_stream);
+            (void)d->stream_destroy(imp->copy_stream);
         }
         for (uint32_t s = 0; imp->events && s < imp->slots; s++)
             if (imp->events[s])
-                (void)cudaEventDestroy(imp->events[s]);
+                (void)d->event_destroy(imp->events[s]);
         if (imp->base)
-            (void)cudaIpcCloseMemHandle(imp->base);
+            (void)d->ipc_mem_close(imp->base);
         tsock__cuda_leave(&g);
     }
     free(imp->events);

@@ -7,10 +7,13 @@
  * on it, so nobody synchronises a CPU thread with the copy.
  *
  * Workers write a batch into pinned staging memory; publish queues one host-to-device copy of
- * the whole staging slot on the producer's own non-blocking stream and moves to the second
- * staging buffer, so the next batch is decoded while this one travels over PCIe. Before a
- * staging buffer is written again, the copy that read it must have finished: that wait (in
- * tsock__cuda_ring_staging) is the only point where the producer waits on the GPU.
+ * the whole staging slot on the producer's own non-blocking stream, records the slot's event,
+ * and returns only once the copy has completed (issue 12, item 2): the engine announces the
+ * batch when publish returns, so a producer killed mid-copy never leaves consumers waiting on
+ * an event that will never complete. The wait sleeps in the driver (the staging events have
+ * BlockingSync, item 13) instead of spinning a core. Consumers still make their streams wait
+ * on the slot's event, which costs nothing once it has completed, and keeps them correct
+ * should publish ever return earlier.
  *
  * With a conversion the staging slot goes to a device scratch slot first; the kernel writes
  * the converted tensor into the ring slot, and the other tensors are copied device to device.
@@ -30,37 +33,41 @@ struct tsock__cuda_ring {
     uint8_t *ring;    /* device: slots * out_stride */
     uint8_t *scratch; /* device: one staging slot, with a conversion only */
     uint8_t *staging[2];
-    cudaEvent_t staged[2]; /* the copy out of staging[i] has finished */
+    tsock__dev_event_t staged[2]; /* the copy out of staging[i] has finished */
     int current;
-    cudaStream_t stream;
-    cudaEvent_t *events; /* interprocess, one per slot */
-    uint8_t *blob;       /* the attach blob: uuid, memory handle, event handles */
+    tsock__dev_stream_t stream;
+    tsock__dev_event_t *events; /* interprocess, one per slot */
+    uint8_t *blob;              /* the attach blob: uuid, memory handle, event handles */
 };
 
 /* Device memory, pinned staging, the stream and the per-slot events (device current). */
 static int
 allocate(struct tsock__cuda_ring *r)
 {
+    const struct tsock__devapi *d = tsock__dev();
     size_t bytes = r->out_stride * r->slots;
-    cudaError_t e = cudaMalloc((void **)&r->ring, bytes);
-    if (e != cudaSuccess)
+    int e = d->malloc((void **)&r->ring, bytes);
+    if (e != TSOCK__DEV_OK)
         return tsock__cuda_fail(e, "cudaMalloc (ring)");
-    if (r->cv.tensor >= 0 && (e = cudaMalloc((void **)&r->scratch, r->in_stride)) != cudaSuccess)
+    if (r->cv.tensor >= 0 && (e = d->malloc((void **)&r->scratch, r->in_stride)) != TSOCK__DEV_OK)
         return tsock__cuda_fail(e, "cudaMalloc (conversion scratch)");
     for (int i = 0; i < 2; i++) {
-        e = cudaHostAlloc((void **)&r->staging[i], r->in_stride, cudaHostAllocDefault);
-        if (e != cudaSuccess)
+        e = d->host_alloc((void **)&r->staging[i], r->in_stride);
+        if (e != TSOCK__DEV_OK)
             return tsock__cuda_fail(e, "cudaHostAlloc (staging)");
-        e = cudaEventCreateWithFlags(&r->staged[i], cudaEventDisableTiming);
-        if (e != cudaSuccess)
+        /* BlockingSync: waiting for a copy sleeps instead of spinning a core (item 13). */
+        e = d->event_create(&r->staged[i],
+                            TSOCK__DEV_EVENT_DISABLE_TIMING | TSOCK__DEV_EVENT_BLOCKING_SYNC);
+        if (e != TSOCK__DEV_OK)
             return tsock__cuda_fail(e, "cudaEventCreateWithFlags (staging)");
     }
-    e = cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking);
-    if (e != cudaSuccess)
+    e = d->stream_create(&r->stream);
+    if (e != TSOCK__DEV_OK)
         return tsock__cuda_fail(e, "cudaStreamCreateWithFlags");
     for (uint32_t s = 0; s < r->slots; s++) {
-        e = cudaEventCreateWithFlags(&r->events[s], cudaEventDisableTiming | cudaEventInterprocess);
-        if (e != cudaSuccess)
+        e = d->event_create(&r->events[s],
+                            TSOCK__DEV_EVENT_DISABLE_TIMING | TSOCK__DEV_EVENT_INTERPROCESS);
+        if (e != TSOCK__DEV_OK)
             return tsock__cuda_fail(e, "cudaEventCreateWithFlags (interprocess)");
     }
     return 0;
@@ -70,21 +77,19 @@ allocate(struct tsock__cuda_ring *r)
 static int
 export_handles(struct tsock__cuda_ring *r)
 {
-    struct cudaDeviceProp prop;
-    cudaError_t e = cudaGetDeviceProperties(&prop, r->device);
-    if (e != cudaSuccess)
+    const struct tsock__devapi *d = tsock__dev();
+    int e = d->device_uuid(r->device, r->blob);
+    if (e != TSOCK__DEV_OK)
         return tsock__cuda_fail(e, "cudaGetDeviceProperties");
-    memcpy(r->blob, prop.uuid.bytes, TSOCK__CUDA_UUID_SIZE);
-    cudaIpcMemHandle_t mem;
-    if ((e = cudaIpcGetMemHandle(&mem, r->ring)) != cudaSuccess)
+    tsock__dev_ipc_handle h;
+    if ((e = d->ipc_mem_get(&h, r->ring)) != TSOCK__DEV_OK)
         return tsock__cuda_fail(e, "cudaIpcGetMemHandle");
-    memcpy(r->blob + TSOCK__CUDA_BLOB_MEM, &mem, sizeof mem);
+    memcpy(r->blob + TSOCK__CUDA_BLOB_MEM, h.bytes, sizeof h.bytes);
     for (uint32_t s = 0; s < r->slots; s++) {
-        cudaIpcEventHandle_t ev;
-        if ((e = cudaIpcGetEventHandle(&ev, r->events[s])) != cudaSuccess)
+        if ((e = d->ipc_event_get(&h, r->events[s])) != TSOCK__DEV_OK)
             return tsock__cuda_fail(e, "cudaIpcGetEventHandle");
-        memcpy(r->blob + TSOCK__CUDA_BLOB_EVENTS + (size_t)s * TSOCK__CUDA_HANDLE_SIZE, &ev,
-               sizeof ev);
+        memcpy(r->blob + TSOCK__CUDA_BLOB_EVENTS + (size_t)s * TSOCK__CUDA_HANDLE_SIZE, h.bytes,
+               sizeof h.bytes);
     }
     return 0;
 }
@@ -95,23 +100,20 @@ check_device(int device)
 {
     int n = tsock__cuda_device_count();
     if (n < 0) {
-        tsock__log(TSOCK_LOG_ERROR,
-                   "cannot keep the ring on CUDA device %d: this process has "
-                   "no usable CUDA device (no GPU, driver or runtime)",
-                   device);
+        tsock__log(TSOCK_LOG_ERROR, "cannot keep the ring on CUDA device %d: %s", device,
+                   n == TSOCK_E_NO_DEVICE ? "this process has no CUDA device (no GPU or driver)"
+                                          : "the GPU cannot be used (see above)");
         return n;
     }
     if (device >= n) {
         tsock__log(TSOCK_LOG_ERROR, "no CUDA device %d: this process sees %d", device, n);
         return TSOCK_E_NO_DEVICE;
     }
-    int ipc_events = 0, unified = 0;
-    cudaError_t e = cudaDeviceGetAttribute(&ipc_events, cudaDevAttrIpcEventSupport, device);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, device);
-    if (e != cudaSuccess)
-        return tsock__cuda_fail(e, "cudaDeviceGetAttribute");
-    if (!ipc_events || !unified) {
+    int ok = 0;
+    int e = tsock__dev()->device_ipc_ok(device, &ok);
+    if (e != TSOCK__DEV_OK)
+        return tsock__cuda_fail(e, "checking the GPU can be shared");
+    if (!ok) {
         tsock__log(TSOCK_LOG_ERROR,
                    "CUDA device %d cannot share memory and events between "
                    "processes (IPC unsupported)",
@@ -190,28 +192,33 @@ tsock__cuda_ring_staging(struct tsock__slot_memory *m, uint32_t slot, uint8_t **
     int err = tsock__cuda_enter(r->device, &g);
     if (err < 0)
         return err;
-    cudaError_t e = cudaEventSynchronize(r->staged[r->current]);
+    int e = tsock__dev()->event_sync(r->staged[r->current]);
     tsock__cuda_leave(&g);
-    if (e != cudaSuccess)
+    if (e != TSOCK__DEV_OK)
         return tsock__cuda_fail(e, "cudaEventSynchronize (staging)");
     *host = r->staging[r->current];
     return 0;
 }
 
 /* The staging slot (already on the device in scratch) into the ring slot, converting. */
-static cudaError_t
+static int
 convert_slot(struct tsock__cuda_ring *r, uint8_t *dst, uint32_t samples)
 {
+    const struct tsock__devapi *d = tsock__dev();
     const struct tsock__convert_plan *cv = &r->cv;
-    cudaError_t e = cudaMemcpyAsync(r->scratch, r->staging[r->current], r->in_stride,
-                                    cudaMemcpyHostToDevice, r->stream);
-    for (int t = 0; t < cv->tensor_count && e == cudaSuccess; t++) {
+    int e = d->memcpy_async(r->scratch, r->staging[r->current], r->in_stride, TSOCK__DEV_H2D,
+                            r->stream);
+    for (int t = 0; t < cv->tensor_count && e == TSOCK__DEV_OK; t++) {
         const uint8_t *in = r->scratch + cv->in_offset[t];
-        if (t == cv->tensor)
-            e = tsock__cuda_convert_launch(cv, in, dst + cv->out_offset[t], samples, r->stream);
-        else
-            e = cudaMemcpyAsync(dst + cv->out_offset[t], in, cv->in_sample_bytes[t] * samples,
-                                cudaMemcpyDeviceToDevice, r->stream);
+        if (t == cv->tensor) {
+            /* The launch reports the runtime's last error: clear one that another user of the
+             * shared runtime left, so it does not fail this batch (item 12). */
+            d->clear_error();
+            e = d->convert_launch(cv, in, dst + cv->out_offset[t], samples, r->stream);
+        } else {
+            e = d->memcpy_async(dst + cv->out_offset[t], in, cv->in_sample_bytes[t] * samples,
+                                TSOCK__DEV_D2D, r->stream);
+        }
     }
     return e;
 }
@@ -219,6 +226,7 @@ convert_slot(struct tsock__cuda_ring *r, uint8_t *dst, uint32_t samples)
 int
 tsock__cuda_ring_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t samples)
 {
+    const struct tsock__devapi *d = tsock__dev();
     struct tsock__cuda_ring *r = (struct tsock__cuda_ring *)m;
     if (slot >= r->slots)
         return -EINVAL;
@@ -228,16 +236,19 @@ tsock__cuda_ring_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t s
     if (err < 0)
         return err;
     /* One copy of the whole staging slot: tensors sit at the same offsets on both sides. */
-    cudaError_t e = r->cv.tensor >= 0 ? convert_slot(r, dst, samples)
-                                      : cudaMemcpyAsync(dst, r->staging[r->current], r->in_stride,
-                                                        cudaMemcpyHostToDevice, r->stream);
-    if (e == cudaSuccess)
-        e = cudaEventRecord(r->staged[r->current], r->stream);
-    if (e == cudaSuccess)
-        e = cudaEventRecord(r->events[slot], r->stream);
+    int e = r->cv.tensor >= 0 ? convert_slot(r, dst, samples)
+                              : d->memcpy_async(dst, r->staging[r->current], r->in_stride,
+                                                TSOCK__DEV_H2D, r->stream);
+    if (e == TSOCK__DEV_OK)
+        e = d->event_record(r->events[slot], r->stream);
+    if (e == TSOCK__DEV_OK)
+        e = d->event_record(r->staged[r->current], r->stream);
+    /* Announce only completed copies (see the top of this file). */
+    if (e == TSOCK__DEV_OK)
+        e = d->event_sync(r->staged[r->current]);
     tsock__cuda_leave(&g);
-    if (e != cudaSuccess)
-        return tsock__cuda_fail(e, "queuing a batch's copy to the GPU");
+    if (e != TSOCK__DEV_OK)
+        return tsock__cuda_fail(e, "copying a batch to the GPU");
     r->current ^= 1;
     return 0;
 }
@@ -256,23 +267,26 @@ tsock__cuda_ring_destroy(struct tsock__slot_memory *m)
     struct tsock__cuda_ring *r = (struct tsock__cuda_ring *)m;
     if (!r)
         return;
+    const struct tsock__devapi *d = tsock__dev();
     struct tsock__cuda_guard g;
     if (tsock__cuda_enter(r->device, &g) == 0) {
         if (r->stream)
-            (void)cudaStreamSynchronize(r->stream);
+            (void)d->stream_sync(r->stream);
         for (uint32_t s = 0; r->events && s < r->slots; s++)
             if (r->events[s])
-                (void)cudaEventDestroy(r->events[s]);
+                (void)d->event_destroy(r->events[s]);
         for (int i = 0; i < 2; i++) {
             if (r->staged[i])
-                (void)cudaEventDestroy(r->staged[i]);
+                (void)d->event_destroy(r->staged[i]);
             if (r->staging[i])
-                (void)cudaFreeHost(r->staging[i]);
+                (void)d->host_free(r->staging[i]);
         }
         if (r->stream)
-            (void)cudaStreamDestroy(r->stream);
-        (void)cudaFree(r->scratch);
-        (void)cudaFree(r->ring);
+            (void)d->stream_destroy(r->stream);
+        if (r->scratch)
+            (void)d->free(r->scratch);
+        if (r->ring)
+            (void)d->free(r->ring);
         tsock__cuda_leave(&g);
     }
     free(r->events);

@@ -1,6 +1,9 @@
 /* The CUDA backend's table: the ring in device memory (ring.c), consumers' views of it
  * (import.c), and release fences and gather buffers on a device (device.c). */
+#include <errno.h>
+
 #include "backend/cuda/cuda_int.h"
+#include "tsock/tsock.h"
 
 static int
 cuda_remove_orphan(const uint8_t *blob, size_t blob_len)
@@ -53,3 +56,26 @@ const struct tsock__backend tsock__backend_cuda = {
     .device_sync = cuda_device_sync,
     .remove_orphan = cuda_remove_orphan,
 };
+
+/* Public (tsock.h): a synchronous copy of device bytes back to the host, on `device`. */
+int
+tsock_cuda_copy_to_host(void *dst, const void *src, size_t bytes, int device)
+{
+    if (!dst || !src || device < 0)
+        return -EINVAL;
+    int n = tsock__cuda_device_count();
+    if (n < 0)
+        return n;
+    struct tsock__cuda_guard g;
+    int err = tsock__cuda_enter(device, &g);
+    if (err < 0)
+        return err;
+    /* The device's default stream: after tsock_batch_wait(batch, NULL) the copy waits for the
+     * batch. */
+    const struct tsock__devapi *d = tsock__dev();
+    int e = d->memcpy_async(dst, src, bytes, TSOCK__DEV_D2H, NULL);
+    if (e == TSOCK__DEV_OK)
+        e = d->stream_sync(NULL);
+    tsock__cuda_leave(&g);
+    return e == TSOCK__DEV_OK ? 0 : tsock__cuda_fail(e, "copying device bytes to the host");
+}

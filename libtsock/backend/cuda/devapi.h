@@ -1,0 +1,124 @@
+/* The device API of the CUDA backend: every CUDA runtime and driver call that backend/cuda makes
+ * goes through one table, so the same backend code runs on a real GPU (devapi_real.c, the only
+ * C file besides convert.cu that includes CUDA headers) or on the simulated device
+ * (devapi_sim.c, plain C: POSIX shared memory, executor threads), which the GPU tests use on
+ * machines without a GPU.
+ *
+ * tsock__dev() picks the table once per process: the simulated device when the environment
+ * variable TSOCK_CUDA_SIM is exactly "1" (logged at WARN on first use, so a run on it can never
+ * pass for a real one), the real runtime otherwise.
+ *
+ * Streams and events are opaque pointers: a cudaStream_t / cudaEvent_t on the real runtime, the
+ * simulator's own objects on the simulated device. A NULL stream is the legacy default stream
+ * of the current device. Every call returns a tsock__dev_err; tsock__dev_fail (device.c) turns
+ * one into a logged tsock error code. */
+#ifndef TSOCK_CUDA_DEVAPI_H
+#define TSOCK_CUDA_DEVAPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/convert.h"
+
+#define TSOCK__DEV_UUID_SIZE 16
+#define TSOCK__DEV_HANDLE_SIZE 64
+
+/* What went wrong, by what the user must do about it (issue 12, item 10). */
+enum tsock__dev_err {
+    TSOCK__DEV_OK = 0,
+    TSOCK__DEV_NOT_READY,  /* queued work has not finished (queries only) */
+    TSOCK__DEV_NO_DEVICE,  /* no GPU, or no driver library at all */
+    TSOCK__DEV_OLD_DRIVER, /* the driver is older than this build's CUDA runtime needs */
+    TSOCK__DEV_EXCLUSIVE,  /* the GPU is in EXCLUSIVE_PROCESS / PROHIBITED compute mode */
+    TSOCK__DEV_FORK,       /* CUDA was initialised before this process was forked */
+    TSOCK__DEV_IPC,        /* IPC handles cannot be opened: no shared PID namespace, /dev/shm */
+    TSOCK__DEV_OWN_HANDLE, /* a process opened an IPC handle it exported itself */
+    TSOCK__DEV_NO_MEMORY,  /* device or pinned memory exhausted */
+    TSOCK__DEV_CAPTURE,    /* the call is illegal while a stream capture is in progress */
+    TSOCK__DEV_INVALID,    /* a bad argument, handle or flag */
+    TSOCK__DEV_LAUNCH,     /* a kernel launch failed */
+    TSOCK__DEV_OTHER       /* anything else */
+};
+
+enum tsock__dev_copy { TSOCK__DEV_H2D = 1, TSOCK__DEV_D2H = 2, TSOCK__DEV_D2D = 3 };
+
+/* Event flags, as CUDA numbers them. */
+#define TSOCK__DEV_EVENT_BLOCKING_SYNC 0x1u
+#define TSOCK__DEV_EVENT_DISABLE_TIMING 0x2u
+#define TSOCK__DEV_EVENT_INTERPROCESS 0x4u
+
+typedef struct tsock__dev_stream *tsock__dev_stream_t;
+typedef struct tsock__dev_event *tsock__dev_event_t;
+typedef struct {
+    uint8_t bytes[TSOCK__DEV_HANDLE_SIZE];
+} tsock__dev_ipc_handle;
+
+struct tsock__devapi {
+    const char *name; /* "cuda", "simulated" */
+    /* The error's name and text, for logs. */
+    const char *(*error_text)(int raw);
+    /* The last call's raw error code (cudaError_t; the simulator's own), for error_text. */
+    int (*last_raw)(void);
+
+    int (*device_count)(int *n);
+    int (*device_uuid)(int device, uint8_t uuid[TSOCK__DEV_UUID_SIZE]);
+    /* 1 in *ok when the device can share memory and events between processes. */
+    int (*device_ipc_ok)(int device, int *ok);
+    int (*can_access_peer)(int *can, int device, int peer);
+    int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+
+    /* The current device and the thread's current context (NULL: none), for the guard. */
+    int (*get_device)(int *device);
+    int (*set_device)(int device);
+    void *(*context_get)(void);
+    void (*context_set)(void *ctx);
+
+    int (*malloc)(void **ptr, size_t bytes);
+    int (*free)(void *ptr);
+    int (*host_alloc)(void **ptr, size_t bytes);
+    int (*host_free)(void *ptr);
+
+    int (*stream_create)(tsock__dev_stream_t *s); /* non-blocking */
+    int (*stream_destroy)(tsock__dev_stream_t s);
+    int (*stream_sync)(tsock__dev_stream_t s);
+    int (*stream_wait)(tsock__dev_stream_t s, tsock__dev_event_t e);
+
+    int (*event_create)(tsock__dev_event_t *e, unsigned flags);
+    int (*event_destroy)(tsock__dev_event_t e);
+    int (*event_record)(tsock__dev_event_t e, tsock__dev_stream_t s);
+    int (*event_query)(tsock__dev_event_t e); /* TSOCK__DEV_OK, _NOT_READY or an error */
+    int (*event_sync)(tsock__dev_event_t e);
+
+    int (*memcpy_async)(void *dst, const void *src, size_t bytes, enum tsock__dev_copy kind,
+                        tsock__dev_stream_t s);
+
+    int (*ipc_mem_get)(tsock__dev_ipc_handle *h, void *ptr);
+    int (*ipc_mem_open)(void **ptr, const tsock__dev_ipc_handle *h);
+    int (*ipc_mem_close)(void *ptr);
+    int (*ipc_event_get)(tsock__dev_ipc_handle *h, tsock__dev_event_t e);
+    int (*ipc_event_open)(tsock__dev_event_t *e, const tsock__dev_ipc_handle *h);
+
+    /* Clears a stale sticky-free error left by another user of the shared runtime, so that the
+     * launch's own error check sees only the launch (issue 12, item 12). */
+    void (*clear_error)(void);
+    /* Queues the conversion kernel (convert.h's arithmetic) on s. */
+    int (*convert_launch)(const struct tsock__convert_plan *cv, const uint8_t *in, uint8_t *out,
+                          uint32_t samples, tsock__dev_stream_t s);
+
+    /* Sets the calling thread's stream-capture mode to relaxed and returns the previous one, so
+     * that a service thread's queries are legal while another thread captures a graph in
+     * global mode (issue 12, item 1). restore puts the previous mode back. */
+    int (*capture_relax)(int *previous);
+    void (*capture_restore)(int previous);
+};
+
+/* The table of this process (see above). Never NULL. */
+const struct tsock__devapi *tsock__dev(void);
+
+/* Whether the simulated device is the one in use. */
+int tsock__dev_simulated(void);
+
+extern const struct tsock__devapi tsock__devapi_real;
+extern const struct tsock__devapi tsock__devapi_sim;
+
+#endif

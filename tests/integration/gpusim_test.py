@@ -1,0 +1,84 @@
+"""GPU path end to end on the simulated device (TSOCK_CUDA_SIM=1): tsock-producer --device cuda
+with float16, NCHW, normalised output feeds tsock-consume processes that copy every batch back
+from the (simulated) device and check every element, including after kill -9 of a consumer and
+of the producer. Standard library only; the harness is tsock_integration.py's."""
+import os
+import signal
+import time
+
+from itest import check, run
+from tsock_integration import (BATCHES_PER_EPOCH, TSOCK_E_PRODUCER_LOST, Env, check_clean,
+                               check_no_content_errors, read_stats)
+
+GPU_OUTPUT = ["--device", "cuda", "--output", "float16", "--layout", "nchw", "--normalize"]
+
+
+def sim_objects():
+    prefix = "tsock-sim-" + os.environ["TSOCK_CUDA_SIM_DEVICE"] + "-"
+    return [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
+
+
+def test_e2e_kill_consumer(env):
+    stats = env.path("stats.json")
+    prod = env.producer("--wait-consumers", "3", "--epochs", "2", *GPU_OUTPUT, stats=stats)
+    prod.wait_stderr("serving", 20)
+    good = [env.consumer("--epochs", "2", "--normalize", "--delay-ms", str(d),
+                         name=f"consumer-delay{d}") for d in (0, 1)]
+    victim = env.consumer("--epochs", "2", "--normalize", "--delay-ms", "50", name="victim")
+    # The victim holds everyone to its pace (4 slots of slack): 1 s in is early in epoch 0.
+    time.sleep(1.0)
+    check(victim.running(), "the slow consumer ended before it could be killed")
+    victim.p.send_signal(signal.SIGKILL)
+    victim.wait(5)
+    for c in good:
+        rc = c.wait(60)
+        res = c.json()
+        check(rc == 0, f"{c.name} exit code {rc}")
+        check_clean(res, c.name, 2)
+        check(res["views"] + res["gathers"] == res["batches"], f"{c.name}: {res}")
+    rc = prod.wait(20)
+    check(rc == 0, f"producer exit code {rc}")
+    st = read_stats(stats)
+    check(st["consumers_lost"] == 1, f"consumers_lost = {st['consumers_lost']}, expected 1")
+    check(st["batches"] == BATCHES_PER_EPOCH * 2, f"producer published {st['batches']} batches")
+    check("SIMULATED" in prod.stderr(), "the producer did not say it ran on the simulated device")
+    check(not sim_objects(), f"simulated device memory left behind: {sim_objects()}")
+
+
+def test_e2e_kill_producer(env):
+    prod = env.producer("--wait-consumers", "2", "--epochs", "0", *GPU_OUTPUT)
+    prod.wait_stderr("serving", 20)
+    cons = [env.consumer("--epochs", "0", "--normalize", "--delay-ms", "1", name=f"consumer{i}")
+            for i in range(2)]
+    time.sleep(1.0)
+    for c in cons:
+        check(c.running(), f"{c.name} ended before the producer was killed: {c.stdout()}")
+    prod.p.send_signal(signal.SIGKILL)
+    prod.wait(5)
+    for c in cons:
+        rc = c.wait(20, "after the producer was killed")
+        res = c.json()
+        check(rc == 1, f"{c.name} exit code {rc}, expected 1")
+        check(res["error_code"] == TSOCK_E_PRODUCER_LOST,
+              f"{c.name}: error_code {res['error_code']} ({res['error']})")
+        check(res["batches"] > 0, f"{c.name} received nothing before the kill")
+        check_no_content_errors(res, c.name)
+    # The consumers closed the dead producer's ring; the last one removed its objects, as the
+    # driver frees a dead process's memory once nobody maps it.
+    check(not sim_objects(), f"simulated device memory left behind: {sim_objects()}")
+
+
+TESTS = {
+    "e2e_kill_consumer": test_e2e_kill_consumer,
+    "e2e_kill_producer": test_e2e_kill_producer,
+}
+
+
+def make_env(args, test):
+    os.environ["TSOCK_CUDA_SIM"] = "1"
+    os.environ["TSOCK_CUDA_SIM_DEVICE"] = f"it{os.getpid()}"
+    return Env(args, test)
+
+
+if __name__ == "__main__":
+    run(__doc__, TESTS, make_env, [("producer", True), ("consume", True)])
