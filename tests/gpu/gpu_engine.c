@@ -1,0 +1,465 @@
+/* The consumer and producer engines' ordering and lifetime on a device ring (issue 12, items 2,
+ * 3, 5 and 6), producer and consumer in separate processes (CUDA IPC cannot open a handle in
+ * the process that exported it; every other role is this program re-executed).
+ *
+ *   gpu_engine gather_beats  item 2: a consumer whose gather never completes (its device
+ *                            stalls) keeps heartbeating: the producer does not lose it.
+ *   gpu_engine close_waits   item 3: a consumer destroyed right after a stream-ordered release,
+ *                            and with a batch never released, whose reads are still queued,
+ *                            says BYE only after those reads ran: the producer never refills a
+ *                            slot under them (the simulated device aborts a write under a
+ *                            queued read of another live process).
+ *   gpu_engine stop_waits    item 5: a producer stopped while a consumer's reads of a batch are
+ *                            queued does not free the ring under them: it waits for the BYE
+ *                            that follows the release (the simulated device aborts a free of
+ *                            memory another live process has queued work on).
+ *   gpu_engine partial_end   item 6: the partial gather that ends a stream is device memory,
+ *                            labelled so, with the right bytes.
+ *
+ * gather_beats needs the simulated device's stall control and skips elsewhere; the others run
+ * on a real GPU too. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend/cuda/devapi.h"
+#include "tsock/tsock.h"
+
+#define SKIP 77
+#define BATCH 32
+#define SLOTS 4
+#define WIDTH 64
+#define HB_TIMEOUT_MS 1000
+
+static int failures;
+
+#define EXPECT(cond)                                                                               \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            fprintf(stderr, "%s:%d: failed: %s\n", __FILE__, __LINE__, #cond);                     \
+        }                                                                                          \
+    } while (0)
+
+#define DEV (tsock__dev())
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        int e_ = (call);                                                                           \
+        if (e_ != TSOCK__DEV_OK) {                                                                 \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                          \
+                    DEV->error_text(DEV->last_raw()));                                             \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static void
+log_line(void *user, int level, const char *message)
+{
+    fprintf(stderr, "[%d:%d] %s\n", (int)getpid(), level, message);
+}
+
+static pid_t
+spawn_env(char *const argv[], const char *const env[])
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (int i = 0; env && env[i]; i += 2)
+            setenv(env[i], env[i + 1], 1);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* The child's exit status, or -1 when it died of a signal (the simulator aborts on a rule). */
+static int
+child_status(pid_t pid)
+{
+    int st = 0;
+    if (waitpid(pid, &st, 0) != pid)
+        return -2;
+    if (WIFSIGNALED(st))
+        fprintf(stderr, "process %d died of signal %d\n", (int)pid, WTERMSIG(st));
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Waits (bounded: 30 s) for a file another process creates. */
+static int
+file_appears(const char *path)
+{
+    for (int i = 0; i < 3000; i++) {
+        if (access(path, F_OK) == 0)
+            return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+static void
+touch(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+}
+
+/* Sample k of the stream (in stream order) holds bytes (k * 7 + j). */
+static uint8_t
+pattern(uint64_t k, size_t j)
+{
+    return (uint8_t)(k * 7u + j);
+}
+
+/* A producer on device 0; `sampler`: endless epochs of 1000 samples, else free mode. */
+static tsock_producer *
+start_producer(const char *endpoint, int sampler)
+{
+    tsock_layout *l;
+    int64_t flat[1] = {WIDTH};
+    tsock_layout_create(&l);
+    tsock_layout_add(l, "data", TSOCK_UINT8, 1, flat);
+    tsock_producer *p = NULL;
+    if (tsock_producer_create(&p, endpoint, l, BATCH, SLOTS) < 0)
+        exit(1);
+    tsock_layout_destroy(l);
+    tsock_producer_set_device(p, 0);
+    tsock_producer_set_heartbeat(p, 50, HB_TIMEOUT_MS);
+    if (sampler)
+        tsock_producer_set_sampler(p, 1000, 3, 0);
+    int err = tsock_producer_start(p);
+    if (err < 0) {
+        fprintf(stderr, "producer start: %s\n", tsock_strerror(err));
+        exit(1);
+    }
+    return p;
+}
+
+/* Publishes one batch; *position counts the samples published so far. */
+static int
+produce_one(tsock_producer *p, uint64_t *position, int timeout_ms)
+{
+    tsock_slot *s;
+    int err = tsock_producer_acquire(p, timeout_ms, &s);
+    if (err < 0)
+        return err;
+    /* A sampler plans the slot (fewer than BATCH at an epoch's end); free mode fills it. */
+    uint32_t n = tsock_slot_planned(s) ? tsock_slot_planned(s) : BATCH;
+    uint8_t *data = tsock_slot_data(s, 0);
+    for (uint32_t i = 0; i < n; i++)
+        for (size_t j = 0; j < WIDTH; j++)
+            data[i * WIDTH + j] = pattern(*position + i, j);
+    *position += n;
+    return tsock_producer_publish(p, s, n);
+}
+
+static tsock_consumer *
+start_consumer(const char *endpoint, uint32_t batch_size)
+{
+    tsock_consumer *c;
+    if (tsock_consumer_create(&c, endpoint) < 0)
+        exit(1);
+    tsock_consumer_set_heartbeat(c, 50, 30000);
+    if (batch_size)
+        tsock_consumer_set_batch_size(c, batch_size);
+    int err = tsock_consumer_start(c, 30000);
+    if (err < 0) {
+        fprintf(stderr, "consumer start: %s\n", tsock_strerror(err));
+        exit(1);
+    }
+    return c;
+}
+
+/* ---- item 2 --------------------------------------------------------------------------------- */
+
+/* Consumer role: batches of 48 from producer batches of 32, so the first is a gather; its
+ * device stalls before the gather's copy runs, so next never returns. */
+static int
+stalled_gather_main(const char *endpoint)
+{
+    tsock_consumer *c = start_consumer(endpoint, 48);
+    tsock_batch *b;
+    int err = tsock_consumer_next(c, 120000, &b);
+    fprintf(stderr, "stalled consumer: next returned %s\n", tsock_strerror(err));
+    return 3; /* killed before: reaching here means the gather did not stall */
+}
+
+static int
+case_gather_beats(const char *endpoint, const char *dir)
+{
+    char stalled[300];
+    snprintf(stalled, sizeof stalled, "%s/stalled", dir);
+    tsock_producer *p = start_producer(endpoint, 1);
+    const char *env[] = {"TSOCK_CUDA_SIM_STALL_AFTER", "0", "TSOCK_CUDA_SIM_STALL_FILE", stalled,
+                         NULL};
+    char *argv[] = {"gpu_engine", "--stalled-gather", (char *)endpoint, NULL};
+    pid_t kid = spawn_env(argv, env);
+    EXPECT(tsock_producer_wait_consumers(p, 1, 30000) == 1);
+    uint64_t position = 0;
+    EXPECT(produce_one(p, &position, 10000) == 0);
+    EXPECT(produce_one(p, &position, 10000) == 0);
+    EXPECT(file_appears(stalled));
+    /* The consumer is now blocked in its gather for good. Four heartbeat timeouts: had its
+     * heartbeats stopped, the producer would have lost it by then. */
+    uint64_t lost = 0;
+    for (int i = 0; i < 4 * HB_TIMEOUT_MS / 20 && lost == 0; i++) {
+        usleep(20000);
+        tsock_producer_stat(p, -1, TSOCK_STAT_LOST, &lost);
+    }
+    EXPECT(lost == 0);
+    EXPECT(tsock_producer_consumer_count(p) == 1);
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    tsock_producer_destroy(p);
+    return failures ? 1 : 0;
+}
+
+/* ---- item 3 --------------------------------------------------------------------------------- */
+
+/* Consumer role: a batch read on a stream and released on it, a second read on the default
+ * stream and never released, then destroy at once while both reads are still queued. */
+static int
+closing_consumer_main(const char *endpoint)
+{
+    tsock_consumer *c = start_consumer(endpoint, 0);
+    tsock__dev_stream_t stream;
+    CUDA_OK(DEV->set_device(0));
+    CUDA_OK(DEV->stream_create(&stream));
+    void *copy;
+    CUDA_OK(DEV->malloc(&copy, 2 * (size_t)BATCH * WIDTH));
+    tsock_batch *a, *b;
+    if (tsock_consumer_next(c, 30000, &a) < 0 || tsock_consumer_next(c, 30000, &b) < 0)
+        return 4;
+    size_t bytes = tsock_batch_tensor_bytes(a, 0);
+    EXPECT(tsock_batch_wait(a, stream) == 0);
+    CUDA_OK(DEV->memcpy_async(copy, tsock_batch_tensor_data(a, 0), bytes, TSOCK__DEV_D2D, stream));
+    EXPECT(tsock_consumer_release_on_stream(c, a, stream) == 0);
+    EXPECT(tsock_batch_wait(b, NULL) == 0);
+    CUDA_OK(DEV->memcpy_async((uint8_t *)copy + bytes, tsock_batch_tensor_data(b, 0), bytes,
+                              TSOCK__DEV_D2D, NULL));
+    tsock_consumer_destroy(c); /* b never released */
+    CUDA_OK(DEV->stream_sync(stream));
+    CUDA_OK(DEV->stream_sync(NULL));
+    uint8_t *host = malloc(2 * bytes);
+    CUDA_OK(DEV->memcpy_async(host, copy, 2 * bytes, TSOCK__DEV_D2H, NULL));
+    CUDA_OK(DEV->stream_sync(NULL));
+    /* Both copies read their batches before the producer could refill the slots. */
+    for (size_t k = 0; k < 2 * (size_t)BATCH; k++)
+        for (size_t j = 0; j < WIDTH; j++)
+            if (host[k * WIDTH + j] != pattern(k, j)) {
+                fprintf(stderr, "closing consumer: sample %zu byte %zu refilled under a read\n", k,
+                        j);
+                return 5;
+            }
+    free(host);
+    return failures ? 1 : 0;
+}
+
+static int
+case_close_waits(const char *endpoint)
+{
+    tsock_producer *p = start_producer(endpoint, 1);
+    /* The consumer's work runs late (up to 0.2 s an item), so its reads are still queued when
+     * it calls destroy. */
+    const char *env[] = {"TSOCK_CUDA_SIM_MAX_DELAY_US", "200000", NULL};
+    char *argv[] = {"gpu_engine", "--closing-consumer", (char *)endpoint, NULL};
+    pid_t kid = spawn_env(argv, env);
+    EXPECT(tsock_producer_wait_consumers(p, 1, 30000) == 1);
+    uint64_t position = 0;
+    /* Keep every slot filled: a slot given back is refilled at once. */
+    int status = -3;
+    for (;;) {
+        int err = produce_one(p, &position, 50);
+        if (err < 0 && err != -ETIMEDOUT) {
+            fprintf(stderr, "producing failed: %s\n", tsock_strerror(err));
+            status = child_status(kid);
+            break;
+        }
+        int st;
+        if (waitpid(kid, &st, WNOHANG) == kid) {
+            status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+            break;
+        }
+    }
+    if (status != 0)
+        fprintf(stderr, "closing consumer exited with %d\n", status);
+    EXPECT(status == 0);
+    tsock_producer_destroy(p);
+    return failures ? 1 : 0;
+}
+
+/* ---- item 5 --------------------------------------------------------------------------------- */
+
+/* Producer role: publishes one batch, and stops when told to (the file `go`). */
+static int
+stopping_producer_main(const char *endpoint, const char *go)
+{
+    tsock_producer *p = start_producer(endpoint, 1);
+    tsock_producer_wait_consumers(p, 1, 30000);
+    uint64_t position = 0;
+    if (produce_one(p, &position, 10000) < 0)
+        return 4;
+    if (!file_appears(go))
+        return 5;
+    tsock_producer_destroy(p);
+    return 0;
+}
+
+static int
+case_stop_waits(const char *endpoint, const char *dir)
+{
+    char go[300];
+    snprintf(go, sizeof go, "%s/go", dir);
+    char *argv[] = {"gpu_engine", "--stopping-producer", (char *)endpoint, go, NULL};
+    pid_t kid = spawn_env(argv, NULL);
+    tsock_consumer *c = start_consumer(endpoint, 0);
+    tsock__dev_stream_t stream;
+    CUDA_OK(DEV->set_device(0));
+    CUDA_OK(DEV->stream_create(&stream));
+    void *copy;
+    CUDA_OK(DEV->malloc(&copy, (size_t)BATCH * WIDTH));
+    tsock_batch *b;
+    EXPECT(tsock_consumer_next(c, 30000, &b) == 0);
+    size_t bytes = tsock_batch_tensor_bytes(b, 0);
+    EXPECT(tsock_batch_wait(b, stream) == 0);
+    CUDA_OK(DEV->memcpy_async(copy, tsock_batch_tensor_data(b, 0), bytes, TSOCK__DEV_D2D, stream));
+    touch(go);
+    tsock_batch *none;
+    EXPECT(tsock_consumer_next(c, 30000, &none) == TSOCK_E_PRODUCER_STOPPED);
+    /* The read is still queued (this process's work runs late): the release is stream-ordered,
+     * and only then may the producer free its ring. */
+    EXPECT(tsock_consumer_release_on_stream(c, b, stream) == 0);
+    EXPECT(child_status(kid) == 0);
+    uint8_t *host = malloc(bytes);
+    CUDA_OK(DEV->stream_sync(stream));
+    CUDA_OK(DEV->memcpy_async(host, copy, bytes, TSOCK__DEV_D2H, NULL));
+    CUDA_OK(DEV->stream_sync(NULL));
+    for (size_t k = 0; k < BATCH; k++)
+        for (size_t j = 0; j < WIDTH; j++)
+            if (host[k * WIDTH + j] != pattern(k, j)) {
+                EXPECT(!"the batch's bytes changed under a queued read");
+                k = BATCH;
+                break;
+            }
+    free(host);
+    tsock_consumer_destroy(c);
+    return failures ? 1 : 0;
+}
+
+/* ---- item 6 --------------------------------------------------------------------------------- */
+
+/* Consumer role: batches of 40 from a free-mode stream of 3 x 32 samples: 40, 40, then a
+ * partial gather of 16 handed over when the stream ends. */
+static int
+partial_consumer_main(const char *endpoint)
+{
+    tsock_consumer *c = start_consumer(endpoint, 40);
+    uint64_t position = 0;
+    tsock_batch *b;
+    int err, last_ok = 0;
+    while ((err = tsock_consumer_next(c, 30000, &b)) == 0) {
+        uint32_t n = tsock_batch_samples(b);
+        int device = tsock_batch_device_index(b);
+        EXPECT(device == 0);
+        EXPECT(tsock_batch_tensor_device(b, 0) == TSOCK_DEVICE_CUDA);
+        uint8_t *host = malloc((size_t)n * WIDTH);
+        EXPECT(tsock_batch_wait(b, NULL) == 0);
+        if (device >= 0)
+            EXPECT(tsock_cuda_copy_to_host(host, tsock_batch_tensor_data(b, 0), (size_t)n * WIDTH,
+                                           device) == 0);
+        int same = device >= 0;
+        for (uint32_t k = 0; same && k < n; k++)
+            for (size_t j = 0; j < WIDTH; j++)
+                same &= host[k * WIDTH + j] == pattern(position + k, j);
+        EXPECT(same);
+        free(host);
+        position += n;
+        last_ok = n == 16 && same;
+        EXPECT(tsock_consumer_release(c, b) == 0);
+    }
+    EXPECT(err == TSOCK_E_END);
+    EXPECT(position == 3 * BATCH);
+    EXPECT(last_ok);
+    tsock_consumer_destroy(c);
+    return failures ? 1 : 0;
+}
+
+static int
+case_partial_end(const char *endpoint)
+{
+    tsock_producer *p = start_producer(endpoint, 0);
+    char *argv[] = {"gpu_engine", "--partial-consumer", (char *)endpoint, NULL};
+    pid_t kid = spawn_env(argv, NULL);
+    EXPECT(tsock_producer_wait_consumers(p, 1, 30000) == 1);
+    uint64_t position = 0;
+    for (int i = 0; i < 3; i++)
+        EXPECT(produce_one(p, &position, 10000) == 0);
+    /* The stream ends only once the consumer took every sample, its last gather incomplete:
+     * its ring is then closed before that gather is handed over, the case item 6 is about. */
+    uint64_t released = 0;
+    for (int i = 0; i < 3000 && released < 3; i++) {
+        usleep(10000);
+        tsock_producer_stat(p, -1, TSOCK_STAT_RELEASED, &released);
+    }
+    EXPECT(released == 3);
+    EXPECT(tsock_producer_finish(p) == 0);
+    EXPECT(child_status(kid) == 0);
+    tsock_producer_destroy(p);
+    return failures ? 1 : 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    tsock_set_log(log_line, NULL, TSOCK_LOG_WARN);
+    if (argc == 3 && strcmp(argv[1], "--stalled-gather") == 0)
+        return stalled_gather_main(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--closing-consumer") == 0)
+        return closing_consumer_main(argv[2]);
+    if (argc == 4 && strcmp(argv[1], "--stopping-producer") == 0)
+        return stopping_producer_main(argv[2], argv[3]);
+    if (argc == 3 && strcmp(argv[1], "--partial-consumer") == 0)
+        return partial_consumer_main(argv[2]);
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s gather_beats|close_waits|stop_waits|partial_end\n", argv[0]);
+        return 2;
+    }
+    if (strcmp(argv[1], "gather_beats") == 0 && !tsock__dev_simulated()) {
+        printf("SKIP: case gather_beats needs the simulated device's stall control "
+               "(TSOCK_CUDA_SIM=1)\n");
+        return SKIP;
+    }
+    /* Each run gets its own simulated device (inherited by the processes it starts). */
+    char simdev[64];
+    snprintf(simdev, sizeof simdev, "eng%d", (int)getpid());
+    setenv("TSOCK_CUDA_SIM_DEVICE", simdev, 0);
+    if (strcmp(argv[1], "stop_waits") == 0)
+        setenv("TSOCK_CUDA_SIM_MAX_DELAY_US", "200000", 1); /* this process's reads run late */
+    int devices = tsock_cuda_device_count();
+    if (devices == TSOCK_E_NO_DEVICE) {
+        printf("SKIP: no CUDA device in this process; the GPU tests need one\n");
+        return SKIP;
+    }
+    if (devices < 0) {
+        fprintf(stderr, "a CUDA device exists but this process cannot use it: %s\n",
+                tsock_strerror(devices));
+        return 1;
+    }
+    char dir[] = "/tmp/tsock-gpu-XXXXXX", endpoint[256];
+    if (!mkdtemp(dir))
+        return 1;
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/%s.sock", dir, argv[1]);
+    if (strcmp(argv[1], "gather_beats") == 0)
+        return case_gather_beats(endpoint, dir);
+    if (strcmp(argv[1], "close_waits") == 0)
+        return case_close_waits(endpoint);
+    if (strcmp(argv[1], "stop_waits") == 0)
+        return case_stop_waits(endpoint, dir);
+    if (strcmp(argv[1], "partial_end") == 0)
+        return case_partial_end(endpoint);
+    fprintf(stderr, "unknown case %s\n", argv[1]);
+    return 2;
+}
