@@ -346,7 +346,11 @@ TSOCK_API int tsock_producer_set_status(tsock_producer *p, const char *json_obje
 TSOCK_API int tsock_producer_finish(tsock_producer *p);
 
 /* Stops the producer if running (consumers receive TSOCK_E_PRODUCER_STOPPED unless finish was
- * called), removes its shared memory and socket file, and frees it. NULL does nothing. */
+ * called), removes its shared memory and socket file, and frees it. NULL does nothing.
+ * The ring (and on a GPU its events) is freed only after every consumer said goodbye (which a
+ * consumer does once nothing of its own reads the ring: its held batches released and their
+ * stream-ordered releases passed) or was found dead, waiting at most the heartbeat timeout
+ * plus 2 s: destroy can therefore block that long while a consumer holds a batch. */
 TSOCK_API void tsock_producer_destroy(tsock_producer *p);
 
 /* Writes the default endpoint, "ipc://<runtime dir>/tsock/default.sock", into buf (creating
@@ -419,7 +423,11 @@ TSOCK_API int tsock_consumer_start(tsock_consumer *c, int timeout_ms);
  * (owned by the consumer, valid until released) and returns 0. A consumer may hold several
  * batches at once, up to the producer's slot count. Returns -ETIMEDOUT; TSOCK_E_END once the
  * stream ended and every batch sent before the end was returned; TSOCK_E_PRODUCER_LOST within
- * the heartbeat timeout when the producer died; TSOCK_E_PRODUCER_STOPPED when it shut down. */
+ * the heartbeat timeout when the producer died; TSOCK_E_PRODUCER_STOPPED when it shut down
+ * (batches sent but not yet returned are dropped then: the producer frees its ring once this
+ * consumer no longer reads it); -EBUSY (logged) when reconnecting (tsock_consumer_set_reconnect)
+ * needs to keep a ninth ring of earlier sessions that held batches still point into: release
+ * some and call again. */
 TSOCK_API int tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch);
 
 /* Gives a batch back so its slot can be refilled. The batch pointer and its tensor pointers are
@@ -458,7 +466,10 @@ TSOCK_API uint64_t tsock_consumer_dataset_size(const tsock_consumer *c);
 TSOCK_API uint64_t tsock_consumer_batches_per_epoch(const tsock_consumer *c);
 
 /* Releases every held batch, says goodbye to the producer, unmaps the ring and frees the
- * consumer. NULL does nothing. */
+ * consumer. NULL does nothing. Before the goodbye (after which the producer refills the slots)
+ * it waits for what may still read them: on a GPU, the work queued on the device of a batch
+ * never released, and stream-ordered releases whose work has not finished (at most 5 s). Not
+ * concurrently with another call on the same consumer. */
 TSOCK_API void tsock_consumer_destroy(tsock_consumer *c);
 
 /* ------------------------------------------------------------------------------------------ */
