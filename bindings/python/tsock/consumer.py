@@ -504,7 +504,16 @@ class Consumer:
         """
         if self._h is None:
             return
+        on_gpu = self.layout is not None and self.layout[0].device == _views.DEVICE_CUDA
         for batch in list(self._held.values()):
+            if on_gpu and batch._ptr is not None:
+                # Stream-ordered, after every stream that read the batch: the library then
+                # waits for these releases before it says goodbye and unmaps the ring. One that
+                # fails is released at once by the library's destroy.
+                try:
+                    self.release(batch)
+                except errors.TsockError:
+                    pass
             batch._ptr = None
         self._held.clear()
         alive = sum(entry.views_alive() for entry in self._cache.values())
