@@ -1054,6 +1054,8 @@ main(int argc, char **argv)
     }
 
 out:;
+    for (int k = 0; k < 3; k++)
+        free(tens.copies[k].bytes);
     int exit_code = 0;
     if (r.out_of_memory && !error && !error_code) {
         snprintf(why, sizeof(why), "out of memory for the results");

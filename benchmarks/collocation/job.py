@@ -12,6 +12,12 @@ tsock's train preset produces).
 Each batch is touched (a strided sum of a few dozen bytes per image, so every sample's memory
 is really read) and then held for --delay-ms by sleeping: a training step that costs no CPU.
 
+--device cuda --model resnet18|resnet50: a real training step instead of the sleep: the model
+(torchvision, random weights, SGD) runs forward and backward in mixed precision
+(torch.autocast float16) on each batch. tsock batches are float16 NCHW normalised on the GPU
+already (the producer converts); torchvision batches are pinned, copied and normalised here.
+--model none with --device cuda keeps the sleep.
+
 Prints one JSON object: samples, batches and epochs received; the CLOCK_MONOTONIC times of the
 first and the last batch (comparable between processes); seconds spent waiting for batches;
 and CPU seconds: `startup_cpu_s` (interpreter start and imports, up to the moment the loader
@@ -35,6 +41,37 @@ def cpu_now():
     return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
 
 
+def make_step(torch, args):
+    """One mixed-precision training step of args.model on the GPU, for either loader."""
+    import torchvision
+
+    dev = torch.device("cuda")
+    model = getattr(torchvision.models, args.model)(num_classes=1000).to(dev)
+    model = model.to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    scaler = torch.amp.GradScaler("cuda")
+    loss_fn = torch.nn.CrossEntropyLoss()
+    mean = torch.tensor([0.485, 0.456, 0.406], device=dev).view(1, 3, 1, 1) * 255
+    std = torch.tensor([0.229, 0.224, 0.225], device=dev).view(1, 3, 1, 1) * 255
+
+    def step(images, labels):
+        if images.device.type != "cuda":
+            # torchvision: uint8 NCHW (PILToTensor) pinned on the host: copy, then normalise.
+            images = images.to(dev, non_blocking=True)
+            images = (images.float() - mean) / std
+        elif images.dim() != 4 or images.shape[1] != 3:
+            raise SystemExit(f"unexpected GPU batch {images.dtype} {tuple(images.shape)}")
+        labels = labels.to(dev, non_blocking=True).long() % 1000
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(images.contiguous(memory_format=torch.channels_last)), labels)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    return step
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--loader", choices=("tsock", "torchvision"), required=True)
@@ -47,6 +84,8 @@ def main():
     ap.add_argument("--persistent-workers", action="store_true",
                     help="torchvision: keep the DataLoader workers between epochs")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--model", choices=("none", "resnet18", "resnet50"), default="none")
     ap.add_argument("--name", default="job")
     ap.add_argument("--ready-file", help="create this file once the imports are done")
     ap.add_argument("--go-file", help="then wait for this file before building the loader")
@@ -80,7 +119,9 @@ def main():
         ds = datasets.ImageFolder(args.root, transform=tf)
         loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True,
                                              num_workers=args.workers,
-                                             persistent_workers=args.persistent_workers)
+                                             persistent_workers=args.persistent_workers,
+                                             pin_memory=args.device == "cuda")
+    step = make_step(torch, args) if args.device == "cuda" and args.model != "none" else None
     built_self, built_children = cpu_now()
     delay = args.delay_ms / 1000.0
     samples = batches = 0
@@ -103,14 +144,17 @@ def main():
                 wait_after_first_s += t1 - t0
             last_t = t1
             n = images.shape[0]
-            if images.dtype != torch.uint8 or images.numel() != n * 224 * 224 * 3:
-                raise SystemExit(f"unexpected batch {images.dtype} {tuple(images.shape)}")
-            # Touch each image: ~37 bytes spread over its 150 KB.
-            checksum += int(images.reshape(n, -1)[:, ::4096].sum()) + int(labels.sum())
+            if step is not None:
+                step(images, labels)
+            else:
+                if images.numel() != n * 224 * 224 * 3:
+                    raise SystemExit(f"unexpected batch {images.dtype} {tuple(images.shape)}")
+                # Touch each image: ~37 bytes spread over its 150 KB.
+                checksum += int(images.reshape(n, -1)[:, ::4096].sum()) + int(labels.sum())
+                if delay > 0:
+                    time.sleep(delay)
             samples += n
             batches += 1
-            if delay > 0:
-                time.sleep(delay)
     loop_self, loop_children = cpu_now()
     extra = {}
     if args.loader == "tsock":

@@ -40,6 +40,18 @@ something failed to run.
 
     python3 benchmarks/collocation/run.py [--images 800] [--epochs 2] [--repeat 3]
 
+--device cuda (GPU training, scripts/gpu-check.sh runs it): the shared producer is
+tsock-producer --device cuda --output float16 --layout nchw --normalize (one copy per batch to
+the GPU, converted there, read in place by every job); Python jobs train --models (ResNet-18,
+ResNet-50: torchvision, random weights, SGD, mixed precision with torch.autocast float16) on
+what they receive; torchvision jobs decode on their own workers, pin, copy and normalise on the
+GPU. Every process is pinned to the first --cpus cores (a fixed number of cores for every
+configuration). Figures per (model, configuration, K): images/s per job, CPU ms per image,
+data wait (share of a job's time spent waiting for batches). Writes collocation_cuda.json.
+With TSOCK_CUDA_SIM=1 and --models none, the GPU orchestration runs on the simulated device
+(no torch, no GPU: configurations shared_c and indep_tsock, tsock-consume copying each batch
+back); that checks the script, not any figure.
+
 Writes docs/benchmarks/collocation.json and the plots collocation_cpu.png and
 collocation_throughput.png (--out-dir), and prints a table.
 """
@@ -89,7 +101,10 @@ def parse_args():
                          "independent loaders get max(1, cpus // K) each (default: all)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                     help="cpu: host shared memory, simulated step (default). cuda: GPU "
-                         "training with real models; not implemented, stops with an error")
+                         "training with real models (see above)")
+    ap.add_argument("--models", default="resnet18,resnet50",
+                    help="--device cuda: models the Python jobs train (resnet18, resnet50; "
+                         "none: no training, C consumers only)")
     ap.add_argument("--persistent-workers", action="store_true",
                     help="torchvision DataLoaders keep their workers between epochs "
                          "(default: torch's default, restarted every epoch)")
@@ -109,28 +124,39 @@ def parse_args():
     benchlib.find_programs(ap, args)
     if not os.path.exists(args.library):
         ap.error(f"{args.library}: no libtsock (build first, or give --library)")
+    args.models = [m for m in args.models.split(",") if m]
+    args.model = "none"
     if args.device == "cuda":
-        check_cuda()  # exits with an explanation
+        check_cuda(ap, args)
     return args
 
 
-def check_cuda():
-    """The GPU part of issue 7 (torchvision ResNet-18/50 in mixed precision, each job's
-    training throughput with shared vs independent loading) is not written yet: it could not
-    be run or checked where this script was written (no GPU). Say so, and what else is
-    missing here, and stop."""
-    reasons = []
+def check_cuda(ap, args):
+    """--device cuda needs a GPU and torch with CUDA for model training; with
+    TSOCK_CUDA_SIM=1, --models none and C consumers only, the simulated device will do."""
+    for m in args.models:
+        if m not in ("resnet18", "resnet50", "none"):
+            ap.error(f"unknown model {m!r} (resnet18, resnet50, none)")
+    if args.models == ["none"]:
+        if os.environ.get("TSOCK_CUDA_SIM") != "1":
+            print("run.py: --models none on a real GPU: C consumers only", file=sys.stderr)
+        bad = [c for c in args.configs if c not in ("shared_c", "indep_tsock")]
+        if bad:
+            ap.error(f"--models none runs no Python training job: drop {bad}")
+        return
+    if "none" in args.models:
+        ap.error("--models none cannot be mixed with models")
+    bad = [c for c in args.configs if c not in ("shared_py", "torchvision")]
+    if bad:
+        ap.error(f"--device cuda trains models in Python jobs: configurations shared_py and "
+                 f"torchvision only, not {bad}")
     try:
         import torch
-
-        if not torch.cuda.is_available():
-            reasons.append("torch sees no CUDA device on this machine")
     except ImportError:
-        reasons.append("torch is not importable")
-    reasons.append("this script does not implement the GPU variant (model training with "
-                   "ResNet-18/50 in mixed precision, tsock-producer --device cuda against "
-                   "DataLoaders feeding the GPU) yet")
-    sys.exit("run.py: --device cuda is not available:\n  - " + "\n  - ".join(reasons))
+        sys.exit("run.py: --device cuda: torch is not importable")
+    if not torch.cuda.is_available():
+        sys.exit("run.py: --device cuda: torch sees no CUDA device here (a CPU-only torch, or "
+                 "no GPU); TSOCK_CUDA_SIM=1 --models none checks the orchestration only")
 
 
 
@@ -224,17 +250,23 @@ def wait_all(procs, timeout):
                                f"{p.stderr()[-3000:]}{p.stdout()[-1000:]}")
 
 
+# On the GPU the shared producer converts once for everyone: what a training job feeds its model.
+GPU_OUTPUT = ["--device", "cuda", "--output", "float16", "--layout", "nchw", "--normalize"]
+
+
 def producer_argv(args, root, endpoint, workers, consumers, stats):
     return [args.producer, "--dataset", "imagenet", "--root", root, "--split", "train",
             "--workers", str(workers), "--batch-size", str(args.batch_size), "--slots",
             str(args.slots), "--epochs", str(args.epochs), "--endpoint", endpoint,
-            "--wait-consumers", str(consumers), "--stats-json", stats, "--quiet"]
+            "--wait-consumers", str(consumers), "--stats-json", stats, "--quiet"] + (
+                GPU_OUTPUT if args.device == "cuda" else [])
 
 
 def consume_argv(args, endpoint, name):
     return [args.consume, "--endpoint", endpoint, "--content", "images", "--epochs",
             str(args.epochs), "--delay-ms", str(args.delay_ms), "--name", name,
-            "--connect-timeout-ms", "60000", "--json", "--quiet"]
+            "--connect-timeout-ms", "60000", "--json", "--quiet"] + (
+                ["--normalize"] if args.device == "cuda" else [])
 
 
 def job_argv(args, loader, name, gate, endpoint=None, root=None, workers=None):
@@ -242,6 +274,8 @@ def job_argv(args, loader, name, gate, endpoint=None, root=None, workers=None):
             "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
             "--delay-ms", str(args.delay_ms), "--ready-file", gate.ready(name), "--go-file",
             gate.go]
+    if args.device == "cuda":
+        argv += ["--device", "cuda", "--model", args.model]
     if endpoint:
         argv += ["--endpoint", endpoint]
     if root:
@@ -265,7 +299,8 @@ def c_consumer_result(text):
 def job_result(text):
     r = last_json(text)
     out = {k: r[k] for k in ("samples", "first_batch_t", "last_batch_t", "wait_s", "batches",
-                             "epochs", "startup_cpu_s", "build_cpu_s", "loop_cpu_s")}
+                             "epochs", "startup_cpu_s", "build_cpu_s", "loop_cpu_s",
+                             "wait_after_first_s")}
     out["reported_cpu_s"] = r["cpu_s"]
     out["python"] = True
     return out
@@ -360,8 +395,13 @@ def run_config(args, config, k, root, workdir, env, tag):
         j["fixed_cpu_s"] = (j["startup_cpu_s"] + max(0.0, c.cpu_s - j["reported_cpu_s"])
                             if j["python"] else 0.0)
         span_j = j["last_batch_t"] - j["first_batch_t"]
-        j["data_wait_share"] = (max(0.0, 1 - (j["batches"] - 1) * args.delay_ms / 1e3 / span_j)
-                                if span_j > 0 else None)
+        if args.device == "cuda" and j["python"]:
+            # The step is a real model's: the share is the job's measured wait for batches.
+            j["data_wait_share"] = j["wait_after_first_s"] / span_j if span_j > 0 else None
+        else:
+            j["data_wait_share"] = (
+                max(0.0, 1 - (j["batches"] - 1) * args.delay_ms / 1e3 / span_j)
+                if span_j > 0 else None)
         if j["epochs"] != args.epochs:
             raise RuntimeError(f"{config} K={k}: a job read {j['epochs']} epochs, not "
                                f"{args.epochs}")
@@ -503,9 +543,71 @@ def print_targets(t):
             print(f"  {name:<45} {v['ratio']:6.1f}  {'holds' if v['holds'] else 'MISSED'}")
 
 
+def main_cuda(args, env):
+    """--device cuda: every model x K x configuration, pinned to --cpus cores; writes
+    collocation_cuda.json (one row per model, configuration and K: medians over --repeat)."""
+    cores = sorted(os.sched_getaffinity(0))[:args.cpus]
+    os.sched_setaffinity(0, cores)  # the children inherit it: a fixed number of cores
+    out = {"benchmark": "collocation_cuda",
+           "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": git_commit(),
+           "command": " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]),
+           "machine": machine(), "simulated_device": os.environ.get("TSOCK_CUDA_SIM") == "1",
+           "config": {"ks": args.ks, "configs": args.configs, "models": args.models,
+                      "repeat": args.repeat, "epochs_per_job": args.epochs,
+                      "batch_size": args.batch_size, "cpus": cores,
+                      "mixed_precision": "torch.autocast(float16)"}}
+    workdir = tempfile.mkdtemp(prefix="tsock-colo-", dir="/tmp")
+    os.chmod(workdir, 0o700)
+    rows, t_start = [], time.monotonic()
+    try:
+        root, out["dataset"] = ((args.root, {"root": args.root}) if args.root
+                                else make_tree(args, workdir))
+        for model in args.models:
+            args.model = model
+            for config in args.configs:  # untimed warm-up (cuDNN autotuning, page cache)
+                run_config(args, config, 1, root, workdir, env, f"warm-{model}-{config}")
+            runs = {}
+            for n in range(args.repeat):
+                for k in args.ks:
+                    for config in args.configs:
+                        r = run_config(args, config, k, root, workdir, env,
+                                       f"{model}-{config}-{k}-{n}")
+                        runs.setdefault((config, k), []).append(r)
+                        print(f"[{time.monotonic() - t_start:6.0f} s] {model} {config} K={k}: "
+                              f"{r['images_per_s'] / k:6.0f} images/s per job, "
+                              f"{r['cpu_ms_per_image']:.3f} CPU ms/image, data wait "
+                              f"{r['data_wait_share']:.1%}", flush=True)
+            for (config, k), rs in sorted(runs.items()):
+                rows.append({"model": model, "config": config, "k": k,
+                             "images_per_s_per_job": statistics.median(
+                                 r["images_per_s"] / k for r in rs),
+                             "cpu_ms_per_image": statistics.median(
+                                 r["cpu_ms_per_image"] for r in rs),
+                             "data_wait": statistics.median(r["data_wait_share"] for r in rs),
+                             "runs": rs})
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    out["duration_s"] = time.monotonic() - t_start
+    out["results"] = rows
+    os.makedirs(args.out_dir, exist_ok=True)
+    path = os.path.join(args.out_dir, "collocation_cuda.json")
+    with open(path, "w") as f:
+        json.dump(out, f, indent=2)
+        f.write("\n")
+    print(f"{'model':<9} {'config':<12} {'K':>2} {'img/s/job':>10} {'CPU ms/img':>10} "
+          f"{'wait':>6}")
+    for r in rows:
+        print(f"{r['model']:<9} {r['config']:<12} {r['k']:>2} {r['images_per_s_per_job']:>10.1f} "
+              f"{r['cpu_ms_per_image']:>10.3f} {r['data_wait']:>6.1%}")
+    print(f"written: {path}")
+    return 0
+
+
 def main():
     args = parse_args()
     env = child_env(args)
+    if args.device == "cuda":
+        return main_cuda(args, env)
     out = {"benchmark": "collocation",
            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
            "commit": git_commit(),

@@ -7,8 +7,9 @@
  * same table. The engines choose the table once and never branch on which one it is.
  *
  *   shm/     host shared memory (a POSIX shared-memory object; the default)
- *   cuda/    device memory shared through CUDA IPC (when built with a CUDA toolkit)
- *   nocuda/  the CUDA table of a build without a toolkit: every operation refuses clearly
+ *   cuda/    device memory shared through CUDA IPC, through its device API (cuda/devapi.h):
+ *            the CUDA runtime, or the simulated device with TSOCK_CUDA_SIM=1; a build without
+ *            a toolkit has no runtime (every process sees no device) but keeps the simulator
  *
  * Errors are negative codes (negated errno or TSOCK_E_*). Each failure is logged where it
  * happens, with what failed and why.
@@ -74,7 +75,10 @@ struct tsock__backend {
     size_t (*export_blob)(const struct tsock__slot_memory *m, const uint8_t **blob);
     /* Where the caller writes `slot`'s batch (the slot itself, or a staging buffer). */
     int (*fill_pointer)(struct tsock__slot_memory *m, uint32_t slot, uint8_t **base);
-    /* The caller is done writing `slot`: make it readable by consumers before they hear of it. */
+    /* The caller is done writing `slot`: make it readable by consumers before they hear of it.
+     * Returns only once the batch is readable: for device memory, once its copy (and
+     * conversion) has completed, so that a batch is never announced whose event might never
+     * complete (a producer killed mid-copy). */
     int (*publish)(struct tsock__slot_memory *m, uint32_t slot, uint32_t samples);
     /* Frees the ring (and removes its name). NULL does nothing. */
     void (*close)(struct tsock__slot_memory *m);
@@ -103,7 +107,8 @@ struct tsock__backend {
     /* Arms *fence (creating it on first use) on `stream`: returns 1 when a release must wait
      * for fence_passed, 0 when it takes effect at once (host memory), or a negative code. */
     int (*fence_arm)(int device, void **fence, void *stream);
-    /* 1 when the work before the armed fence has finished, 0 while it runs, < 0 on error. */
+    /* 1 when the work before the armed fence has finished, 0 while it runs, < 0 on error. Only
+     * 1 may release the slot: the CUDA table answers 0 on a query error (logged), never < 0. */
     int (*fence_passed)(int device, void *fence);
     void (*fence_destroy)(void *fence);
     /* Returns when every piece of work this process queued on `device` (any stream) has

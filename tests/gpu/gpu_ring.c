@@ -159,7 +159,7 @@ start_producer(const char *endpoint, int hwc, uint64_t epochs, int convert, uint
         exit(1);
     tsock_layout_destroy(l);
     tsock_producer_set_device(p, ring_device());
-    tsock_producer_set_heartbeat(p, 100, 1000);
+    tsock_producer_set_heartbeat(p, 100, 5000);
     tsock_producer_set_sampler(p, SAMPLES, 11, epochs);
     if (convert) {
         tsock_producer_set_output(p, "data", TSOCK_FLOAT16, TSOCK_NCHW);
@@ -227,7 +227,7 @@ consumer_main(const char *endpoint, uint32_t batch_size, long max_batches)
 {
     tsock_consumer *c;
     tsock_consumer_create(&c, endpoint);
-    tsock_consumer_set_heartbeat(c, 100, 1000);
+    tsock_consumer_set_heartbeat(c, 100, 5000);
     tsock_consumer_set_batch_size(c, batch_size);
     int err = tsock_consumer_start(c, 20000);
     if (err < 0) {
@@ -287,7 +287,7 @@ producer_main(const char *endpoint)
     tsock_producer *p = NULL;
     tsock_producer_create(&p, endpoint, l, 1, 64);
     tsock_producer_set_device(p, 0);
-    tsock_producer_set_heartbeat(p, 100, 1000);
+    tsock_producer_set_heartbeat(p, 100, 5000);
     if (tsock_producer_start(p) < 0)
         return 1;
     tsock_producer_wait_consumers(p, 1, 20000);
@@ -441,7 +441,7 @@ case_death(const char *endpoint)
     pid_t kid = spawn(argv);
     tsock_consumer *c;
     tsock_consumer_create(&c, endpoint);
-    tsock_consumer_set_heartbeat(c, 100, 1000);
+    tsock_consumer_set_heartbeat(c, 100, 5000);
     EXPECT(tsock_consumer_start(c, 30000) == 0);
     tsock_batch *b;
     for (int i = 0; i < 20; i++) {
@@ -572,7 +572,7 @@ case_stall(const char *endpoint, const char *dir)
     pid_t kid = spawn_env(argv, env);
     tsock_consumer *c;
     tsock_consumer_create(&c, endpoint);
-    tsock_consumer_set_heartbeat(c, 100, 1000);
+    tsock_consumer_set_heartbeat(c, 100, 5000);
     EXPECT(tsock_consumer_start(c, 30000) == 0);
     tsock__dev_stream_t stream;
     CUDA_OK(DEV->set_device(0));

@@ -2,6 +2,7 @@
 with float16, NCHW, normalised output feeds tsock-consume processes that copy every batch back
 from the (simulated) device and check every element, including after kill -9 of a consumer and
 of the producer. Standard library only; the harness is tsock_integration.py's."""
+import json
 import os
 import signal
 import time
@@ -18,15 +19,38 @@ def sim_objects():
     return [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
 
 
+def wait_released(env, stats, pids, at_least, timeout=60):
+    """Waits until the producer's interval records show every consumer in `pids` released at
+    least `at_least` batches: an event, not a time, so it holds under sanitizers too."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(stats) as f:
+                lines = [l for l in f.read().splitlines() if l.strip()]
+            last = json.loads(lines[-1]) if lines else {}
+        except (OSError, ValueError):
+            last = {}
+        done = {c["pid"] for c in last.get("consumers", []) if c["released"] >= at_least}
+        if set(pids) <= done:
+            return
+        time.sleep(0.05)
+    check(False, f"the consumers {sorted(pids)} did not release {at_least} batches each "
+                 f"within {timeout} s")
+
+
 def test_e2e_kill_consumer(env):
     stats = env.path("stats.json")
-    prod = env.producer("--wait-consumers", "3", "--epochs", "2", *GPU_OUTPUT, stats=stats)
+    # Library default heartbeats (a 5 s bound): the sanitizer builds run these too.
+    prod = env.producer("--wait-consumers", "3", "--epochs", "2", "--stats-interval", "0.1",
+                        *GPU_OUTPUT, stats=stats, hb=False)
     prod.wait_stderr("serving", 20)
     good = [env.consumer("--epochs", "2", "--normalize", "--delay-ms", str(d),
-                         name=f"consumer-delay{d}") for d in (0, 1)]
-    victim = env.consumer("--epochs", "2", "--normalize", "--delay-ms", "50", name="victim")
-    # The victim holds everyone to its pace (4 slots of slack): 1 s in is early in epoch 0.
-    time.sleep(1.0)
+                         name=f"consumer-delay{d}", hb=False) for d in (0, 1)]
+    victim = env.consumer("--epochs", "2", "--normalize", "--delay-ms", "50", name="victim",
+                          hb=False)
+    # The victim holds everyone to its pace (4 slots of slack): soon after all three joined is
+    # early in epoch 0 (waiting for the join, not a fixed time, holds under sanitizers).
+    wait_released(env, stats, [victim.pid], 2)
     check(victim.running(), "the slow consumer ended before it could be killed")
     victim.p.send_signal(signal.SIGKILL)
     victim.wait(5)
@@ -46,11 +70,14 @@ def test_e2e_kill_consumer(env):
 
 
 def test_e2e_kill_producer(env):
-    prod = env.producer("--wait-consumers", "2", "--epochs", "0", *GPU_OUTPUT)
+    stats = env.path("stats.json")
+    prod = env.producer("--wait-consumers", "2", "--epochs", "0", "--stats-interval", "0.1",
+                        *GPU_OUTPUT, stats=stats, hb=False)
     prod.wait_stderr("serving", 20)
-    cons = [env.consumer("--epochs", "0", "--normalize", "--delay-ms", "1", name=f"consumer{i}")
+    cons = [env.consumer("--epochs", "0", "--normalize", "--delay-ms", "1", name=f"consumer{i}",
+                         hb=False)
             for i in range(2)]
-    time.sleep(1.0)
+    wait_released(env, stats, [c.pid for c in cons], 2)
     for c in cons:
         check(c.running(), f"{c.name} ended before the producer was killed: {c.stdout()}")
     prod.p.send_signal(signal.SIGKILL)
@@ -74,10 +101,23 @@ TESTS = {
 }
 
 
+class SimEnv(Env):
+    """Env, plus: whatever a failed test's killed processes left on the simulated device goes
+    with the rest of the test's files."""
+
+    def cleanup(self):
+        super().cleanup()
+        for name in sim_objects():
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except OSError:
+                pass
+
+
 def make_env(args, test):
     os.environ["TSOCK_CUDA_SIM"] = "1"
     os.environ["TSOCK_CUDA_SIM_DEVICE"] = f"it{os.getpid()}"
-    return Env(args, test)
+    return SimEnv(args, test)
 
 
 if __name__ == "__main__":

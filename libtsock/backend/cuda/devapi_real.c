@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cuda/devapi.h"
 
@@ -69,13 +70,25 @@ last_raw(void)
     return (int)last;
 }
 
+/* Whether this machine (or container) shows an NVIDIA GPU at all: the driver's device nodes.
+ * Without them a runtime error (e.g. "insufficient driver" from a libcuda with no kernel
+ * driver behind it) means that no device exists, not that one exists and is unusable. */
+static int
+device_nodes_exist(void)
+{
+    return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0;
+}
+
 static int
 device_count(int *n)
 {
     *n = 0;
     int r = map(cudaGetDeviceCount(n));
-    if (r != TSOCK__DEV_OK)
+    if (r != TSOCK__DEV_OK) {
         (void)cudaGetLastError(); /* not sticky, but leave nothing for the next caller */
+        if (r != TSOCK__DEV_NO_DEVICE && !device_nodes_exist())
+            r = TSOCK__DEV_NO_DEVICE; /* last_raw still names the runtime's own error */
+    }
     return r;
 }
 

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Validates tsock's GPU path on a machine with an NVIDIA GPU, in one command, and writes one
+# report (docs/gpu.md says what has and has not run on real hardware; record the result there).
+#
+#   bash scripts/gpu-check.sh [--out DIR] [--quick]
+#
+# Steps (each one's log under DIR/logs; a failed step is reported and the rest still run):
+#   1. checks the GPU is there (nvidia-smi) and installs what is missing: the build deps
+#      (scripts/deps.sh: apt packages, numpy/pytest/torch/torchvision from PyPI), a CUDA
+#      toolkit >= 12.0 when nvcc is absent (apt's nvidia-cuda-toolkit, else NVIDIA's PyPI
+#      wheels nvidia-cuda-nvcc-cu12 + nvidia-cuda-runtime-cu12), and a torch built with CUDA
+#      when the installed one has none;
+#   2. builds (RelWithDebInfo, warnings as errors) and checks the build has the real runtime;
+#   3. ctest -L gpu (must run, not skip) and ctest -L gpusim;
+#   4. compute-sanitizer --tool memcheck, racecheck and synccheck on `gpu_ring content`;
+#   5. tsock-bench-gpu;
+#   6. the collocation benchmark with --device cuda: ResNet-18 and ResNet-50 jobs in mixed
+#      precision, shared (one tsock-producer --device cuda) versus independent (torchvision
+#      DataLoaders) loading, K = 1, 2, 4 jobs, at a fixed number of cores (--cpus, default: all);
+#   7. writes DIR/gpu-check-report.json and DIR/gpu-check-report.md.
+# --quick: K = 1, 2 and one epoch in step 6 (a smoke run).
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=$ROOT/build/gpu-check
+QUICK=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --out) OUT=$2; shift 2 ;;
+    --quick) QUICK=1; shift ;;
+    *) echo "usage: $0 [--out DIR] [--quick]" >&2; exit 2 ;;
+    esac
+done
+BUILD=$OUT/build
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+JOBS=$(nproc)
+STEPS=() # "name|status|log|detail" per step, for the report
+
+record() { STEPS+=("$1|$2|$3|$4"); echo "== $1: $2 ${4:+($4)}"; }
+
+# step NAME LOG COMMAND...: runs it, logs its output, records PASS or FAIL.
+step() {
+    local name=$1 log=$LOGS/$2.log
+    shift 2
+    echo "== $name: $*"
+    if "$@" >"$log" 2>&1; then
+        record "$name" PASS "$log" ""
+        return 0
+    fi
+    tail -n 30 "$log"
+    record "$name" FAIL "$log" "exit $?"
+    return 1
+}
+
+# ---- 1. the GPU and what is missing ----------------------------------------------------------
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >"$LOGS/nvidia-smi.log" 2>&1; then
+    echo "gpu-check: no NVIDIA GPU here (nvidia-smi missing or failing): nothing to check" >&2
+    cat "$LOGS/nvidia-smi.log" 2>/dev/null >&2
+    exit 1
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv \
+    >>"$LOGS/nvidia-smi.log" 2>&1
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)
+if nvidia-smi --query-gpu=compute_mode --format=csv,noheader | grep -qi exclusive; then
+    echo "gpu-check: the GPU is in an exclusive compute mode; producer and consumers cannot share" \
+        "it (nvidia-smi -c DEFAULT)" >&2
+fi
+
+# shellcheck source=deps.sh
+source "$ROOT/scripts/deps.sh"
+step deps deps tsock_install_deps
+step python-deps python-deps tsock_install_python_deps
+
+install_toolkit() {
+    if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+        return 0
+    fi
+    local sudo=()
+    [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && sudo=(sudo)
+    if command -v apt-get >/dev/null 2>&1 &&
+        "${sudo[@]}" apt-get install -y -q nvidia-cuda-toolkit </dev/null &&
+        nvcc --version | grep -Eq 'release (1[2-9]|[2-9][0-9])\.'; then
+        return 0
+    fi
+    # NVIDIA publishes the compiler and the runtime as wheels; point CMake at them.
+    python3 -m pip install --user nvidia-cuda-nvcc-cu12 nvidia-cuda-runtime-cu12 ||
+        python3 -m pip install --user --break-system-packages nvidia-cuda-nvcc-cu12 \
+            nvidia-cuda-runtime-cu12 || return 1
+    local base
+    base=$(python3 -c 'import nvidia.cuda_nvcc, os; print(os.path.dirname(nvidia.cuda_nvcc.__path__[0]))')
+    export PATH=$base/cuda_nvcc/bin:$PATH
+    export CUDAToolkit_ROOT=$base/cuda_nvcc
+    export CPATH=$base/cuda_runtime/include:${CPATH:-}
+    export LIBRARY_PATH=$base/cuda_runtime/lib:${LIBRARY_PATH:-}
+}
+step toolkit toolkit install_toolkit
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
+
+torch_cuda() { python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; }
+install_torch_cuda() {
+    torch_cuda && return 0
+    # The CPU wheel the test command installs has no CUDA: get the default (CUDA) build.
+    python3 -m pip install --user --upgrade --force-reinstall torch torchvision ||
+        python3 -m pip install --user --break-system-packages --upgrade --force-reinstall \
+            torch torchvision || return 1
+    torch_cuda
+}
+step torch-cuda torch-cuda install_torch_cuda
+
+# ---- 2. build ---------------------------------------------------------------------------------
+build() {
+    cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSOCK_WERROR=ON &&
+        grep -q 'cuda=ON' <(cmake -S "$ROOT" -B "$BUILD" 2>&1) &&
+        cmake --build "$BUILD" -j"$JOBS"
+}
+if ! step build build build; then
+    echo "gpu-check: the build failed or has no real CUDA runtime (cuda=OFF): see $LOGS/build.log" >&2
+fi
+
+# ---- 3. tests ---------------------------------------------------------------------------------
+gpu_tests() {
+    # Every gpu.* test must run: a skip here means the GPU was not usable, which is a failure.
+    local out=$LOGS/ctest-gpu.out rc
+    ctest --test-dir "$BUILD" -L '^gpu$' --output-on-failure -j1 >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    [ "$rc" -eq 0 ] && ! grep -q 'Skipped\|Not Run' "$out"
+}
+step ctest-gpu ctest-gpu gpu_tests
+step ctest-gpusim ctest-gpusim ctest --test-dir "$BUILD" -L gpusim --output-on-failure -j2
+
+# ---- 4. compute-sanitizer ---------------------------------------------------------------------
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+for tool in memcheck racecheck synccheck; do
+    # --target-processes all: the consumers are child processes of gpu_ring.
+    step "compute-sanitizer $tool" "sanitizer-$tool" "$SAN" --tool "$tool" \
+        --target-processes all --error-exitcode 9 "$BUILD/tests/gpu/gpu_ring" content
+done
+
+# ---- 5. benchmark -----------------------------------------------------------------------------
+bench() { "$BUILD/benchmarks/tsock-bench-gpu" --batches 1000 >"$OUT/bench-gpu.json"; }
+step tsock-bench-gpu bench-gpu bench
+
+# ---- 6. collocation with --device cuda --------------------------------------------------------
+KS=1,2,4 EPOCHS=2
+[ "$QUICK" = 1 ] && KS=1,2 EPOCHS=1
+colloc() {
+    python3 "$ROOT/benchmarks/collocation/run.py" --device cuda --models resnet18,resnet50 \
+        --ks "$KS" --epochs "$EPOCHS" --configs shared_py,torchvision \
+        --bin-dir "$BUILD/producer" --library "$BUILD/libtsock/libtsock.so" \
+        --out-dir "$OUT/collocation" --no-plots
+}
+mkdir -p "$OUT/collocation"
+step "collocation --device cuda" collocation colloc
+
+# ---- 7. report --------------------------------------------------------------------------------
+python3 - "$OUT" "$GPU" "$DRIVER" "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null)" "${STEPS[@]}" <<'PY'
+import json, os, sys
+out, gpu, driver, commit, *steps = sys.argv[1:]
+rows = [dict(zip(("step", "status", "log", "detail"), s.split("|", 3))) for s in steps]
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+report = {"gpu": gpu, "driver": driver, "commit": commit, "steps": rows,
+          "bench_gpu": load(os.path.join(out, "bench-gpu.json")),
+          "collocation": load(os.path.join(out, "collocation", "collocation_cuda.json"))}
+with open(os.path.join(out, "gpu-check-report.json"), "w") as f:
+    json.dump(report, f, indent=2)
+lines = [f"# tsock GPU check: {gpu} (driver {driver}), commit {commit}", "",
+         "| Step | Result | Log |", "|------|--------|-----|"]
+lines += [f"| {r['step']} | {r['status']} {r['detail']} | `{r['log']}` |" for r in rows]
+if report["bench_gpu"]:
+    lines += ["", "## tsock-bench-gpu", "", "```json", json.dumps(report["bench_gpu"], indent=2),
+              "```"]
+if report["collocation"]:
+    lines += ["", "## Collocation (--device cuda)", "", "| Config | Model | K | images/s per job | "
+              "CPU ms/image | data wait |", "|---|---|---|---|---|---|"]
+    for r in report["collocation"].get("results", []):
+        lines.append(f"| {r.get('config')} | {r.get('model')} | {r.get('k')} | "
+                     f"{r.get('images_per_s_per_job', 0):.1f} | {r.get('cpu_ms_per_image', 0):.2f} | "
+                     f"{r.get('data_wait', 0):.1%} |")
+with open(os.path.join(out, "gpu-check-report.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+print("\n".join(lines))
+failed = [r for r in rows if r["status"] != "PASS"]
+sys.exit(1 if failed else 0)
+PY
+rc=$?
+echo "report: $OUT/gpu-check-report.json, $OUT/gpu-check-report.md"
+exit $rc
