@@ -328,15 +328,33 @@ tsock_consumer_batches_per_epoch(const tsock_consumer *c)
 
 /* Batches the caller never released may still be read by work queued on its streams: wait
  * for their devices before BYE lets the producer refill the slots and before anything is
- * unmapped. Without mu: it blocks on the GPU, and only this thread changes `held`. */
+ * unmapped. The devices are listed under mu (the service thread finishes fenced releases
+ * meanwhile) and waited for without it: the wait blocks on the GPU. */
+#define MAX_SYNCS 16
 static void
 finish_work_on_held(tsock_consumer *c)
 {
-    for (tsock_batch *b = c->all_batches; b; b = b->next_all) {
+    struct {
+        const struct tsock__backend *ops;
+        int device;
+    } sync[MAX_SYNCS];
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    for (tsock_batch *b = c->all_batches; b && n < MAX_SYNCS; b = b->next_all) {
         const struct tsock__backend *ops = b->ring ? b->ring->ops : b->gather_ops;
-        if (b->held && b->device >= 0 && ops)
-            (void)ops->device_sync(b->device);
+        if (!b->held || b->device < 0 || !ops)
+            continue;
+        int known = 0;
+        for (int i = 0; i < n; i++)
+            known |= sync[i].ops == ops && sync[i].device == b->device;
+        if (!known) {
+            sync[n].ops = ops;
+            sync[n++].device = b->device;
+        }
     }
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < n; i++)
+        (void)sync[i].ops->device_sync(sync[i].device);
 }
 
 void
