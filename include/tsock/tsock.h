@@ -187,9 +187,9 @@ TSOCK_API int tsock_cuda_device_count(void);
 /* Copies `bytes` of device memory at `src` (e.g. tsock_batch_tensor_data of a batch whose
  * tensor is on TSOCK_DEVICE_CUDA, after tsock_batch_wait(batch, NULL)) to host memory at `dst`
  * owned by the caller, on CUDA device `device` (tsock_batch_device_index), on that device's
- * default stream (so it follows the wait), and returns once the copy is complete. For checks and tools, not for a training loop (it synchronises).
- * Any thread. Returns 0, -EINVAL (NULL pointer, device < 0), TSOCK_E_NO_DEVICE,
- * TSOCK_E_DEVICE_UNUSABLE or -EIO (logged). */
+ * default stream (so it follows the wait), and returns once the copy is complete. For checks and
+ * tools, not for a training loop (it synchronises). Any thread. Returns 0, -EINVAL (NULL pointer,
+ * device < 0), TSOCK_E_NO_DEVICE, TSOCK_E_DEVICE_UNUSABLE or -EIO (logged). */
 TSOCK_API int tsock_cuda_copy_to_host(void *dst, const void *src, size_t bytes, int device);
 
 /* Keeps the ring in the memory of CUDA device `device` (an ordinal as this process numbers its

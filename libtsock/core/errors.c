@@ -19,8 +19,7 @@ static const char *const tsock_messages[] = {
     [12] = "epoch interrupted: the producer went away mid-epoch; the next call starts a new one",
     [13] = "bad sample: a file could not be read or decoded (on-error fail)",
     [14] = "no usable GPU (no device, driver or runtime, bad device index, or no peer access)",
-    [15] = "a GPU exists but this process cannot use it (old driver, exclusive-process mode, "
-           "CUDA initialised before fork, or CUDA IPC blocked; see the log)",
+    [15] = "a GPU exists but this process cannot use it (old driver, exclusive mode, fork, IPC)",
 };
 
 /* Every code in the reserved range must have a message. */
