@@ -91,8 +91,7 @@ error_text(int raw)
         [TSOCK__DEV_NOT_READY] = "device not ready",
         [TSOCK__DEV_NO_DEVICE] = "no CUDA-capable device is detected (simulated)",
         [TSOCK__DEV_OLD_DRIVER] = "the driver is older than the runtime (simulated)",
-        [TSOCK__DEV_EXCLUSIVE] = "all devices busy or unavailable: exclusive-process mode "
-                                 "(simulated)",
+        [TSOCK__DEV_EXCLUSIVE] = "all devices busy: exclusive-process mode (simulated)",
         [TSOCK__DEV_FORK] = "initialization error: CUDA used before fork (simulated)",
         [TSOCK__DEV_IPC] = "mapping the IPC handle failed (simulated)",
         [TSOCK__DEV_OWN_HANDLE] = "a process opened its own IPC handle",
