@@ -292,14 +292,14 @@ def test_free_mode_drop_last_refused_and_len_learnt(tsock, endpoint):
             assert loader.epoch == 1
 
 
-@pytest.mark.xfail(reason="libtsock numbers a free-mode joiner's batches from epoch 0, index "
-                   "0, though tsock.h says free-mode epochs are the producer's marks: the "
-                   "binding cannot tell its first epoch is partial", strict=False)
 def test_free_mode_joiner_sees_partial_epoch(tsock, endpoint):
+    """A consumer joining Producer.run()'s stream in the middle of epoch 1 sees the producer's
+    epoch and position on its batches (tsock_slot_set_epoch: "consumers see these"), so its
+    first epoch is known to be partial; the next one is complete and numbered 2."""
     def batch(start):
         return {"image": np.full((4, 2), start, np.uint8), "index": np.arange(start, start + 4)}
 
-    with tsock.Producer(endpoint, batch_size=4, slots=4) as producer:
+    with tsock.Producer(endpoint, batch_size=4, slots=8) as producer:
         producer.start(batch(0))
         with tsock.DataLoader(endpoint, timeout=10, output="numpy") as first:
             producer.wait_consumers(1, timeout=10)
@@ -311,7 +311,13 @@ def test_free_mode_joiner_sees_partial_epoch(tsock, endpoint):
                 producer.publish(batch(12), epoch_end=True)
                 assert [i.tolist() for _, i in late] == [[12, 13, 14, 15]]
                 assert late.partial_epoch and late.epoch == 1
-            del first
+                producer.publish(batch(16))
+                producer.publish(batch(20), epoch_end=True)
+                assert [i.tolist() for _, i in late] == [[16, 17, 18, 19], [20, 21, 22, 23]]
+                assert not late.partial_epoch and late.epoch == 2
+                assert len(late) == 2
+            assert [i.tolist() for _, i in first] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+            assert first.epoch == 0 and not first.partial_epoch
 
 
 class _Squares:
