@@ -375,6 +375,8 @@ def main():
     args.stat = os.path.join(args.bin_dir, "tsock-stat")
     benchlib.find_programs(ap, args, args.stat)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    commit = benchlib.git_commit()  # at the start: the checkout may move on during the run
+    machine = benchlib.machine()  # with the load average at the start
     with tempfile.TemporaryDirectory(prefix="tsock-soak-") as workdir:
         soak = Soak(args, workdir)
         try:
@@ -403,8 +405,8 @@ def main():
     elif not any(p["started_s"] > reconn[0]["start_s"] for p in soak.producers[1:]):
         soak.problem("the reconnector did not live across the restart")
     summary = {
-        "benchmark": "soak", "commit": benchlib.git_commit(), "date": started,
-        "machine": benchlib.machine(), "load_avg_at_end": os.getloadavg(),
+        "benchmark": "soak", "commit": commit, "date": started,
+        "machine": machine, "load_avg_at_end": os.getloadavg(),
         "minutes": args.minutes, "tree": soak.tree_info,
         "config": {k: getattr(args, k) for k in ("random_lanes", "kill_fraction", "batch",
                                                  "image_size", "sample_s", "stat_s",
