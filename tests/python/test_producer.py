@@ -349,17 +349,26 @@ def test_serve_dataset_gives_a_late_joiner_exact_epochs(tsock, endpoint):
         producer.serve(_Squares(samples), epochs=3, seed=5, wait_consumers=1)))
     server.start()
     try:
-        def consume(name, batch_size, epochs, started=None):
+        # The producer serves 3 epochs (300 samples) and ends the stream, so b's two epochs
+        # must start within the first 100: a waits, once it has 24 samples, until b has joined
+        # (the ring, 4 slots, then holds the producer at most 32 samples ahead), and neither
+        # is paused between epochs (a long grace), which would move it on in the stream.
+        b_joined = threading.Event()
+
+        def consume(name, batch_size, epochs, started=None, joined=None):
             got = []
-            with tsock.DataLoader(endpoint, batch_size=batch_size, timeout=20,
-                                  output="numpy") as loader:
+            with tsock.DataLoader(endpoint, batch_size=batch_size, timeout=20, output="numpy",
+                                  epoch_grace=30) as loader:
+                if joined is not None:
+                    joined.set()
                 for _ in range(epochs):
                     epoch = []
                     for images, labels in loader:
                         assert (images[:, 0, 0] == labels % 251).all(), "bytes and label"
                         epoch += [int(v) for v in labels]
-                        if started is not None and len(epoch) >= 24:
+                        if started is not None and len(epoch) >= 24 and not started.is_set():
                             started.set()
+                            assert b_joined.wait(20), "the second consumer never joined"
                     got.append(epoch)
             results[name] = got
 
@@ -367,7 +376,8 @@ def test_serve_dataset_gives_a_late_joiner_exact_epochs(tsock, endpoint):
         a = threading.Thread(target=consume, args=("a", 8, 3, first_batches))
         a.start()
         assert first_batches.wait(20), "the first consumer got no batches"
-        consume("b", 11, 2)  # joins in the middle of the first consumer's first epoch
+        # b joins in the middle of the first consumer's first epoch
+        consume("b", 11, 2, joined=b_joined)
         a.join(30)
         server.join(30)
     finally:
