@@ -521,12 +521,14 @@ TSOCK_API void tsock_stats_destroy(tsock_stats *s);
 TSOCK_API uint32_t tsock_batch_samples(const tsock_batch *b); /* samples in this batch */
 /* Sequence number of the producer batch this batch starts in. */
 TSOCK_API uint64_t tsock_batch_seq(const tsock_batch *b);
-/* This consumer's epoch, counted from 0 at its first batch (in free mode too, where the epoch
- * ends follow the producer's marks). */
+/* This consumer's epoch, counted from 0 at its first batch. In free mode a consumer's epochs
+ * are the producer's: the epoch number is the producer's mark (tsock_slot_set_epoch). */
 TSOCK_API uint64_t tsock_batch_epoch(const tsock_batch *b);
 /* 1 when the batch is a zero-copy view of a slot, 0 when it was gathered from several. */
 TSOCK_API int tsock_batch_is_view(const tsock_batch *b);
-/* Position of this batch in its epoch, from 0, and a flag that it ends the epoch. */
+/* Position of this batch in its epoch, from 0, and a flag that it ends the epoch. In free mode
+ * an epoch's first batch carries the position of the producer batch it starts in, so the first
+ * epoch of a consumer that joined mid-epoch (a partial one) starts at a non-zero index. */
 TSOCK_API uint64_t tsock_batch_index_in_epoch(const tsock_batch *b);
 TSOCK_API int tsock_batch_is_epoch_end(const tsock_batch *b);
 

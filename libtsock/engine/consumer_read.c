@@ -161,6 +161,13 @@ begin_batch(tsock_consumer *c, uint32_t want)
         return -ENOMEM;
     uint32_t offset;
     const struct tsock__hold_batch *h = tsock__hold_table_head(&c->holds, &offset);
+    /* Free mode: a consumer epoch is a producer epoch, so it carries the producer's marks
+     * (tsock_slot_set_epoch). A consumer that joined mid-epoch then sees a first batch whose
+     * index is not 0 and can tell that epoch is partial. */
+    if (c->plan.n == 0 && c->plan.done == 0 && c->plan.index == 0) {
+        c->plan.epoch = h->epoch;
+        c->plan.index = h->index_in_epoch;
+    }
     b->samples = 0;
     b->free_end = 0;
     b->view_slot = UINT32_MAX;

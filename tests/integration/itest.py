@@ -10,6 +10,11 @@ class Failure(Exception):
     pass
 
 
+class Skip(Exception):
+    """The test cannot run here: reported as "SKIP: why" and exit status 77, which ctest counts
+    as skipped for tests registered with SKIP_RETURN_CODE 77."""
+
+
 def check(cond, what):
     if not cond:
         raise Failure(what)
@@ -18,7 +23,7 @@ def check(cond, what):
 def main(doc, tests, make_env, arguments):
     """Parses `TEST --option PATH ...` (`arguments`: (name, required) pairs), builds the test's
     environment with make_env(args, test) (an object with cleanup() and dump()), runs it and
-    returns the exit status."""
+    returns the exit status (0 passed, 1 failed, 77 skipped)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("test", choices=sorted(tests))
     for name, required in arguments:
@@ -32,6 +37,9 @@ def main(doc, tests, make_env, arguments):
         print(f"FAIL {args.test}: {e}")
         env.dump()
         return 1
+    except Skip as e:
+        print(f"SKIP: {args.test}: {e}")
+        return 77
     except Exception:
         env.dump()
         raise

@@ -18,7 +18,23 @@ IMAGES = 45  # regular images; --edge-cases adds 7 files per class
 BATCH = 16
 
 
-from itest import check, run  # the shared harness, beside this file
+from itest import Skip, check, run  # the shared harness, beside this file
+
+
+def io_uring_refused():
+    """None when this kernel lets this process set up an io_uring (asked directly, not through
+    tsock), else why not."""
+    import ctypes
+    nr = {"x86_64": 425, "aarch64": 425}.get(os.uname().machine)
+    if nr is None:
+        return f"io_uring_setup's number on {os.uname().machine} is not known here"
+    libc = ctypes.CDLL(None, use_errno=True)
+    params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+    fd = libc.syscall(nr, 4, params)
+    if fd < 0:
+        return f"io_uring_setup fails: {os.strerror(ctypes.get_errno())}"
+    os.close(fd)
+    return None
 
 
 class Env:
@@ -145,11 +161,39 @@ def test_determinism(env):
         check(rc == 0 and prc == 0, f"{extra}: consumer exit {rc}, producer exit {prc}")
         check(len(res["epoch_digests"]) == 2, f"{extra}: {res['epoch_digests']}")
         digests.append(res["epoch_digests"])
-        check(st["pipeline"]["read_mode"] == ("pread" if "pread" in extra else
-                                              st["pipeline"]["read_mode"]), "read mode")
+        mode = st["pipeline"]["read_mode"]
+        print(f"{extra}: read mode {mode}")
+        if "pread" in extra:
+            check(mode == "pread", f"--io pread read with {mode}")
+        else:  # that auto picks io_uring where it can is test_io_uring's to confirm
+            check(mode in ("uring", "pread"), f"--io auto: read mode {mode!r}")
     check(digests[0] == digests[1], f"workers/io change the bytes: {digests[0]} {digests[1]}")
     check(digests[0][0] != digests[0][1], "two epochs with the same crops")
     check(digests[2] != digests[0], "another seed gives the same bytes")
+
+
+def test_io_uring(env):
+    """Where the kernel allows io_uring, --io uring and --io auto both read with it (the final
+    record's read_mode says which reader ran) and deliver the same bytes as pread. Skipped,
+    loudly, where the kernel refuses io_uring or this build has no io_uring."""
+    why = io_uring_refused()
+    if why:
+        raise Skip(f"{why}: io_uring cannot be confirmed here")
+    tree = env.mkdataset("tree")
+    digests = {}
+    for io in ("uring", "auto", "pread"):
+        rc, res, prc, err, st = env.serve(tree, 1, "--workers", "1", "--io", io,
+                                          stats=f"{io}.json")
+        if io == "uring" and prc != 0 and "built without io_uring" in err:
+            raise Skip("this build has no io_uring (liburing was not found at configure time)")
+        check(rc == 0 and prc == 0, f"--io {io}: consumer exit {rc}, producer exit {prc}")
+        mode = st["pipeline"]["read_mode"]
+        print(f"--io {io}: read mode {mode}, {st['pipeline']['files_read']} files read")
+        check(mode == ("pread" if io == "pread" else "uring"), f"--io {io} read with {mode}")
+        check(st["pipeline"]["files_read"] > 0, f"--io {io}: no file read")
+        digests[io] = res["epoch_digests"]
+    check(digests["uring"] == digests["auto"] == digests["pread"],
+          f"io_uring and pread give other bytes: {digests}")
 
 
 def test_on_error_fail(env):
@@ -346,6 +390,7 @@ TESTS = {
     "status_line": test_status_line,
     "edge_cases": test_edge_cases,
     "determinism": test_determinism,
+    "io_uring": test_io_uring,
     "on_error_fail": test_on_error_fail,
     "index_cache": test_index_cache,
     "list": test_list,

@@ -9,8 +9,9 @@ finally block. Standard library only.
 
 The assertions are about behaviour (exit codes, what the consumers verified, what the
 producer reports, which files exist); waits are bounded so a hang fails instead of blocking,
-but no assertion depends on how fast something ran, except the 5 s bound on a consumer
-noticing a dead producer, which is the documented contract.
+and no assertion depends on how fast something ran. How fast a consumer notices a dead producer
+is printed, not asserted: the consumers wait for batches forever (--timeout-ms -1), so only the
+liveness mechanism can end them, and the error they end with says which one did.
 """
 import json
 import os
@@ -353,21 +354,24 @@ def test_kill_producer(env):
     prod.wait_stderr("serving", 10)
     shm = shm_objects(prod.pid)
     check(shm, "the producer maps no /dev/shm/tsock-* object")
-    # Library default heartbeats on the consumers: the 5 s bound is the default contract.
-    cons = [env.consumer("--epochs", "0", "--delay-ms", "1", name=f"consumer{i}", hb=False)
-            for i in range(2)]
-    time.sleep(1.0)
+    # Library default heartbeats on the consumers, and no timeout on next(): only the heartbeat
+    # timeout can end them, with TSOCK_E_PRODUCER_LOST.
+    cons = [env.consumer("--epochs", "0", "--delay-ms", "1", "--timeout-ms", "-1",
+                         name=f"consumer{i}", hb=False) for i in range(2)]
+    for c in cons:
+        wait_stat(env, f"{c.name} receiving", lambda snap, n=c.name: any(
+            x["name"] == n and x["batches"] > 0 for x in snap["consumers"]), timeout=60)
     for c in cons:
         check(c.running(), f"{c.name} ended before the producer was killed: {c.stdout()}")
     killed = time.monotonic()
     prod.p.send_signal(signal.SIGKILL)
     prod.wait(5)
     for c in cons:
-        rc = c.wait(10, "after the producer was killed")
+        rc = c.wait(60, "after the producer was killed")
         took = time.monotonic() - killed
         res = c.json()
-        print(f"{c.name} exited {took:.2f} s after the producer was killed")
-        check(took <= 5.0, f"{c.name} needed {took:.2f} s to notice the dead producer")
+        print(f"{c.name} exited {took:.2f} s after the producer was killed (heartbeat timeout "
+              f"3 s)")
         check(rc == 1, f"{c.name} exit code {rc}, expected 1")
         check(res["error"], f"{c.name}: no error text")
         check(res["error_code"] == TSOCK_E_PRODUCER_LOST,
@@ -400,9 +404,11 @@ def test_sigterm_producer(env):
     prod.wait_stderr("serving", 10)
     shm = shm_objects(prod.pid)
     check(shm, "the producer maps no /dev/shm/tsock-* object")
-    cons = [env.consumer("--epochs", "0", "--delay-ms", "1", name=f"consumer{i}")
-            for i in range(2)]
-    time.sleep(1.0)
+    cons = [env.consumer("--epochs", "0", "--delay-ms", "1", "--timeout-ms", "-1",
+                         name=f"consumer{i}") for i in range(2)]
+    for c in cons:
+        wait_stat(env, f"{c.name} receiving", lambda snap, n=c.name: any(
+            x["name"] == n and x["batches"] > 0 for x in snap["consumers"]), timeout=60)
     check(prod.running(), "the producer ended on its own")
     stopped = time.monotonic()
     prod.signal(signal.SIGTERM)
@@ -416,7 +422,7 @@ def test_sigterm_producer(env):
     for obj in shm:
         check(not shm_exists(obj), f"{obj[0]} left behind")
     for c in cons:
-        rc = c.wait(10, "after the producer stopped")
+        rc = c.wait(60, "after the producer stopped")
         took = time.monotonic() - stopped
         res = c.json()
         check(rc == 1, f"{c.name} exit code {rc}, expected 1")
@@ -424,7 +430,6 @@ def test_sigterm_producer(env):
               f"{c.name}: error_code {res['error_code']} ({res['error']}), expected "
               f"TSOCK_E_PRODUCER_STOPPED")
         print(f"{c.name} exited {took:.2f} s after the SIGTERM")
-        check(took <= 5.0, f"{c.name} needed {took:.2f} s to notice the stop")
         check(res["batches"] > 0, f"{c.name} received nothing")
         check_no_content_errors(res, c.name)
 
@@ -914,39 +919,47 @@ def test_join_late_exact(env):
 
 
 def test_pause_between_epochs(env):
-    """B lingers 2 s between its epochs; meanwhile A keeps receiving. If B held its slots while
-    lingering, A could receive at most `slots` more batches before stalling; it must receive
-    many more, in every quarter of B's pause."""
+    """B lingers between its epochs; meanwhile A keeps receiving. If B held its slots while
+    lingering, A could receive at most `slots` more batches before stalling until B's pause
+    ended. Decided by states, not by how fast anything ran: once tsock-stat shows B paused, it
+    holds nothing, and A receives more than `slots` further batches while B is still paused
+    (B's pause, 5 s, is hundreds of times what A needs for them; were the slots held, A would
+    stall for all of it)."""
     slots = 4
     prod = env.producer("--epochs", "0", slots=slots)
     prod.wait_stderr("serving", 10)
-    # A: 10 epochs of 64 batches at >= 5 ms each, so it outlasts B's first epoch plus 2 s.
-    a = env.consumer("--epochs", "10", "--delay-ms", "5", "--trace-times", name="A")
-    b = env.consumer("--epochs", "2", "--pause-between-epochs-ms", "2000", "--trace-times",
+    # A: 30 epochs of 64 batches of >= 5 ms each (>= 9.6 s), so it outlasts B's first epoch
+    # (B reads at A's pace) plus B's pause.
+    a = env.consumer("--epochs", "30", "--delay-ms", "5", "--trace-times", name="A")
+    b = env.consumer("--epochs", "2", "--pause-between-epochs-ms", "5000", "--trace-times",
                      name="B", grace=False)
-    ra = wait_json(a, 25)
-    rb = wait_json(b, 25)
-    check_exact(ra, "A", 10)
+
+    def entry(snap, name):
+        return next((x for x in snap["consumers"] if x["name"] == name), None)
+
+    snap = wait_stat(env, "B paused", lambda sn: (entry(sn, "B") or {}).get("paused"), 60)
+    check(entry(snap, "B")["held"] == 0, f"B holds slots while paused: {entry(snap, 'B')}")
+    a_then = entry(snap, "A")["batches"]
+    snap = wait_stat(env, f"A receiving more than {slots} batches during B's pause",
+                     lambda sn: not (entry(sn, "B") or {}).get("paused")
+                     or entry(sn, "A")["batches"] > a_then + slots, 60)
+    check(entry(snap, "B") and entry(snap, "B")["paused"],
+          f"B's pause ended before A received {slots + 1} batches: A stalled ({snap})")
+    ra = wait_json(a, 60)
+    rb = wait_json(b, 60)
+    check_exact(ra, "A", 30)
     check_exact(rb, "B", 2)
-    # B's pause: from the batch that ended its epoch 0 to the first batch of its epoch 1, on
-    # the shared monotonic clock.
+    # The same from the consumers' own traces: B's pause, from the batch that ended its epoch 0
+    # to the first batch of its epoch 1, on the shared monotonic clock.
     pause_from = rb["start_monotonic_s"] + rb["epoch_end_times_s"][0]
     pause_to = rb["start_monotonic_s"] + rb["epoch_start_times_s"][1]
-    check(pause_to - pause_from >= 2.0, f"B's pause lasted {pause_to - pause_from:.3f} s")
+    check(pause_to - pause_from >= 5.0, f"B's pause lasted {pause_to - pause_from:.3f} s")
     times = [ra["start_monotonic_s"] + t for t in ra["batch_times_s"]]
     check(len(times) == ra["batches"], f"A traced {len(times)} of {ra['batches']} batches")
-    check(times[0] < pause_from and times[-1] > pause_to,
-          "A did not run all through B's pause (the scenario is mis-sized): A from "
-          f"{times[0]:.3f} to {times[-1]:.3f}, pause from {pause_from:.3f} to {pause_to:.3f}")
     inside = [t for t in times if pause_from < t < pause_to]
-    quarter = (pause_to - pause_from) / 4
-    per_quarter = [sum(1 for t in inside if pause_from + i * quarter < t
-                       <= pause_from + (i + 1) * quarter) for i in range(4)]
-    print(f"B paused {pause_to - pause_from:.3f} s; A received {len(inside)} batches meanwhile "
-          f"(per quarter {per_quarter}), {slots} slots")
+    print(f"B paused {pause_to - pause_from:.3f} s; A received {len(inside)} batches meanwhile, "
+          f"{slots} slots")
     check(len(inside) > slots, f"A received only {len(inside)} batches during B's pause")
-    for i, n in enumerate(per_quarter):
-        check(n > slots, f"A received {n} batches in quarter {i} of B's pause (slots {slots})")
     prod.signal(signal.SIGTERM)
     rc = prod.wait(10, "after SIGTERM")
     check(rc == 0, f"producer exit code {rc}")

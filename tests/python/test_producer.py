@@ -210,8 +210,9 @@ def test_finish_ends_the_stream_after_the_batches_sent(tsock, endpoint):
         producer.publish(batch, epoch_end=True)
         producer.finish()
         producer.close()
-        # Copies: a batch is valid only until the next one is requested, and once the stream
-        # ended and nothing is held the consumer unmaps the finished session's ring.
+        # Copies: a batch's views are released when the next is asked for, and once the
+        # stream has ended and nothing is held the consumer unmaps the ring (reading the
+        # views after list() crashed now and then).
         (a,), (b,) = [tuple(x.copy() for x in item) for item in loader]
         assert np.array_equal(a, np.arange(4)) and np.array_equal(b, np.arange(4))
         with pytest.raises(tsock.EndOfStream):
@@ -294,14 +295,14 @@ def test_free_mode_drop_last_refused_and_len_learnt(tsock, endpoint):
             assert loader.epoch == 1
 
 
-@pytest.mark.xfail(reason="libtsock numbers a free-mode joiner's batches from epoch 0, index "
-                   "0, though tsock.h says free-mode epochs are the producer's marks: the "
-                   "binding cannot tell its first epoch is partial", strict=False)
 def test_free_mode_joiner_sees_partial_epoch(tsock, endpoint):
+    """A consumer joining Producer.run()'s stream in the middle of epoch 1 sees the producer's
+    epoch and position on its batches (tsock_slot_set_epoch: "consumers see these"), so its
+    first epoch is known to be partial; the next one is complete and numbered 2."""
     def batch(start):
         return {"image": np.full((4, 2), start, np.uint8), "index": np.arange(start, start + 4)}
 
-    with tsock.Producer(endpoint, batch_size=4, slots=4) as producer:
+    with tsock.Producer(endpoint, batch_size=4, slots=8) as producer:
         producer.start(batch(0))
         with tsock.DataLoader(endpoint, timeout=10, output="numpy") as first:
             producer.wait_consumers(1, timeout=10)
@@ -313,7 +314,13 @@ def test_free_mode_joiner_sees_partial_epoch(tsock, endpoint):
                 producer.publish(batch(12), epoch_end=True)
                 assert [i.tolist() for _, i in late] == [[12, 13, 14, 15]]
                 assert late.partial_epoch and late.epoch == 1
-            del first
+                producer.publish(batch(16))
+                producer.publish(batch(20), epoch_end=True)
+                assert [i.tolist() for _, i in late] == [[16, 17, 18, 19], [20, 21, 22, 23]]
+                assert not late.partial_epoch and late.epoch == 2
+                assert len(late) == 2
+            assert [i.tolist() for _, i in first] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+            assert first.epoch == 0 and not first.partial_epoch
 
 
 class _Squares:
@@ -342,17 +349,26 @@ def test_serve_dataset_gives_a_late_joiner_exact_epochs(tsock, endpoint):
         producer.serve(_Squares(samples), epochs=3, seed=5, wait_consumers=1)))
     server.start()
     try:
-        def consume(name, batch_size, epochs, started=None):
+        # The producer serves 3 epochs (300 samples) and ends the stream, so b's two epochs
+        # must start within the first 100: a waits, once it has 24 samples, until b has joined
+        # (the ring, 4 slots, then holds the producer at most 32 samples ahead), and neither
+        # is paused between epochs (a long grace), which would move it on in the stream.
+        b_joined = threading.Event()
+
+        def consume(name, batch_size, epochs, started=None, joined=None):
             got = []
-            with tsock.DataLoader(endpoint, batch_size=batch_size, timeout=20,
-                                  output="numpy") as loader:
+            with tsock.DataLoader(endpoint, batch_size=batch_size, timeout=20, output="numpy",
+                                  epoch_grace=30) as loader:
+                if joined is not None:
+                    joined.set()
                 for _ in range(epochs):
                     epoch = []
                     for images, labels in loader:
                         assert (images[:, 0, 0] == labels % 251).all(), "bytes and label"
                         epoch += [int(v) for v in labels]
-                        if started is not None and len(epoch) >= 24:
+                        if started is not None and len(epoch) >= 24 and not started.is_set():
                             started.set()
+                            assert b_joined.wait(20), "the second consumer never joined"
                     got.append(epoch)
             results[name] = got
 
@@ -360,7 +376,8 @@ def test_serve_dataset_gives_a_late_joiner_exact_epochs(tsock, endpoint):
         a = threading.Thread(target=consume, args=("a", 8, 3, first_batches))
         a.start()
         assert first_batches.wait(20), "the first consumer got no batches"
-        consume("b", 11, 2)  # joins in the middle of the first consumer's first epoch
+        # b joins in the middle of the first consumer's first epoch
+        consume("b", 11, 2, joined=b_joined)
         a.join(30)
         server.join(30)
     finally:

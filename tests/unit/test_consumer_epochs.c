@@ -73,7 +73,8 @@ struct reader {
     uint32_t batch_size;
     int drop_last;
     int epochs;
-    int pause_ms;      /* linger after each epoch */
+    int linger; /* after each epoch but the last, linger until told to go on */
+    atomic_int lingering, go_on;
     int join_after_ms; /* connect late */
     int grace_ms;
     atomic_int batches;
@@ -132,11 +133,29 @@ run_reader(void *arg)
         if (end) {
             check_epoch(r, seen, expect);
             e++;
-            usleep((useconds_t)r->pause_ms * 1000);
+            if (r->linger && e < r->epochs) {
+                atomic_store(&r->lingering, 1);
+                while (!atomic_load(&r->go_on))
+                    usleep(1000);
+                atomic_store(&r->go_on, 0);
+                atomic_store(&r->lingering, 0);
+            }
         }
     }
     tsock_consumer_destroy(c);
     return NULL;
+}
+
+/* Waits until *v reaches `at_least`; 0 after `bound_s` seconds (a bound against hangs only). */
+static int
+wait_for(atomic_int *v, int at_least, int bound_s)
+{
+    for (long i = 0; i < bound_s * 1000L; i++) {
+        if (atomic_load(v) >= at_least)
+            return 1;
+        usleep(1000);
+    }
+    return atomic_load(v) >= at_least;
 }
 
 /* Four batch sizes, one consumer joining while the others are mid-epoch: every epoch exact. */
@@ -167,26 +186,29 @@ test_batch_sizes_and_late_join(void)
     stop(p, pt);
 }
 
-/* A consumer lingering 1 s between epochs: the other keeps receiving far more batches than the
- * ring has slots meanwhile, so the lingering one holds nothing; its next epoch is exact. */
+/* A consumer lingering between epochs (until the test tells it to go on, not for a time): the
+ * other keeps receiving far more batches than the ring has slots meanwhile, so the lingering one
+ * holds nothing; its next epoch is exact. Were the slots held, the running consumer would stall
+ * after at most 4 x SLOTS batches and the wait below would fail at its bound, however fast or
+ * slow the machine. */
 static void
 test_pause_does_not_stall_others(void)
 {
     pthread_t pt, ta, tb;
     tsock_producer *p = start_producer(&pt);
     struct reader running = {.batch_size = 16, .epochs = 1000000, .grace_ms = 100};
-    struct reader pausing = {.batch_size = 64, .epochs = 2, .pause_ms = 1000, .grace_ms = 0};
+    struct reader pausing = {.batch_size = 64, .epochs = 2, .linger = 1, .grace_ms = 0};
     pthread_create(&ta, NULL, run_reader, &running);
     pthread_create(&tb, NULL, run_reader, &pausing);
     /* Wait until the pausing consumer finished its first epoch and is lingering. */
-    while (atomic_load(&pausing.batches) < (SAMPLES + BATCH - 1) / BATCH)
-        usleep(1000);
-    usleep(100000);
+    CHECK(wait_for(&pausing.lingering, 1, 60));
+    /* 4 consumer batches per producer batch: 4x the ring, and then some. */
     int before = atomic_load(&running.batches);
-    usleep(700000);
-    int during = atomic_load(&running.batches) - before;
-    printf("running consumer got %d batches while its peer lingered\n", during);
-    CHECK(during > 16 * SLOTS); /* 4 consumer batches per producer batch: 4x the ring */
+    CHECK(wait_for(&running.batches, before + 16 * SLOTS + 1, 60));
+    printf("running consumer got %d batches while its peer lingered\n",
+           atomic_load(&running.batches) - before);
+    CHECK_EQ(atomic_load(&pausing.lingering), 1);
+    atomic_store(&pausing.go_on, 1);
     pthread_join(tb, NULL);
     CHECK_EQ(pausing.error, 0);
     CHECK_EQ(pausing.bad_epochs, 0);

@@ -16,6 +16,12 @@
 #define SAMPLES 1000
 #define BATCH 64
 #define SLOTS 4
+/* Bounds on waits that must end: against hangs only, so generous enough for a loaded machine
+ * under TSan. Heartbeat timeouts of live peers are as long, so that no test's outcome depends
+ * on a thread being scheduled within some time; only the silent peer's is short. */
+#define BOUND_MS 60000
+#define LIVE_TIMEOUT_MS 60000
+#define SILENT_TIMEOUT_MS 600
 
 static char endpoint[256];
 
@@ -40,13 +46,13 @@ make_layout(void)
 }
 
 static tsock_producer *
-start_producer(uint64_t epochs)
+start_producer(uint64_t epochs, int heartbeat_timeout_ms)
 {
     tsock_layout *layout = make_layout();
     tsock_producer *p = NULL;
     CHECK_EQ(tsock_producer_create(&p, endpoint, layout, BATCH, SLOTS), 0);
     tsock_layout_destroy(layout);
-    CHECK_EQ(tsock_producer_set_heartbeat(p, 50, 600), 0);
+    CHECK_EQ(tsock_producer_set_heartbeat(p, 50, heartbeat_timeout_ms), 0);
     CHECK_EQ(tsock_producer_set_sampler(p, SAMPLES, 7, epochs), 0);
     CHECK_EQ(tsock_producer_start(p), 0);
     return p;
@@ -57,7 +63,7 @@ static int
 produce_one(tsock_producer *p)
 {
     tsock_slot *slot;
-    int err = tsock_producer_acquire(p, 5000, &slot);
+    int err = tsock_producer_acquire(p, BOUND_MS, &slot);
     if (err < 0)
         return err;
     uint32_t n = tsock_slot_planned(slot);
@@ -103,7 +109,7 @@ read_epochs(void *arg)
     memset(seen, 0, sizeof seen);
     while (r->epochs_done < r->epochs_wanted) {
         tsock_batch *b;
-        int err = tsock_consumer_next(r->c, 5000, &b);
+        int err = tsock_consumer_next(r->c, BOUND_MS, &b);
         if (err < 0) {
             r->final_error = err;
             return NULL;
@@ -119,7 +125,7 @@ read_epochs(void *arg)
             CHECK_EQ(tsock_consumer_release(r->c, b), 0);
     }
     tsock_batch *b;
-    r->final_error = tsock_consumer_next(r->c, 5000, &b);
+    r->final_error = tsock_consumer_next(r->c, BOUND_MS, &b);
     return NULL;
 }
 
@@ -128,8 +134,8 @@ connect_consumer(void)
 {
     tsock_consumer *c = NULL;
     CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
-    CHECK_EQ(tsock_consumer_set_heartbeat(c, 50, 600), 0);
-    CHECK_EQ(tsock_consumer_start(c, 5000), 0);
+    CHECK_EQ(tsock_consumer_set_heartbeat(c, 50, LIVE_TIMEOUT_MS), 0);
+    CHECK_EQ(tsock_consumer_start(c, BOUND_MS), 0);
     return c;
 }
 
@@ -139,14 +145,14 @@ static void
 test_two_consumers_exact_epochs(void)
 {
     make_endpoint("two");
-    tsock_producer *p = start_producer(2);
+    tsock_producer *p = start_producer(2, LIVE_TIMEOUT_MS);
     struct reader r[2] = {{.epochs_wanted = 2}, {.epochs_wanted = 2}};
     pthread_t t[2];
     for (int i = 0; i < 2; i++) {
         r[i].c = connect_consumer();
         pthread_create(&t[i], NULL, read_epochs, &r[i]);
     }
-    CHECK_EQ(tsock_producer_wait_consumers(p, 2, 5000), 2);
+    CHECK_EQ(tsock_producer_wait_consumers(p, 2, BOUND_MS), 2);
     int err;
     while ((err = produce_one(p)) == 0)
         ;
@@ -175,7 +181,7 @@ static void
 test_silent_consumer_is_reclaimed(void)
 {
     make_endpoint("silent");
-    tsock_producer *p = start_producer(0);
+    tsock_producer *p = start_producer(0, SILENT_TIMEOUT_MS);
     void *ctx = zmq_ctx_new();
     void *raw = zmq_socket(ctx, ZMQ_DEALER);
     CHECK_EQ(zmq_connect(raw, endpoint), 0);
@@ -184,12 +190,12 @@ test_silent_consumer_is_reclaimed(void)
     int n = tsock__msg_encode(&hello, buf, sizeof buf);
     CHECK(n > 0);
     CHECK_EQ(zmq_send(raw, buf, (size_t)n, 0), n);
-    CHECK_EQ(tsock_producer_wait_consumers(p, 1, 5000), 1);
+    CHECK_EQ(tsock_producer_wait_consumers(p, 1, BOUND_MS), 1);
     for (int i = 0; i < SLOTS; i++)
         CHECK_EQ(produce_one(p), 0);
     tsock_slot *slot;
     CHECK_EQ(tsock_producer_acquire(p, 0, &slot), -ETIMEDOUT); /* all held: nothing dropped */
-    CHECK_EQ(tsock_producer_acquire(p, 5000, &slot), 0);       /* reclaimed after 600 ms */
+    CHECK_EQ(tsock_producer_acquire(p, BOUND_MS, &slot), 0);   /* reclaimed after 600 ms */
     CHECK_EQ(tsock_producer_publish(p, slot, tsock_slot_planned(slot)), 0);
     uint64_t held = 99, lost = 0;
     CHECK_EQ(tsock_producer_stat(p, -1, TSOCK_STAT_HELD, &held), 0);
@@ -207,17 +213,17 @@ static void
 test_destroy_while_holding(void)
 {
     make_endpoint("holding");
-    tsock_producer *p = start_producer(0);
+    tsock_producer *p = start_producer(0, LIVE_TIMEOUT_MS);
     tsock_consumer *c = connect_consumer();
-    CHECK_EQ(tsock_producer_wait_consumers(p, 1, 5000), 1);
+    CHECK_EQ(tsock_producer_wait_consumers(p, 1, BOUND_MS), 1);
     for (int i = 0; i < SLOTS; i++)
         CHECK_EQ(produce_one(p), 0);
     tsock_batch *b;
-    CHECK_EQ(tsock_consumer_next(c, 5000, &b), 0);
+    CHECK_EQ(tsock_consumer_next(c, BOUND_MS, &b), 0);
     tsock_slot *slot;
     CHECK_EQ(tsock_producer_acquire(p, 0, &slot), -ETIMEDOUT);
     tsock_consumer_destroy(c);
-    CHECK_EQ(tsock_producer_acquire(p, 2000, &slot), 0);
+    CHECK_EQ(tsock_producer_acquire(p, BOUND_MS, &slot), 0);
     uint64_t lost = 1;
     CHECK_EQ(tsock_producer_stat(p, -1, TSOCK_STAT_LOST, &lost), 0);
     CHECK_EQ(lost, 0); /* a goodbye, not a timeout */
@@ -250,19 +256,19 @@ static void
 test_goodbye_while_busy(void)
 {
     make_endpoint("goodbye");
-    tsock_producer *p = start_producer(0);
+    tsock_producer *p = start_producer(0, LIVE_TIMEOUT_MS);
     struct reader steady = {.epochs_wanted = 1000000};
     steady.c = connect_consumer();
     pthread_t reader_thread, pump_thread;
     pthread_create(&reader_thread, NULL, read_epochs, &steady);
-    CHECK_EQ(tsock_producer_wait_consumers(p, 1, 5000), 1);
+    CHECK_EQ(tsock_producer_wait_consumers(p, 1, BOUND_MS), 1);
     struct pump pm = {.p = p};
     pthread_create(&pump_thread, NULL, pump_main, &pm);
     for (int round = 0; round < 30; round++) {
         tsock_consumer *c = connect_consumer();
         for (int i = 0; i < 3 + round % 5; i++) {
             tsock_batch *b;
-            CHECK_EQ(tsock_consumer_next(c, 5000, &b), 0);
+            CHECK_EQ(tsock_consumer_next(c, BOUND_MS, &b), 0);
             CHECK_EQ(tsock_consumer_release(c, b), 0);
         }
         tsock_consumer_destroy(c); /* BYE, then the socket closes */
@@ -286,9 +292,9 @@ static void
 test_producer_stop_reaches_consumer(void)
 {
     make_endpoint("stop");
-    tsock_producer *p = start_producer(0);
+    tsock_producer *p = start_producer(0, LIVE_TIMEOUT_MS);
     tsock_consumer *c = connect_consumer();
-    CHECK_EQ(tsock_producer_wait_consumers(p, 1, 5000), 1);
+    CHECK_EQ(tsock_producer_wait_consumers(p, 1, BOUND_MS), 1);
     CHECK_EQ(produce_one(p), 0);
     tsock_producer_destroy(p);
     tsock_batch *b;
@@ -304,7 +310,7 @@ static void
 test_garbage_is_rejected(void)
 {
     make_endpoint("garbage");
-    tsock_producer *p = start_producer(0);
+    tsock_producer *p = start_producer(0, LIVE_TIMEOUT_MS);
     void *ctx = zmq_ctx_new();
     void *raw = zmq_socket(ctx, ZMQ_DEALER);
     CHECK_EQ(zmq_connect(raw, endpoint), 0);
@@ -317,10 +323,10 @@ test_garbage_is_rejected(void)
     tsock_consumer *c = connect_consumer(); /* still serves a real consumer */
     CHECK_EQ(produce_one(p), 0);
     tsock_batch *b;
-    CHECK_EQ(tsock_consumer_next(c, 5000, &b), 0);
+    CHECK_EQ(tsock_consumer_next(c, BOUND_MS, &b), 0);
     CHECK_EQ(tsock_consumer_release(c, b), 0);
     uint64_t bad = 0;
-    for (int i = 0; i < 100 && bad < 3; i++) {
+    for (int i = 0; i < BOUND_MS / 10 && bad < 3; i++) {
         usleep(10000);
         CHECK_EQ(tsock_producer_stat(p, -1, TSOCK_STAT_BAD_MESSAGES, &bad), 0);
     }
