@@ -3,6 +3,7 @@
  * the channel, sends releases and watches stream-ordered release fences. Every handler runs on
  * the service thread with `mu` held. */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -368,6 +369,9 @@ service_main(void *arg)
             tsock__consumer_poll_fences(c);
         send_releases(c);
         tsock__consumer_close_ring_if_unused(c);
+        /* tsock_consumer_cancel woke us through the channel: pass it on to the caller. */
+        if (tsock__consumer_cancelled(c))
+            pthread_cond_broadcast(&c->cond);
     }
     if (c->welcomed && c->terminal_error != TSOCK_E_PRODUCER_LOST)
         send_msg(c, TSOCK__MSG_BYE);
@@ -378,7 +382,13 @@ service_main(void *arg)
 int
 tsock__consumer_service_start(tsock_consumer *c)
 {
+    /* The thread takes no signals: they belong to the application's threads, whose handler
+     * may cancel this consumer (tsock_consumer_cancel) while it waits. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     int err = pthread_create(&c->thread, NULL, service_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err)
         return -err;
     c->thread_started = 1;
