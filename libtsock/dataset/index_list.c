@@ -145,6 +145,8 @@ tsock__index_scan_list_until(const char *list_path, int threads, const atomic_in
         return -EINVAL;
     *out = NULL;
     fd = open(list_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == EINTR && cancel && atomic_load(cancel))
+        return TSOCK_E_CANCELLED; /* the signal that cancelled us cut a hung open short */
     if (fd < 0) {
         r = -errno;
         tsock__log(TSOCK_LOG_ERROR, "index: cannot open list %s: %s", list_path, strerror(-r));
