@@ -120,7 +120,8 @@ usage(FILE *f)
             "  --help                     show this help\n"
             "\n"
             "Exit status: 0 clean run, 1 library error (producer lost or stopped, timeout,\n"
-            "stream ended early), 2 bad usage, 3 a check failed, 130 interrupted.\n");
+            "stream ended early), 2 bad usage, 3 a check failed, 130 SIGINT, 143 SIGTERM\n"
+            "(at any time, the wait for a producer included).\n");
 }
 
 static uint64_t
