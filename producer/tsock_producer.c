@@ -384,8 +384,9 @@ serve(struct server *s)
 /* SIGINT and SIGTERM set a flag, which the loop polls between library calls that never block
  * longer than POLL_MS, and cancel what the program waits for (see on_signal); no SA_RESTART,
  * so a blocked call returns early. They are blocked while the library starts its producer
- * threads (which inherit the mask), so they reach this one; the index scan runs unblocked (its
- * helper threads end with it, and the pipeline's workers block every signal themselves). */
+ * threads (which inherit the mask), so they reach this one; the index scan runs unblocked, so
+ * a signal cuts a hung system call of this thread short (the scan's helper threads and the
+ * pipeline's workers block every signal themselves). */
 static void
 setup_signals(void)
 {

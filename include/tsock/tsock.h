@@ -17,9 +17,11 @@
  *  - Handles are opaque. Each *_create has a *_destroy; destroying NULL does nothing.
  *  - Options are set with setters after *_create and before *_start.
  *  - The library never prints, exits or aborts. Diagnostics go to the log callback.
- *  - A producer handle is used by one thread at a time; so is a consumer handle. Each runs one
- *    internal service thread of its own for the socket, heartbeats and liveness, so a caller
- *    that is busy (decoding, training) for a long time is never taken for dead.
+ *  - A producer handle is used by one thread at a time; so is a consumer handle (except for
+ *    tsock_producer_cancel and tsock_consumer_cancel: any thread, or a signal handler). Each
+ *    runs one internal service thread of its own for the socket, heartbeats and liveness, so a
+ *    caller that is busy (decoding, training) for a long time is never taken for dead. The
+ *    library's threads block every signal, so signals reach the application's threads.
  */
 #ifndef TSOCK_TSOCK_H
 #define TSOCK_TSOCK_H
