@@ -23,13 +23,15 @@
  *
  * Exit status: 0 the run completed and every check passed; 1 a library error ended the run
  * (producer lost or stopped, timeout, stream ended before --epochs epochs); 2 bad command line;
- * 3 the run completed but a check failed; 130 interrupted by SIGINT/SIGTERM.
+ * 3 the run completed but a check failed; 128 + the signal's number when SIGINT (130) or
+ * SIGTERM (143) interrupted it, at any time, the wait for a producer included.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,11 +49,17 @@
 #define POLL_MS 100
 
 static volatile sig_atomic_t g_signal;
+/* The consumer whose wait the signal handler cancels (async-signal-safe): the start may wait
+ * forever (--connect-timeout-ms -1) for a producer that never comes. */
+static tsock_consumer *_Atomic g_consumer;
 
 static void
 on_signal(int sig)
 {
     g_signal = sig;
+    tsock_consumer *c = atomic_load(&g_consumer);
+    if (c)
+        tsock_consumer_cancel(c);
 }
 
 static void
@@ -118,7 +126,8 @@ usage(FILE *f)
             "  --help                     show this help\n"
             "\n"
             "Exit status: 0 clean run, 1 library error (producer lost or stopped, timeout,\n"
-            "stream ended early), 2 bad usage, 3 a check failed, 130 interrupted.\n");
+            "stream ended early), 2 bad usage, 3 a check failed, 130 SIGINT, 143 SIGTERM\n"
+            "(at any time, the wait for a producer included).\n");
 }
 
 static uint64_t
@@ -843,7 +852,7 @@ next_batch(tsock_consumer *c, const struct config *cfg, tsock_batch **b)
                 slice = (int)left;
         }
         int rc = tsock_consumer_next(c, slice, b);
-        if (rc != -ETIMEDOUT && rc != -EINTR)
+        if (rc != -ETIMEDOUT && rc != -EINTR && rc != TSOCK_E_CANCELLED)
             return rc;
         if (g_signal)
             return rc;
@@ -958,6 +967,7 @@ main(int argc, char **argv)
         error_code = rc;
         goto out;
     }
+    atomic_store(&g_consumer, c);
     if (g_signal)
         goto out;
     if ((rc = configure(c, &cfg, &failed_call)) < 0) {
@@ -965,6 +975,8 @@ main(int argc, char **argv)
         goto out;
     }
     rc = tsock_consumer_start(c, (int)cfg.connect_timeout_ms);
+    if (rc == TSOCK_E_CANCELLED && g_signal)
+        goto out; /* interrupted while waiting for the producer */
     if (rc < 0) {
         failed_call = "tsock_consumer_start";
         error_code = rc;
@@ -1007,7 +1019,7 @@ main(int argc, char **argv)
                 break; /* running until the stream ends: this is the clean end */
         }
         if (rc < 0) {
-            if (g_signal && (rc == -ETIMEDOUT || rc == -EINTR))
+            if (g_signal && (rc == -ETIMEDOUT || rc == -EINTR || rc == TSOCK_E_CANCELLED))
                 break;
             failed_call = "tsock_consumer_next";
             error_code = rc;
@@ -1066,8 +1078,8 @@ out:;
         fprintf(stderr, PROG ": %s: %s\n", failed_call, error);
         exit_code = 1;
     } else if (g_signal) {
-        error = "interrupted by a signal";
-        exit_code = 130;
+        error = g_signal == SIGTERM ? "interrupted by SIGTERM" : "interrupted by SIGINT";
+        exit_code = 128 + g_signal;
     } else if (error) {
         fprintf(stderr, PROG ": %s\n", error);
         exit_code = 3;
@@ -1076,7 +1088,10 @@ out:;
                r.epoch_size_errors) {
         exit_code = 3;
     }
-    /* Releases what is still held and says goodbye, so the producer can reuse the slots now. */
+    /* Releases what is still held and says goodbye, so the producer can reuse the slots now.
+     * The handler runs on this thread only (the library's threads block signals), so it is not
+     * inside a cancel of c here. */
+    atomic_store(&g_consumer, NULL);
     tsock_consumer_destroy(c);
     double wall_s = (double)(now_ns() - t_start) * 1e-9;
     if (cfg.json) {

@@ -6,13 +6,14 @@
  * slots. The library's sampler decides which sample ids go into each batch; this program fills
  * the slots it is handed, publishes them and reports (producer_report.h).
  *
- * Exit status: 0 after a complete run or a SIGINT/SIGTERM, 1 on an error, 2 on a bad command
- * line.
+ * Exit status: 0 after a complete run or a SIGINT/SIGTERM (at any time, the index scan
+ * included), 1 on an error, 2 on a bad command line.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,11 +34,22 @@
 #define DRAIN_MS 10000
 
 static volatile sig_atomic_t g_signal;
+/* What the signal handler cancels: the pipeline while it indexes (a scan of a cold network
+ * disk takes minutes), the producer's blocked wait while it serves. Both cancels are
+ * async-signal-safe. */
+static tsock_pipeline *_Atomic g_indexing;
+static tsock_producer *_Atomic g_serving;
 
 static void
 on_signal(int sig)
 {
     g_signal = sig;
+    tsock_pipeline *pl = atomic_load(&g_indexing);
+    if (pl)
+        tsock_pipeline_cancel(pl);
+    tsock_producer *p = atomic_load(&g_serving);
+    if (p)
+        tsock_producer_cancel(p);
 }
 
 static void
@@ -85,9 +97,19 @@ open_pipeline(const struct config *cfg, tsock_pipeline **out)
         (rc = tsock_pipeline_set_io(pl, cfg->io_mode, cfg->io_depth)) == 0 &&
         (rc = tsock_pipeline_set_seed(pl, cfg->seed)) == 0 &&
         (rc = tsock_pipeline_set_on_error(pl, cfg->on_error)) == 0 &&
-        (rc = tsock_pipeline_set_index_cache(pl, cfg->index_cache)) == 0)
+        (rc = tsock_pipeline_set_index_cache(pl, cfg->index_cache)) == 0) {
+        atomic_store(&g_indexing, pl);
+        if (g_signal) /* came before the handler could see the pipeline */
+            tsock_pipeline_cancel(pl);
         rc = tsock_pipeline_open(pl);
-    if (rc < 0) {
+        atomic_store(&g_indexing, NULL);
+    }
+    if (rc == TSOCK_E_CANCELLED) {
+        fprintf(stderr, PROG ": stopped by %s while indexing %s\n",
+                g_signal == SIGINT ? "SIGINT" : "SIGTERM", path);
+        tsock_pipeline_destroy(pl);
+        pl = NULL;
+    } else if (rc < 0) {
         fprintf(stderr, PROG ": cannot open the dataset %s: %s\n", path,
                 rc == -ENOENT ? "no usable image file there (see the log above)"
                               : tsock_strerror(rc));
@@ -249,7 +271,7 @@ wait_for_consumers(struct server *s)
         int rc = tsock_producer_wait_consumers(s->p, want, POLL_MS);
         if (rc >= want)
             break;
-        if (rc < 0 && rc != -ETIMEDOUT && rc != -EINTR) {
+        if (rc < 0 && rc != -ETIMEDOUT && rc != -EINTR && rc != TSOCK_E_CANCELLED) {
             s->st.error = lib_error("tsock_producer_wait_consumers", rc);
             s->status = 1;
             return;
@@ -269,7 +291,7 @@ serve_one(struct server *s, uint64_t *cur_epoch, uint64_t *pos_in_epoch)
      * coverage, so wait for someone first, unless there is nothing left to publish. */
     if (tsock_producer_consumer_count(s->p) <= 0 && !tsock_producer_stream_ended(s->p)) {
         int rc = tsock_producer_wait_consumers(s->p, 1, POLL_MS);
-        if (rc < 0 && rc != -ETIMEDOUT && rc != -EINTR) {
+        if (rc < 0 && rc != -ETIMEDOUT && rc != -EINTR && rc != TSOCK_E_CANCELLED) {
             s->st.error = lib_error("tsock_producer_wait_consumers", rc);
             s->status = 1;
             return 0;
@@ -278,8 +300,8 @@ serve_one(struct server *s, uint64_t *cur_epoch, uint64_t *pos_in_epoch)
     }
     tsock_slot *slot = NULL;
     int rc = tsock_producer_acquire(s->p, POLL_MS, &slot);
-    if (rc == -ETIMEDOUT || rc == -EINTR)
-        return 1;
+    if (rc == -ETIMEDOUT || rc == -EINTR || rc == TSOCK_E_CANCELLED)
+        return 1; /* the loop looks at the signal flag */
     if (rc == TSOCK_E_END) {
         s->st.finished = 1;
         return 0;
@@ -359,11 +381,14 @@ serve(struct server *s)
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
-/* SIGINT and SIGTERM only set a flag, which the loop polls between library calls that never
- * block longer than POLL_MS; no SA_RESTART, so a blocked call returns early. They are blocked
- * while the library starts its threads (which inherit the mask), so they reach this one. */
+/* SIGINT and SIGTERM set a flag, which the loop polls between library calls that never block
+ * longer than POLL_MS, and cancel what the program waits for (see on_signal); no SA_RESTART,
+ * so a blocked call returns early. They are blocked while the library starts its producer
+ * threads (which inherit the mask), so they reach this one; the index scan runs unblocked, so
+ * a signal cuts a hung system call of this thread short (the scan's helper threads and the
+ * pipeline's workers block every signal themselves). */
 static void
-setup_signals(sigset_t *old)
+setup_signals(void)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
@@ -371,6 +396,11 @@ setup_signals(sigset_t *old)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+}
+
+static void
+block_signals(sigset_t *old)
+{
     sigset_t block;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
@@ -389,15 +419,25 @@ main(int argc, char **argv)
     parse_options(argc, argv, &cfg);
     tsock_set_log(log_to_stderr, NULL, cfg.verbose ? TSOCK_LOG_DEBUG : TSOCK_LOG_WARN);
     reporter_open(&s.rep, &cfg);
-    setup_signals(&old);
+    setup_signals();
     double t0 = now_s();
     s.samples = cfg.samples;
     if (cfg.dataset != DATASET_SYNTHETIC) {
-        if (open_pipeline(&cfg, &s.pl) < 0)
+        int rc = open_pipeline(&cfg, &s.pl);
+        if (rc == TSOCK_E_CANCELLED)
+            return 0; /* as a signal at any later time */
+        if (rc < 0)
             return 1;
         s.samples = tsock_pipeline_samples(s.pl);
     }
+    if (g_signal) {
+        tsock_pipeline_destroy(s.pl);
+        return 0; /* the scan had just finished */
+    }
+    block_signals(&old);
     int rc = start_producer(&cfg, s.pl, s.samples, &s.p);
+    if (rc == 0)
+        atomic_store(&g_serving, s.p);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc < 0) {
         tsock_pipeline_destroy(s.pl);
@@ -425,6 +465,7 @@ main(int argc, char **argv)
 
     /* Tells the consumers (stream ended, or producer stopped) and removes the ring and the
      * socket file. */
+    atomic_store(&g_serving, NULL);
     tsock_producer_destroy(s.p);
     s.rep.producer = NULL;
     s.st.wall_s = now_s() - t0;

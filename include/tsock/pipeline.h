@@ -120,9 +120,19 @@ TSOCK_API int tsock_pipeline_set_index_cache(tsock_pipeline *pl, const char *pat
  * each file's header), sets up the reader (TSOCK_READ_AUTO falls back to pread, logged) and
  * starts the workers. Returns 0, -ENOENT (no usable image in the dataset), -EINVAL (a bad
  * list file; each bad line is logged), the reader's error for TSOCK_READ_URING where io_uring
- * cannot be used, another negated errno (opening the dataset), -ENOMEM, or TSOCK_E_STATE when
- * already open. */
+ * cannot be used, another negated errno (opening the dataset), -ENOMEM, TSOCK_E_CANCELLED
+ * (tsock_pipeline_cancel), or TSOCK_E_STATE when already open. */
 TSOCK_API int tsock_pipeline_open(tsock_pipeline *pl);
+
+/* Stops the pipeline for good, for a shutdown (Ctrl-C during a long index scan): an open in
+ * progress returns TSOCK_E_CANCELLED within one directory listing, one batch of list-file stats
+ * or one round of header reads per thread (well under a second, unless one system call itself
+ * hangs), writing no index cache; every later open, load or fill returns TSOCK_E_CANCELLED at
+ * once (a load in progress finishes its batch). The flag is never cleared: destroy the pipeline.
+ * It only stores an atomic flag, so it is async-signal-safe; call it from a signal handler or
+ * any thread while `pl` exists (not during or after tsock_pipeline_destroy). NULL does
+ * nothing. */
+TSOCK_API void tsock_pipeline_cancel(tsock_pipeline *pl);
 
 /* After open: samples in the index (0 before), classes (labels are 0..classes-1), the name
  * of a class (folder source; NULL otherwise or out of range), the path of a sample relative to
@@ -146,7 +156,7 @@ TSOCK_API int tsock_pipeline_add_tensors(tsock_pipeline *pl, tsock_layout *layou
  * written; the files are read on the calling thread and decoded on the workers. Returns n, or
  * -EINVAL (a NULL pointer, an id out of range), TSOCK_E_STATE (not open), TSOCK_E_BAD_SAMPLE
  * (TSOCK_ON_ERROR_FAIL and a file failed; the failing paths are logged and the outputs are then
- * unspecified), -ENOMEM. */
+ * unspecified), TSOCK_E_CANCELLED (tsock_pipeline_cancel), -ENOMEM. */
 TSOCK_API int tsock_pipeline_load(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids,
                                   uint32_t n, uint8_t *images, int64_t *labels, int64_t *indices);
 

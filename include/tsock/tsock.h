@@ -17,9 +17,11 @@
  *  - Handles are opaque. Each *_create has a *_destroy; destroying NULL does nothing.
  *  - Options are set with setters after *_create and before *_start.
  *  - The library never prints, exits or aborts. Diagnostics go to the log callback.
- *  - A producer handle is used by one thread at a time; so is a consumer handle. Each runs one
- *    internal service thread of its own for the socket, heartbeats and liveness, so a caller
- *    that is busy (decoding, training) for a long time is never taken for dead.
+ *  - A producer handle is used by one thread at a time; so is a consumer handle (except for
+ *    tsock_producer_cancel and tsock_consumer_cancel: any thread, or a signal handler). Each
+ *    runs one internal service thread of its own for the socket, heartbeats and liveness, so a
+ *    caller that is busy (decoding, training) for a long time is never taken for dead. The
+ *    library's threads block every signal, so signals reach the application's threads.
  */
 #ifndef TSOCK_TSOCK_H
 #define TSOCK_TSOCK_H
@@ -70,7 +72,8 @@ enum tsock_error {
                                              mode, CUDA initialised before fork, or CUDA IPC
                                              blocked (no shared PID namespace or /dev/shm); the
                                              log says which */
-    TSOCK_E_LAST = -10016
+    TSOCK_E_CANCELLED = -10016,         /* a *_cancel call stopped the wait (Ctrl-C, shutdown) */
+    TSOCK_E_LAST = -10017
 };
 
 /* A static, human-readable description of any return code (0, a negated errno, TSOCK_E_*).
@@ -243,13 +246,24 @@ TSOCK_API int tsock_producer_start(tsock_producer *p);
 TSOCK_API const char *tsock_producer_endpoint(const tsock_producer *p);
 
 /* Waits until at least `count` consumers are connected, or `timeout_ms` passes (-1: forever).
- * Returns the number connected, or -ETIMEDOUT. Caller's thread only. */
+ * Returns the number connected, -ETIMEDOUT, or TSOCK_E_CANCELLED (tsock_producer_cancel).
+ * Caller's thread only. */
 TSOCK_API int tsock_producer_wait_consumers(tsock_producer *p, int count, int timeout_ms);
+
+/* Makes a tsock_producer_wait_consumers or tsock_producer_acquire that is blocked now, or the
+ * next one called, return TSOCK_E_CANCELLED at once: for a signal handler (Ctrl-C) or another
+ * thread that wants the producer's caller to stop waiting. One cancel stops one call: the call
+ * that returns TSOCK_E_CANCELLED consumes it (several cancels before that count as one), and
+ * the producer stays usable. It only stores a flag and writes the service thread's eventfd, so
+ * it is async-signal-safe and may be called from any thread while `p` exists (not during or
+ * after tsock_producer_destroy). NULL does nothing. */
+TSOCK_API void tsock_producer_cancel(tsock_producer *p);
 
 /* Takes a free slot for filling. Blocks while every slot is still held by some consumer, up to
  * `timeout_ms` (-1: forever, 0: do not block). On success sets *slot (owned by the producer,
  * valid until published) and returns 0. Returns -ETIMEDOUT, TSOCK_E_END when the sampler has
- * issued its last epoch, or TSOCK_E_STATE when a slot is already being filled. */
+ * issued its last epoch, TSOCK_E_CANCELLED (tsock_producer_cancel), or TSOCK_E_STATE when a
+ * slot is already being filled. */
 TSOCK_API int tsock_producer_acquire(tsock_producer *p, int timeout_ms, tsock_slot **slot);
 
 /* With a sampler: 1 when it has issued its last epoch (so the next tsock_producer_acquire
@@ -409,8 +423,21 @@ TSOCK_API int tsock_consumer_set_device(tsock_consumer *c, int device);
  * handles once, kept open until the producer goes away or the consumer is destroyed). Waits up
  * to `timeout_ms` (-1: forever) for the producer to answer. Returns 0, -ETIMEDOUT,
  * TSOCK_E_VERSION, TSOCK_E_FULL, TSOCK_E_REJECTED, TSOCK_E_NO_DEVICE (a GPU ring and no usable
- * GPU or peer access here) or a negated errno from mapping the ring. */
+ * GPU or peer access here), TSOCK_E_CANCELLED (tsock_consumer_cancel) or a negated errno from
+ * mapping the ring. A start that failed, cancelled while it waited included, is not retried:
+ * destroy the consumer (a start cancelled before it began leaves the consumer startable). */
 TSOCK_API int tsock_consumer_start(tsock_consumer *c, int timeout_ms);
+
+/* Makes a tsock_consumer_start or tsock_consumer_next that is blocked now, or the next one
+ * called, return TSOCK_E_CANCELLED at once (a pending cancel wins over a batch that is ready):
+ * a way out of a wait for a producer that never comes (-1: forever) on Ctrl-C, or at shutdown
+ * from another thread. One cancel stops one call: the call that returns TSOCK_E_CANCELLED
+ * consumes it (several cancels before that count as one); after a cancelled next the consumer
+ * goes on as before, the batches it holds stay valid. It only stores a flag and writes the
+ * service thread's eventfd, so it is async-signal-safe: call it from a signal handler, or from
+ * any thread while `c` exists (not during or after tsock_consumer_destroy). NULL does
+ * nothing. */
+TSOCK_API void tsock_consumer_cancel(tsock_consumer *c);
 
 /* Epochs. With a producer sampler (tsock_producer_set_sampler), each consumer has epochs of its
  * own: its epoch 0 starts with the first sample it receives, and every epoch holds each of the
@@ -427,7 +454,7 @@ TSOCK_API int tsock_consumer_start(tsock_consumer *c, int timeout_ms);
  * (batches sent but not yet returned are dropped then: the producer frees its ring once this
  * consumer no longer reads it); -EBUSY (logged) when reconnecting (tsock_consumer_set_reconnect)
  * needs to keep a ninth ring of earlier sessions that held batches still point into: release
- * some and call again. */
+ * some and call again; TSOCK_E_CANCELLED after tsock_consumer_cancel. */
 TSOCK_API int tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch);
 
 /* Gives a batch back so its slot can be refilled. The batch pointer and its tensor pointers are

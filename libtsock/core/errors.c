@@ -20,6 +20,7 @@ static const char *const tsock_messages[] = {
     [13] = "bad sample: a file could not be read or decoded (on-error fail)",
     [14] = "no usable GPU (no device, driver or runtime, bad device index, or no peer access)",
     [15] = "a GPU exists but this process cannot use it (old driver, exclusive mode, fork, IPC)",
+    [16] = "cancelled: a *_cancel call stopped the wait",
 };
 
 /* Every code in the reserved range must have a message. */

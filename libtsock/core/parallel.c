@@ -1,6 +1,7 @@
 /* Fork-join thread pool (see parallel.h). */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -54,11 +55,17 @@ tsock__parallel_for(int threads, size_t items, size_t scratch_size,
         threads = TSOCK__PARALLEL_MAX_THREADS;
     if ((size_t)threads > items)
         threads = items ? (int)items : 1;
+    /* The helpers take no signals: those are for the application's threads (the caller's
+     * handler may cancel the work, see tsock_pipeline_cancel). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     for (int i = 1; i < threads; i++) {
         if (pthread_create(&tid[started], NULL, par_thread, &p) != 0)
             break; /* fewer threads is still correct */
         started++;
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (par_thread(&p) != NULL)
         failed = 1;
     for (int i = 0; i < started; i++) {

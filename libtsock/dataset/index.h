@@ -37,6 +37,7 @@
 #ifndef TSOCK_DATASET_INDEX_H
 #define TSOCK_DATASET_INDEX_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -103,6 +104,10 @@ struct tsock__index {
  * extension). Returns 0 and sets *out (owned by the caller), or -ENOENT (no class directory,
  * or no usable file at all), a negated errno from opening the root, -ENOMEM. */
 int tsock__index_scan_folder(const char *root, int threads, struct tsock__index **out);
+/* The same, stopped by `cancel` (NULL: never): once it reads non-zero, every thread stops
+ * after the directory listing it is in, and the scan returns TSOCK_E_CANCELLED. */
+int tsock__index_scan_folder_until(const char *root, int threads, const atomic_int *cancel,
+                                   struct tsock__index **out);
 
 /* Reads a list file: one sample per line, "path label", where label is a decimal integer in
  * 0..2^32-2 after the last run of blanks and path is everything before it (so it may hold
@@ -114,6 +119,9 @@ int tsock__index_scan_folder(const char *root, int threads, struct tsock__index 
  * folder; samples keep the list's order. Returns 0, -EINVAL, -ENOENT (no usable file),
  * a negated errno from reading the list, -ENOMEM. */
 int tsock__index_scan_list(const char *list_path, int threads, struct tsock__index **out);
+/* The same, stopped by `cancel` (NULL: never) within LIST_CHUNK stats per thread. */
+int tsock__index_scan_list_until(const char *list_path, int threads, const atomic_int *cancel,
+                                 struct tsock__index **out);
 
 /* Loads a cache written by tsock__index_save and checks it belongs to (source, path) and is
  * fresh (every watched object has the recorded inode, size and mtime, and none was modified
@@ -143,11 +151,13 @@ int tsock__index_open(int source, const char *path, const char *cache_path, int 
  * cache it leads to, and a restart neither re-reads the files nor logs them again. */
 typedef int (*tsock__index_check_fn)(void *arg, const struct tsock__index *idx, uint8_t *drop);
 
-/* tsock__index_open with a check run on a fresh scan before the cache is written. An index
- * the check empties fails with -ENOENT. Returns what tsock__index_open returns, or the
- * check's error. */
+/* tsock__index_open with a check run on a fresh scan before the cache is written, and a scan
+ * stopped by `cancel` (NULL: never; see tsock__index_scan_folder_until). An index the check
+ * empties fails with -ENOENT. Returns what tsock__index_open returns, TSOCK_E_CANCELLED, or
+ * the check's error. */
 int tsock__index_open_checked(int source, const char *path, const char *cache_path, int threads,
-                              tsock__index_check_fn check, void *arg, struct tsock__index **out);
+                              tsock__index_check_fn check, void *arg, const atomic_int *cancel,
+                              struct tsock__index **out);
 
 /* Removes the samples i with drop[i] non-zero (drop has idx->count bytes), keeping the order
  * of the others: the ids after a removed sample shift down, labels never change. Adds the

@@ -70,6 +70,7 @@ struct class_scan {
     uint64_t bytes;
     struct tsock__index_leftout left;
     int err;
+    const atomic_int *cancel; /* the scan's (NULL: never cancelled) */
 };
 
 struct folder_ctx {
@@ -77,6 +78,14 @@ struct folder_ctx {
     const char *root;
     struct class_scan *classes;
 };
+
+/* Checked between directory listings, so a cancelled scan stops within one getdents call per
+ * thread, however large the tree. */
+static int
+cancelled(const atomic_int *cancel)
+{
+    return cancel && atomic_load(cancel);
+}
 
 struct sort_ctx {
     const struct walk_dir *dirs;
@@ -136,7 +145,7 @@ list_dir(struct class_scan *cs, int fd, uint32_t di, struct walk_dir **dirs, siz
                        strerror((int)-n));
             return 0;
         }
-        if (n == 0)
+        if (n == 0 || cancelled(cs->cancel))
             return 0;
         for (ssize_t pos = 0; pos < n;) {
             struct linux_dirent64 *d = (struct linux_dirent64 *)(buf + pos);
@@ -237,7 +246,7 @@ scan_class(void *arg, size_t c, char *buf)
     /* Breadth-first; the order of discovery does not matter since directories are sorted
      * afterwards. Each directory is stat'ed before it is listed, so a change made during or
      * after the listing moves its mtime past the recorded one. */
-    for (size_t i = 0; i < ndirs; i++) {
+    for (size_t i = 0; i < ndirs && !cancelled(cs->cancel); i++) {
         int fd =
             i == 0 ? class_fd : openat(class_fd, dirs[i].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         struct stat st;
@@ -327,6 +336,13 @@ cmp_name_ptr(const void *a, const void *b)
 int
 tsock__index_scan_folder(const char *root, int threads, struct tsock__index **out)
 {
+    return tsock__index_scan_folder_until(root, threads, NULL, out);
+}
+
+int
+tsock__index_scan_folder_until(const char *root, int threads, const atomic_int *cancel,
+                               struct tsock__index **out)
+{
     struct tsock__index *idx = NULL;
     struct class_scan *cls = NULL;
     char **names = NULL;
@@ -364,6 +380,10 @@ tsock__index_scan_folder(const char *root, int threads, struct tsock__index **ou
         }
         if (n == 0)
             break;
+        if (cancelled(cancel)) {
+            r = TSOCK_E_CANCELLED;
+            goto out;
+        }
         for (ssize_t pos = 0; pos < n;) {
             struct linux_dirent64 *d = (struct linux_dirent64 *)(buf + pos);
             pos += d->d_reclen;
@@ -397,11 +417,15 @@ tsock__index_scan_folder(const char *root, int threads, struct tsock__index **ou
     cls = calloc(nnames, sizeof *cls);
     if (!cls)
         goto oom;
-    for (size_t c = 0; c < nnames; c++)
+    for (size_t c = 0; c < nnames; c++) {
         cls[c].name = names[c];
+        cls[c].cancel = cancel;
+    }
     struct folder_ctx ctx = {.root_fd = root_fd, .root = root, .classes = cls};
     r = tsock__parallel_for(tsock__parallel_threads(threads), nnames, TSOCK__INDEX_DENTS_BUFFER,
                             scan_class, &ctx);
+    if (r == 0 && cancelled(cancel))
+        r = TSOCK_E_CANCELLED; /* the classes' results are partial: none of them is used */
     if (r != 0)
         goto out;
     for (size_t c = 0; c < nnames; c++)

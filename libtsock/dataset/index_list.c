@@ -28,6 +28,7 @@ struct list_line {
 };
 
 struct list_ctx {
+    const atomic_int *cancel;
     int dir_fd;
     struct list_line *lines;
     size_t count;
@@ -40,6 +41,8 @@ static void
 stat_list_chunk(void *arg, size_t chunk, char *scratch)
 {
     struct list_ctx *ctx = arg;
+    if (ctx->cancel && atomic_load(ctx->cancel))
+        return; /* the scan is abandoned: the lines' results no longer matter */
     size_t end = (chunk + 1) * LIST_CHUNK;
     if (end > ctx->count)
         end = ctx->count;
@@ -122,6 +125,13 @@ parse_list_line(char *s, size_t len, const char **path, uint32_t *label, const c
 int
 tsock__index_scan_list(const char *list_path, int threads, struct tsock__index **out)
 {
+    return tsock__index_scan_list_until(list_path, threads, NULL, out);
+}
+
+int
+tsock__index_scan_list_until(const char *list_path, int threads, const atomic_int *cancel,
+                             struct tsock__index **out)
+{
     struct tsock__index *idx = NULL;
     struct list_line *lines = NULL;
     size_t nlines = 0, cap_lines = 0, bad = 0, size = 0;
@@ -135,6 +145,8 @@ tsock__index_scan_list(const char *list_path, int threads, struct tsock__index *
         return -EINVAL;
     *out = NULL;
     fd = open(list_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == EINTR && cancel && atomic_load(cancel))
+        return TSOCK_E_CANCELLED; /* the signal that cancelled us cut a hung open short */
     if (fd < 0) {
         r = -errno;
         tsock__log(TSOCK_LOG_ERROR, "index: cannot open list %s: %s", list_path, strerror(-r));
@@ -198,10 +210,12 @@ tsock__index_scan_list(const char *list_path, int threads, struct tsock__index *
         r = -errno;
         goto out;
     }
-    struct list_ctx ctx = {.dir_fd = dir_fd, .lines = lines, .count = nlines};
+    struct list_ctx ctx = {.cancel = cancel, .dir_fd = dir_fd, .lines = lines, .count = nlines};
     r = tsock__parallel_for(tsock__parallel_threads(threads),
                             (nlines + LIST_CHUNK - 1) / LIST_CHUNK, TSOCK__INDEX_DENTS_BUFFER,
                             stat_list_chunk, &ctx);
+    if (r == 0 && cancel && atomic_load(cancel))
+        r = TSOCK_E_CANCELLED;
     if (r != 0)
         goto out;
 

@@ -65,12 +65,13 @@ int
 tsock__index_open(int source, const char *path, const char *cache_path, int threads,
                   struct tsock__index **out)
 {
-    return tsock__index_open_checked(source, path, cache_path, threads, NULL, NULL, out);
+    return tsock__index_open_checked(source, path, cache_path, threads, NULL, NULL, NULL, out);
 }
 
 int
 tsock__index_open_checked(int source, const char *path, const char *cache_path, int threads,
-                          tsock__index_check_fn check, void *arg, struct tsock__index **out)
+                          tsock__index_check_fn check, void *arg, const atomic_int *cancel,
+                          struct tsock__index **out)
 {
     int r;
 
@@ -89,8 +90,8 @@ tsock__index_open_checked(int source, const char *path, const char *cache_path, 
                    : r == -EBADMSG ? "not a valid index cache"
                                    : strerror(-r));
     }
-    r = source == TSOCK__INDEX_FOLDER ? tsock__index_scan_folder(path, threads, out)
-                                      : tsock__index_scan_list(path, threads, out);
+    r = source == TSOCK__INDEX_FOLDER ? tsock__index_scan_folder_until(path, threads, cancel, out)
+                                      : tsock__index_scan_list_until(path, threads, cancel, out);
     if (r == 0 && check)
         r = apply_check(check, arg, out);
     if (r != 0 || !cache_path)

@@ -133,6 +133,34 @@ check_welcome(tsock_consumer *c)
     return 0;
 }
 
+/* ---- cancel ------------------------------------------------------------------------------ */
+
+void
+tsock_consumer_cancel(tsock_consumer *c)
+{
+    if (!c)
+        return;
+    atomic_store(&c->cancel, 1);
+    struct tsock__channel *ch = atomic_load(&c->cancel_channel);
+    if (ch)
+        tsock__channel_wake(ch);
+}
+
+int
+tsock__consumer_cancelled(tsock_consumer *c)
+{
+    return atomic_load(&c->cancel) != 0;
+}
+
+/* The call that reports a cancel consumes it. Returns err. */
+static int
+consume_cancel(tsock_consumer *c, int err)
+{
+    if (err == TSOCK_E_CANCELLED)
+        atomic_store(&c->cancel, 0);
+    return err;
+}
+
 int
 tsock_consumer_start(tsock_consumer *c, int timeout_ms)
 {
@@ -140,12 +168,14 @@ tsock_consumer_start(tsock_consumer *c, int timeout_ms)
         return -EINVAL;
     if (c->started)
         return TSOCK_E_STATE;
+    if (tsock__consumer_cancelled(c))
+        return consume_cancel(c, TSOCK_E_CANCELLED); /* before anything: still startable */
     c->started = 1;
     int err = tsock__session_open(c, timeout_ms);
     if (err == 0)
         err = check_welcome(c);
     if (err < 0)
-        return err;
+        return consume_cancel(c, err);
     uint32_t batch = c->batch_size ? c->batch_size : c->welcome.batch_size;
     tsock__epoch_plan_init(&c->plan, c->welcome.samples, batch, c->drop_last);
     c->ready_to_read = 1;
@@ -187,6 +217,8 @@ tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch)
     pthread_mutex_lock(&c->mu);
     c->waiting_since = started;
     int err = c->ready_to_read ? 0 : TSOCK_E_STATE;
+    if (err == 0 && tsock__consumer_cancelled(c))
+        err = TSOCK_E_CANCELLED; /* a pending cancel wins over a batch that is ready */
     while (err == 0) {
         if (c->between_epochs || c->phase == TSOCK__PHASE_PAUSED)
             tsock__consumer_start_next_epoch(c);
@@ -202,7 +234,7 @@ tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch)
     c->stat_wait_ns += tsock__now_ns() - started;
     c->waiting_since = 0;
     pthread_mutex_unlock(&c->mu);
-    return err;
+    return consume_cancel(c, err);
 }
 
 /* Whether b is a batch of this consumer that the caller holds. */

@@ -16,6 +16,7 @@
 #define TSOCK_CONSUMER_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -118,6 +119,13 @@ struct tsock_consumer {
     uint64_t stat_batches, stat_samples, stat_released, stat_bad, stat_wait_ns, stat_epochs;
     uint64_t waiting_since; /* when the caller's next() began waiting, 0 when not in next */
     int held_count;
+
+    /* tsock_consumer_cancel, from any thread or a signal handler, so no lock: the flag, set
+     * until the start or next it stops consumes it, and the channel whose eventfd wakes the
+     * service thread, which then wakes the caller through `cond` (a signal handler may not
+     * touch a condition variable). NULL until the channel exists. */
+    atomic_int cancel;
+    struct tsock__channel *_Atomic cancel_channel;
 };
 
 /* ---- consumer_slots.c (mu held) ---- */
@@ -148,6 +156,9 @@ int tsock__consumer_retire_ring(tsock_consumer *c);
 /* Time blocked in next so far, including a wait in progress, so that a consumer starved right
  * now shows it before its call returns. */
 uint64_t tsock__consumer_wait_ns(const tsock_consumer *c, uint64_t now);
+
+/* Whether a cancel is pending (any thread, no lock needed). */
+int tsock__consumer_cancelled(tsock_consumer *c);
 
 /* ---- consumer_service.c ---- */
 

@@ -268,6 +268,8 @@ tsock__consumer_wait_batch(tsock_consumer *c, uint64_t deadline, tsock_batch **b
         }
         if (c->terminal_error)
             return c->terminal_error;
+        if (tsock__consumer_cancelled(c))
+            return TSOCK_E_CANCELLED;
         int err = tsock__cond_wait_until(&c->cond, &c->mu, deadline);
         if (err < 0)
             return err;

@@ -3,6 +3,7 @@
  * the channel, sends releases and watches stream-ordered release fences. Every handler runs on
  * the service thread with `mu` held. */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -416,6 +417,9 @@ service_main(void *arg)
         send_releases(c);
         if (tsock__consumer_close_ring_if_unused(c))
             say_bye(c); /* the stream ended or stopped, and nothing of ours reads the ring */
+        /* tsock_consumer_cancel woke us through the channel: pass it on to the caller. */
+        if (tsock__consumer_cancelled(c))
+            pthread_cond_broadcast(&c->cond);
     }
     drain_fences(c);
     say_bye(c);
@@ -426,7 +430,13 @@ service_main(void *arg)
 int
 tsock__consumer_service_start(tsock_consumer *c)
 {
+    /* The thread takes no signals: they belong to the application's threads, whose handler
+     * may cancel this consumer (tsock_consumer_cancel) while it waits. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     int err = pthread_create(&c->thread, NULL, service_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err)
         return -err;
     c->thread_started = 1;

@@ -17,8 +17,10 @@ wait_for_welcome(tsock_consumer *c, int timeout_ms)
     uint64_t deadline = tsock__deadline(timeout_ms);
     pthread_mutex_lock(&c->mu);
     int err = 0;
-    while (!c->welcomed && !c->start_error && err == 0)
+    while (!c->welcomed && !c->start_error && err == 0 && !tsock__consumer_cancelled(c))
         err = tsock__cond_wait_until(&c->cond, &c->mu, deadline);
+    if (!c->welcomed && !c->start_error && err == 0)
+        err = TSOCK_E_CANCELLED; /* and, below, the service thread stops saying HELLO */
     if (c->welcomed)
         err = 0;
     else if (c->start_error)
@@ -38,7 +40,10 @@ connect_channel(tsock_consumer *c)
     struct tsock__channel_handlers h;
     tsock__consumer_handlers(c, &h);
     struct tsock__channel_timing t = {c->hb_interval_ms, c->hb_timeout_ms};
-    return tsock__channel_connect(&c->channel, c->endpoint, &h, t);
+    int err = tsock__channel_connect(&c->channel, c->endpoint, &h, t);
+    if (err == 0)
+        atomic_store(&c->cancel_channel, c->channel); /* tsock_consumer_cancel may wake it */
+    return err;
 }
 
 /* Attaches the ring the WELCOME describes, on the caller's thread and without mu: the first
@@ -122,7 +127,9 @@ tsock__session_reopen(tsock_consumer *c, int timeout_ms)
     err = tsock__session_open(c, timeout_ms);
     if (err < 0) {
         pthread_mutex_lock(&c->mu);
-        c->terminal_error = err;
+        /* A cancelled wait for the new producer is no verdict on it: the next call that meets
+         * this "lost" waits for one again. */
+        c->terminal_error = err == TSOCK_E_CANCELLED ? TSOCK_E_PRODUCER_LOST : err;
         pthread_mutex_unlock(&c->mu);
     }
     return err;

@@ -216,18 +216,40 @@ tsock_producer_start(tsock_producer *p)
 
 /* ---- the caller's side: consumers, slots, publishing --------------------------------------- */
 
+void
+tsock_producer_cancel(tsock_producer *p)
+{
+    if (!p)
+        return;
+    atomic_store(&p->cancel, 1);
+    struct tsock__channel *ch = atomic_load(&p->cancel_channel);
+    if (ch)
+        tsock__channel_wake(ch);
+}
+
+/* A pending cancel, consumed: the call that reports it stops only itself. */
+static int
+take_cancel(tsock_producer *p)
+{
+    return atomic_exchange(&p->cancel, 0) != 0;
+}
+
 int
 tsock_producer_wait_consumers(tsock_producer *p, int count, int timeout_ms)
 {
     if (!p)
         return -EINVAL;
+    if (take_cancel(p))
+        return TSOCK_E_CANCELLED;
     uint64_t deadline = tsock__deadline(timeout_ms);
     pthread_mutex_lock(&p->mu);
     int err = 0;
-    while (p->consumer_count < count && err == 0)
+    while (p->consumer_count < count && err == 0 && !atomic_load(&p->cancel))
         err = tsock__cond_wait_until(&p->cond, &p->mu, deadline);
     int n = p->consumer_count;
     pthread_mutex_unlock(&p->mu);
+    if (n < count && err == 0 && take_cancel(p))
+        return TSOCK_E_CANCELLED;
     return n >= count ? n : -ETIMEDOUT;
 }
 
@@ -241,6 +263,8 @@ take_free_slot(tsock_producer *p, int timeout_ms)
     while ((slot = tsock__ring_acquire(&p->ring)) < 0) {
         if (p->state != TSOCK__P_RUNNING)
             return TSOCK_E_STATE;
+        if (take_cancel(p))
+            return TSOCK_E_CANCELLED;
         if (tsock__cond_wait_until(&p->cond, &p->mu, deadline) != 0) {
             slot = tsock__ring_acquire(&p->ring);
             break;
@@ -306,6 +330,8 @@ tsock_producer_acquire(tsock_producer *p, int timeout_ms, tsock_slot **slot)
      * consumers that may already have left. */
     if (p->use_sampler && tsock__sampler_exhausted(&p->sampler))
         return TSOCK_E_END;
+    if (take_cancel(p))
+        return TSOCK_E_CANCELLED; /* a pending cancel wins over a free slot */
     pthread_mutex_lock(&p->mu);
     int index = p->state == TSOCK__P_RUNNING ? take_free_slot(p, timeout_ms) : TSOCK_E_STATE;
     pthread_mutex_unlock(&p->mu);

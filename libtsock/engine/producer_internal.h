@@ -8,6 +8,7 @@
 #define TSOCK_PRODUCER_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -95,6 +96,11 @@ struct tsock_producer {
     uint64_t free_position; /* free mode: samples published so far */
 
     struct tsock__channel *channel;
+    /* tsock_producer_cancel, from any thread or a signal handler, so no lock: the flag, set
+     * until the wait it stops consumes it, and the channel to wake (NULL before start); the
+     * service thread passes the wake-up on to the caller through `cond`. */
+    atomic_int cancel;
+    struct tsock__channel *_Atomic cancel_channel;
     pthread_t thread;
     int thread_started;
 

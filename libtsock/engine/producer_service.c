@@ -2,6 +2,7 @@
  * goodbyes, statistics requests, lost consumers) and the service thread that runs the channel
  * and announces published slots. Every handler runs on the service thread with `mu` held. */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -447,6 +448,9 @@ service_main(void *arg)
         flush_outgoing(p);
         if (p->state == TSOCK__P_FINISHED && !p->shutdown_sent)
             send_shutdown(p, TSOCK__SHUTDOWN_END);
+        /* tsock_producer_cancel woke us through the channel: pass it on to the caller. */
+        if (atomic_load(&p->cancel))
+            pthread_cond_broadcast(&p->cond);
     }
     flush_outgoing(p);
     if (!p->shutdown_sent)
@@ -480,8 +484,16 @@ tsock__producer_service_start(tsock_producer *p)
     int err = tsock__channel_bind(&p->channel, p->endpoint, &h, t);
     if (err < 0)
         return err;
+    atomic_store(&p->cancel_channel, p->channel); /* tsock_producer_cancel may wake it */
+    /* The thread takes no signals: they belong to the application's threads, whose handler
+     * may cancel this producer's wait (tsock_producer_cancel). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     err = pthread_create(&p->thread, NULL, service_main, p);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err) {
+        atomic_store(&p->cancel_channel, NULL);
         tsock__channel_close(p->channel, 0);
         p->channel = NULL;
         return -err;
@@ -504,6 +516,7 @@ tsock__producer_service_stop(tsock_producer *p)
         pthread_join(p->thread, NULL);
         p->thread_started = 0;
     }
+    atomic_store(&p->cancel_channel, NULL);
     /* Linger a little so the SHUTDOWN messages reach the consumers. */
     tsock__channel_close(p->channel, CLOSE_LINGER_MS);
     p->channel = NULL;

@@ -113,6 +113,10 @@ tsock__pipeline_header_check(void *arg, const struct tsock__index *idx, uint8_t 
         goto out;
     }
     for (uint64_t first = 0; first < idx->count && r == 0; first += depth) {
+        if (atomic_load(&pl->cancel)) {
+            r = TSOCK_E_CANCELLED; /* between two rounds of reads: at most io_depth files */
+            break;
+        }
         size_t n = idx->count - first < depth ? (size_t)(idx->count - first) : depth;
         for (size_t k = 0; k < n; k++)
             reqs[k] = (struct tsock__read_req){.path = tsock__index_path(idx, first + k),

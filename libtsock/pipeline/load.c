@@ -392,6 +392,8 @@ tsock_pipeline_load(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids, uin
         return -EINVAL;
     if (!pl->open)
         return TSOCK_E_STATE;
+    if (atomic_load(&pl->cancel))
+        return TSOCK_E_CANCELLED;
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] >= pl->index->count)
             return -EINVAL;

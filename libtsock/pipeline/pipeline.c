@@ -198,10 +198,11 @@ open_index(struct tsock_pipeline *pl)
 
     pl->from_cache = 1;
     int r = tsock__index_open_checked(pl->source, pl->path, pl->cache_path, 0,
-                                      tsock__pipeline_header_check, pl, &pl->index);
+                                      tsock__pipeline_header_check, pl, &pl->cancel, &pl->index);
     pl->index_ns = tsock__now_ns() - t0;
     if (r != 0) {
-        tsock__log(TSOCK_LOG_ERROR, "pipeline: %s: cannot index the dataset: %s", pl->path,
+        tsock__log(r == TSOCK_E_CANCELLED ? TSOCK_LOG_INFO : TSOCK_LOG_ERROR,
+                   "pipeline: %s: cannot index the dataset: %s", pl->path,
                    r == -ENOENT ? "no usable image file" : tsock_strerror(r));
         return r;
     }
@@ -211,6 +212,13 @@ open_index(struct tsock_pipeline *pl)
         return -ENOMEM;
     log_index(pl);
     return 0;
+}
+
+void
+tsock_pipeline_cancel(tsock_pipeline *pl)
+{
+    if (pl)
+        atomic_store(&pl->cancel, 1);
 }
 
 int

@@ -78,6 +78,9 @@ struct tsock_pipeline {
     int error; /* the load's first error */
     int stop;
 
+    /* tsock_pipeline_cancel: set from any thread or a signal handler, never cleared. */
+    atomic_int cancel;
+
     /* Statistics. */
     _Atomic uint64_t st_samples, st_files, st_bytes, st_bad_files, st_replaced, st_decode_ns,
         st_read_ns;

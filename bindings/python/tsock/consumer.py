@@ -7,6 +7,7 @@ next batch is requested, or at ``close()``). Never modify a batch in place; copy
 import ctypes
 import errno
 import math
+import threading
 import time
 import warnings
 import weakref
@@ -39,6 +40,47 @@ def _ms(timeout):
     if timeout < 0:
         raise ValueError("timeout must be >= 0 seconds, or None to wait forever")
     return int(math.ceil(timeout * 1000.0))
+
+
+def _start_interruptibly(h, timeout_ms):
+    """tsock_consumer_start(h, timeout_ms), which Ctrl-C interrupts.
+
+    Python runs its signal handlers on the main thread between bytecodes, never while that
+    thread is inside a C call, so a start blocked for 10 s (or forever) in the main thread
+    would hold KeyboardInterrupt back until it returned. next() waits in short slices instead,
+    but a start cannot be resumed after a timed-out slice (it is one handshake). So the start
+    runs on a helper thread while the calling thread waits on a lock, which a signal does
+    interrupt; on KeyboardInterrupt (or any exception raised by a signal handler) the waiting
+    thread cancels the start (tsock_consumer_cancel, made for this), waits the moment it takes
+    to return, and re-raises. A start runs once per consumer: the thread costs nothing that
+    matters, unlike one per next().
+
+    The wait is on a plain lock the helper releases when the start returned, not on
+    Thread.join(): an interrupted join can mark a running thread as stopped (CPython 3.11,
+    gh-90882), and the handle must never be destroyed while the start still uses it."""
+    result = []
+    done = threading.Lock()
+    done.acquire()
+
+    def run():
+        try:
+            result.append(lib.tsock_consumer_start(h, timeout_ms))
+        finally:
+            done.release()
+
+    threading.Thread(target=run, name="tsock-consumer-start", daemon=True).start()
+    try:
+        done.acquire()
+    except BaseException:
+        lib.tsock_consumer_cancel(h)
+        while True:  # returns at once now; further Ctrl-Cs must not cut this wait short
+            try:
+                done.acquire()
+                break
+            except BaseException:
+                lib.tsock_consumer_cancel(h)
+        raise
+    return result[0]
 
 
 class TensorInfo:
@@ -251,7 +293,7 @@ class Consumer:
             if cuda_index is not None:
                 _lib.check(lib.tsock_consumer_set_device(self._h, cuda_index),
                            "tsock_consumer_set_device")
-            rc = lib.tsock_consumer_start(self._h, _ms(timeout))
+            rc = _start_interruptibly(self._h, _ms(timeout))
             if rc == -errno.EINVAL and drop_last:
                 raise ValueError(
                     "drop_last=True needs a producer with a sampler (tsock-producer always has "
