@@ -38,7 +38,7 @@ connect_channel(tsock_consumer *c)
     struct tsock__channel_handlers h;
     tsock__consumer_handlers(c, &h);
     struct tsock__channel_timing t = {c->hb_interval_ms, c->hb_timeout_ms};
-    return tsock__channel_connect(&c->channel, c->endpoint, &h, t);
+    return tsock__channel_connect(&c->channel, c->endpoint, &h, t, &c->security);
 }
 
 int

@@ -95,6 +95,7 @@ struct tsock_producer {
     uint64_t free_position; /* free mode: samples published so far */
 
     struct tsock__channel *channel;
+    struct tsock__channel_security security; /* tsock_producer_set_curve, _set_insecure */
     pthread_t thread;
     int thread_started;
 
