@@ -232,11 +232,8 @@ report(const struct options *o, const char *endpoint, int first)
         return 1;
     }
     if (err == -ETIMEDOUT) {
-        fprintf(stderr, PROG ": no producer answered on %s within %d ms%s\n", endpoint,
-                o->timeout_ms,
-                o->curve_secret_key ? " (a producer that does not accept this key, or has "
-                                      "another key, never answers)"
-                                    : "");
+        fprintf(stderr, PROG ": no producer answered on %s within %d ms\n", endpoint,
+                o->timeout_ms);
         return 1;
     }
     if (err < 0) {

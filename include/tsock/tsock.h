@@ -67,7 +67,10 @@ enum tsock_error {
                                              unsupported device index, or no peer access */
     TSOCK_E_INSECURE = -10015,          /* refused to serve a network endpoint without
                                            authentication (docs/security.md) */
-    TSOCK_E_LAST = -10016
+    TSOCK_E_AUTH = -10016,              /* the producer refused this client's security
+                                           handshake: CURVE key not authorized, keys on one
+                                           side only, or another server key */
+    TSOCK_E_LAST = -10017
 };
 
 /* A static, human-readable description of any return code (0, a negated errno, TSOCK_E_*).
@@ -388,11 +391,12 @@ TSOCK_API int tsock_consumer_set_heartbeat(tsock_consumer *c, int interval_ms, i
 /* Connects with CURVE (docs/security.md): `client_secret_key_file` is this consumer's secret
  * key file (its public key, derived from it, must be in the producer's authorized keys; the
  * file must not be readable by group or others), `server_public_key_file` the producer's public
- * key file. Both or neither (NULL, NULL: no CURVE, the default). A producer that does not
- * accept the key, or has another key, never answers: start then fails with -ETIMEDOUT and the
- * producer logs the refused key. The keys are read here (a bad file fails now, its reason
- * logged). Caller's thread, before start; the paths are copied. Returns 0, -EINVAL, -ENOENT,
- * -EACCES, -ENAMETOOLONG, -ENOTSUP (libzmq without CURVE), or TSOCK_E_STATE after start. */
+ * key file. Both or neither (NULL, NULL: no CURVE, the default). When the producer refuses the
+ * handshake (a key it does not list, another server key, or keys on one side only), start
+ * fails with TSOCK_E_AUTH (logged), and the producer logs the refused key. The keys are read here
+ * (a bad file fails now, its reason logged). Caller's thread, before start; the paths are copied.
+ * Returns 0, -EINVAL, -ENOENT, -EACCES, -ENAMETOOLONG, -ENOTSUP (libzmq without CURVE), or
+ * TSOCK_E_STATE after start. */
 TSOCK_API int tsock_consumer_set_curve(tsock_consumer *c, const char *client_secret_key_file,
                                        const char *server_public_key_file);
 
@@ -431,8 +435,8 @@ TSOCK_API int tsock_consumer_set_device(tsock_consumer *c, int device);
 /* Connects, introduces itself and maps the ring read-only (a GPU ring: opens its CUDA IPC
  * handles once, kept open until the producer goes away or the consumer is destroyed). Waits up
  * to `timeout_ms` (-1: forever) for the producer to answer. Returns 0, -ETIMEDOUT,
- * TSOCK_E_VERSION, TSOCK_E_FULL, TSOCK_E_REJECTED, TSOCK_E_NO_DEVICE (a GPU ring and no usable
- * GPU or peer access here) or a negated errno from mapping the ring. */
+ * TSOCK_E_VERSION, TSOCK_E_FULL, TSOCK_E_REJECTED, TSOCK_E_AUTH (CURVE refused), TSOCK_E_NO_DEVICE
+ * (a GPU ring and no usable GPU or peer access here) or a negated errno from mapping the ring. */
 TSOCK_API int tsock_consumer_start(tsock_consumer *c, int timeout_ms);
 
 /* Epochs. With a producer sampler (tsock_producer_set_sampler), each consumer has epochs of its
@@ -504,14 +508,15 @@ typedef struct tsock_stats tsock_stats;
  * caller: free it with tsock_stats_destroy) and returns 0. Returns -ETIMEDOUT when no producer
  * answered in time, -ENOENT when an ipc endpoint has no socket file (no producer there),
  * -EINTR when a signal interrupted the wait, TSOCK_E_VERSION when the producer speaks another
- * protocol version, TSOCK_E_PROTOCOL for a malformed answer, -EINVAL, -ENOMEM, or a negated
+ * protocol version, TSOCK_E_PROTOCOL for a malformed answer, TSOCK_E_AUTH when the producer
+ * requires CURVE keys (tsock_stats_query_curve), -EINVAL, -ENOMEM, or a negated
  * errno from ZeroMQ. Any thread; each call uses its own socket. */
 TSOCK_API int tsock_stats_query(tsock_stats **out, const char *endpoint, int timeout_ms);
 
 /* tsock_stats_query over a CURVE connection, for a producer that requires keys (see
- * tsock_consumer_set_curve for the two key files; NULL, NULL is tsock_stats_query). A producer
- * that refuses the key never answers: -ETIMEDOUT. Bad key files: -EINVAL, -ENOENT, -EACCES,
- * logged. Any thread. */
+ * tsock_consumer_set_curve for the two key files; NULL, NULL is tsock_stats_query). A refused
+ * handshake is TSOCK_E_AUTH (also without keys against a producer that requires them). Bad key
+ * files: -EINVAL, -ENOENT, -EACCES, logged. Any thread. */
 TSOCK_API int tsock_stats_query_curve(tsock_stats **out, const char *endpoint, int timeout_ms,
                                       const char *client_secret_key_file,
                                       const char *server_public_key_file);

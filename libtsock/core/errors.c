@@ -21,6 +21,8 @@ static const char *const tsock_messages[] = {
     [14] = "no usable GPU (no device, driver or runtime, bad device index, or no peer access)",
     [15] = "refused to serve an endpoint reachable from other hosts without authentication "
            "(give CURVE keys, bind loopback, or opt out explicitly)",
+    [16] = "authentication failed: the producer refused this client's CURVE handshake (key not "
+           "authorized, keys on one side only, or another server key)",
 };
 
 /* Every code in the reserved range must have a message. */

@@ -321,6 +321,14 @@ on_malformed(void *ctx, const struct tsock__peer_id *from, int peer, size_t size
 }
 
 static void
+on_handshake_failed(void *ctx, int err)
+{
+    struct query *q = ctx;
+    if (q->result == 0)
+        q->result = err;
+}
+
+static void
 send_request(void *ctx, uint64_t now)
 {
     struct query *q = ctx;
@@ -359,6 +367,7 @@ query(tsock_stats *s, int timeout_ms)
         .on_malformed = on_malformed,
         .on_stats_reply = on_reply,
         .on_beat = send_request,
+        .on_handshake_failed = on_handshake_failed,
     };
     h.on[TSOCK__MSG_REJECT] = on_reject;
     struct tsock__channel_timing t = {.beat_ms = RESEND_MS, .timeout_ms = 0};

@@ -37,8 +37,9 @@ struct tsock__channel {
     struct tsock__z85_key secret, public_key, server_key;
     void *zap;
     struct tsock__key_set authorized;
-    struct tsock__frame frame;             /* the frame being handled */
-    struct tsock__msg msg;                 /* its decoding */
+    void *watch;               /* a DEALER's handshake watch (a socket monitor), or NULL */
+    struct tsock__frame frame; /* the frame being handled */
+    struct tsock__msg msg;     /* its decoding */
     uint8_t out[TSOCK__PROTO_MAX_MESSAGE]; /* the message being sent */
 };
 
@@ -244,7 +245,8 @@ tsock__channel_connect(struct tsock__channel **out, const char *endpoint,
     struct tsock__socket_curve c;
     err = setup_client_security(*out, sec);
     if (err == 0)
-        (*out)->sock = tsock__dealer_open((*out)->zctx, endpoint, client_curve(*out, &c), &err);
+        (*out)->sock = tsock__dealer_open((*out)->zctx, endpoint, client_curve(*out, &c),
+                                          &(*out)->watch, &err);
     if (!(*out)->sock) {
         tsock__channel_close(*out, 0);
         *out = NULL;
@@ -255,13 +257,15 @@ tsock__channel_connect(struct tsock__channel **out, const char *endpoint,
 int
 tsock__channel_reconnect(struct tsock__channel *ch, int linger_ms)
 {
+    tsock__socket_close(ch->watch, 0);
+    ch->watch = NULL;
     tsock__socket_close(ch->sock, linger_ms);
     memset(ch->peers, 0, sizeof ch->peers);
     ch->next_beat_ns = 0;
     tsock__wake_drain(ch->wake_fd);
     int err = 0;
     struct tsock__socket_curve c;
-    ch->sock = tsock__dealer_open(ch->zctx, ch->endpoint, client_curve(ch, &c), &err);
+    ch->sock = tsock__dealer_open(ch->zctx, ch->endpoint, client_curve(ch, &c), &ch->watch, &err);
     return ch->sock ? 0 : err;
 }
 
@@ -279,6 +283,8 @@ tsock__channel_close(struct tsock__channel *ch, int linger_ms)
 {
     if (!ch)
         return;
+    /* The monitor's PAIR first: a socket left open would keep zmq_ctx_term waiting. */
+    tsock__socket_close(ch->watch, 0);
     tsock__socket_close(ch->sock, linger_ms);
     tsock__socket_close(ch->zap, 0);
     if (ch->zctx)
@@ -401,8 +407,8 @@ tsock__channel_wait(struct tsock__channel *ch, int max_ms)
     }
     zmq_pollitem_t items[3] = {{ch->sock, 0, ZMQ_POLLIN, 0},
                                {NULL, ch->wake_fd, ZMQ_POLLIN, 0},
-                               {ch->zap, 0, ZMQ_POLLIN, 0}};
-    zmq_poll(items, ch->zap ? 3 : 2, wait_ms);
+                               {ch->zap ? ch->zap : ch->watch, 0, ZMQ_POLLIN, 0}};
+    zmq_poll(items, items[2].socket ? 3 : 2, wait_ms);
     if (items[1].revents)
         tsock__wake_drain(ch->wake_fd);
 }
@@ -472,6 +478,9 @@ tsock__channel_dispatch(struct tsock__channel *ch)
     /* Handshakes first: a client waiting for its key's verdict gets it without delay. */
     if (ch->zap)
         tsock__zap_serve(ch->zap, &ch->authorized);
+    int refused = ch->watch ? tsock__handshake_watch_read(ch->watch, ch->curve) : 0;
+    if (refused && ch->h.on_handshake_failed)
+        ch->h.on_handshake_failed(ch->h.ctx, refused);
     while (tsock__recv(ch->sock, ch->routed, &ch->frame) > 0)
         handle_frame(ch);
     uint64_t now = tsock__now_ns();

@@ -55,6 +55,10 @@ struct tsock__channel_handlers {
     void (*on_peer_lost)(void *ctx, int peer);
     /* A send the channel made itself (a heartbeat) failed: the peer is gone or stuck. */
     void (*on_send_failed)(void *ctx, int peer, int err);
+    /* A DEALER's security handshake failed: the producer refused its CURVE key, expected keys
+     * it did not give (or the reverse), or has another server key. err is TSOCK_E_AUTH.
+     * ZeroMQ keeps retrying; the owner decides whether that is final. */
+    void (*on_handshake_failed)(void *ctx, int err);
 };
 
 /* Timing of the heartbeats and of the liveness check, in milliseconds; timeout 0 watches no

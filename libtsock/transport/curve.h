@@ -58,3 +58,13 @@ void *tsock__zap_open(void *zctx, int *err);
  * in `keys`, "400" for any other. The handshake waits for the answer, so the thread that polls
  * the channel must call this whenever the ZAP socket is readable. */
 void tsock__zap_serve(void *zap, const struct tsock__key_set *keys);
+
+/* A DEALER's handshake watch: a ZeroMQ socket monitor on `sock` (an inproc PAIR in the same
+ * context) that reports failed security handshakes. Returns the PAIR socket to poll, or NULL
+ * (then nothing is reported; never an error for the caller). */
+void *tsock__handshake_watch_open(void *zctx, void *sock);
+
+/* Reads every waiting monitor event without blocking; returns TSOCK_E_AUTH when one of them is
+ * a failed security handshake (with `curve`: any failed handshake, since a CURVE failure
+ * often shows only as a dropped connection), else 0. */
+int tsock__handshake_watch_read(void *watch, int curve);

@@ -7,6 +7,7 @@
 #include <zmq.h>
 
 #include "core/core.h"
+#include "transport/curve.h"
 #include "transport/transport.h"
 
 static void
@@ -73,7 +74,7 @@ tsock__router_open(void *ctx, const char *endpoint, const struct tsock__socket_c
 
 void *
 tsock__dealer_open(void *ctx, const char *endpoint, const struct tsock__socket_curve *curve,
-                   int *err)
+                   void **watch, int *err)
 {
     void *sock = zmq_socket(ctx, ZMQ_DEALER);
     if (!sock) {
@@ -84,8 +85,11 @@ tsock__dealer_open(void *ctx, const char *endpoint, const struct tsock__socket_c
     /* Reconnect quickly: a producer restarted on the same endpoint is found within 100 ms. */
     set_int(sock, ZMQ_RECONNECT_IVL, 100);
     *err = set_curve(sock, 0, curve);
+    *watch = *err < 0 ? NULL : tsock__handshake_watch_open(ctx, sock);
     if (*err < 0 || zmq_connect(sock, endpoint) != 0) {
         *err = *err < 0 ? *err : -zmq_errno();
+        tsock__socket_close(*watch, 0);
+        *watch = NULL;
         zmq_close(sock);
         return NULL;
     }

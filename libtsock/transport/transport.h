@@ -39,11 +39,13 @@ struct tsock__socket_curve {
 };
 
 /* The producer's sockets. Both return a socket or NULL with *err set to a negated errno.
- * `curve` may be NULL (no CURVE). */
+ * `curve` may be NULL (no CURVE). The DEALER's handshake watch (curve.h) is attached before it
+ * connects, since a refused handshake ends the connection for good and its one event would
+ * otherwise be lost; *watch is the watch or NULL. */
 void *tsock__router_open(void *ctx, const char *endpoint, const struct tsock__socket_curve *curve,
                          int *err);
 void *tsock__dealer_open(void *ctx, const char *endpoint, const struct tsock__socket_curve *curve,
-                         int *err);
+                         void **watch, int *err);
 
 /* Closes a socket, letting queued messages go out for at most `linger_ms`. */
 void tsock__socket_close(void *sock, int linger_ms);

@@ -13,6 +13,7 @@ from . import _lib
 from ._lib import LibraryNotFound, VersionMismatch, default_endpoint
 from .consumer import Batch, Consumer, DataLoader, TensorInfo
 from .errors import (
+    E_AUTH,
     E_BAD_SAMPLE,
     E_BUSY_ENDPOINT,
     E_END,
@@ -78,7 +79,7 @@ __all__ = [
     "Batch", "Consumer", "DataLoader", "Producer", "TensorInfo",
     "TsockError", "EndOfStream", "EpochInterrupted", "ProducerLost", "ProducerStopped", "Timeout",
     "LibraryNotFound", "VersionMismatch",
-    "E_BAD_SAMPLE", "E_BUSY_ENDPOINT", "E_END", "E_EPOCH_INTERRUPTED", "E_FULL", "E_INSECURE", "E_LAYOUT", "E_NO_DEVICE", "E_NOT_HELD", "E_PRODUCER_LOST",
+    "E_AUTH", "E_BAD_SAMPLE", "E_BUSY_ENDPOINT", "E_END", "E_EPOCH_INTERRUPTED", "E_FULL", "E_INSECURE", "E_LAYOUT", "E_NO_DEVICE", "E_NOT_HELD", "E_PRODUCER_LOST",
     "E_PRODUCER_STOPPED", "E_PROTOCOL", "E_REJECTED", "E_STATE", "E_VERSION",
     "LOG_ERROR", "LOG_WARN", "LOG_INFO", "LOG_DEBUG",
     "default_endpoint", "library_path", "library_version", "library_version_info",

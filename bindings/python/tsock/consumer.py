@@ -191,8 +191,8 @@ class Consumer:
     off) waits that long for a producer to come back on the endpoint when it dies or stops;
     the epoch cut short raises :class:`tsock.EpochInterrupted` once. `curve` is ``(client
     secret key file, producer public key file)`` for a producer that requires CURVE keys
-    (docs/security.md); a producer that does not accept the key never answers, so the
-    connection times out (:class:`tsock.Timeout`).
+    (docs/security.md); when the producer refuses the handshake (key not listed, another
+    server key, or keys on one side only) the connection fails with TsockError E_AUTH.
 
     :meth:`next` returns a :class:`Batch`; :meth:`release` gives it back. Most training code
     wants :class:`DataLoader` instead.

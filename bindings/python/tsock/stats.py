@@ -17,8 +17,7 @@ def query_stats(endpoint=None, timeout=3.0, curve=None):
     example ENOENT when an ipc endpoint has no socket file).
 
     `curve`: ``(client secret key file, producer public key file)`` for a producer that
-    requires CURVE keys (docs/security.md); a producer that does not accept the key never
-    answers (tsock.Timeout).
+    requires CURVE keys (docs/security.md); a refused handshake raises TsockError E_AUTH.
     """
     secret, server = security.key_pair(curve, "curve")
     if timeout is None:
