@@ -77,9 +77,18 @@ authorized(const struct zap_request *r, const struct tsock__key_set *keys)
     return tsock__key_set_has(keys, r->frame[6]);
 }
 
+/* Every refusal up to LOG_FIRST is logged, then one in LOG_EVERY: a client retrying a bad
+ * key in a loop must not flood the log. Atomic: every producer in the process counts here. */
+#define LOG_FIRST 20
+#define LOG_EVERY 1000
+
 static void
 log_refusal(const struct zap_request *r)
 {
+    static uint64_t total;
+    uint64_t refused = __atomic_add_fetch(&total, 1, __ATOMIC_RELAXED);
+    if (refused > LOG_FIRST && refused % LOG_EVERY != 0)
+        return;
     char address[64] = "?";
     if (r->parts > 3) {
         size_t n = r->size[3] < sizeof address - 1 ? r->size[3] : sizeof address - 1;
@@ -89,8 +98,10 @@ log_refusal(const struct zap_request *r)
     char key[TSOCK__Z85_KEY_LEN + 1] = "(none)";
     if (r->parts == ZAP_FRAMES && r->size[6] == 32)
         zmq_z85_encode(key, r->frame[6], 32);
-    tsock__log(TSOCK_LOG_WARN, "refused a connection from %s: client key %s is not authorized",
-               address, key);
+    tsock__log(TSOCK_LOG_WARN,
+               "refused a connection from %s: client key %s is not authorized (%llu refused "
+               "so far)",
+               address, key, (unsigned long long)refused);
 }
 
 static void
