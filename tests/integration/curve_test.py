@@ -19,6 +19,17 @@ from tsock_integration import (BATCHES_PER_EPOCH, Env, Proc, check_exact, free_t
 import random
 
 
+def producer(env, *argv, **kw):
+    """A producer with the library's default heartbeat (3 s timeout): these tests are about who
+    may connect, and sanitizer builds on a loaded machine must not turn them into liveness
+    tests."""
+    return env.producer(*argv, hb=False, **kw)
+
+
+def consumer(env, *argv, **kw):
+    return env.consumer(*argv, hb=False, **kw)
+
+
 def keygen(env, name):
     """Writes NAME.key / NAME.key_secret in the test directory; returns (secret, public)."""
     r = subprocess.run([env.args.keygen, env.path(name)], capture_output=True, text=True,
@@ -74,18 +85,18 @@ def test_exact_with_intruders(env):
     endpoint = f"tcp://127.0.0.1:{port}"
     stats = env.path("stats.json")
     epochs = 3
-    prod = env.producer("--wait-consumers", "1", "--epochs", str(epochs),
+    prod = producer(env, "--wait-consumers", "1", "--epochs", str(epochs),
                         *curve_args(srv_secret, authorized_dir(env, cli_public), server=True),
                         endpoint=endpoint, stats=stats)
     prod.wait_stderr("serving", 10)
-    good = env.consumer("--epochs", str(epochs), "--delay-ms", "5",
+    good = consumer(env, "--epochs", str(epochs), "--delay-ms", "5",
                         *curve_args(cli_secret, srv_public), endpoint=endpoint, name="keyed")
     intruders = [
         ("wrong client key", curve_args(bad_secret, srv_public)),
         ("wrong server key", curve_args(cli_secret, bad_public)),
         ("no key", []),
     ]
-    procs = [env.consumer("--epochs", "1", "--connect-timeout-ms", "20000", *argv,
+    procs = [consumer(env, "--epochs", "1", "--connect-timeout-ms", "20000", *argv,
                           endpoint=endpoint, name=f"intruder{i}")
              for i, (_, argv) in enumerate(intruders)]
     g = Proc("garbage", [env.args.garbage, endpoint, "300", "3"])  # a DEALER without keys
@@ -123,14 +134,14 @@ def test_stat_with_keys(env):
     with open(cli_public) as src, open(keys, "w") as dst:
         dst.write("# the monitoring client\n\n" + src.read().strip() + " monitor@host\n")
     endpoint = f"tcp://127.0.0.1:{free_tcp_port()}"
-    prod = env.producer("--epochs", "0", *curve_args(srv_secret, keys, server=True),
+    prod = producer(env, "--epochs", "0", *curve_args(srv_secret, keys, server=True),
                         endpoint=endpoint)
     prod.wait_stderr("serving", 10)
     r = run_stat(env, endpoint, "--json", *curve_args(cli_secret, srv_public))
     check(r.returncode == 0, f"tsock-stat with keys: exit code {r.returncode}: {r.stderr!r}")
     check(f'"endpoint":"{endpoint}"' in r.stdout.replace(" ", ""), f"snapshot {r.stdout!r}")
     # The same client key also works as a consumer key: one key per client, whatever it does.
-    c = env.consumer("--epochs", "1", *curve_args(cli_secret, srv_public), endpoint=endpoint,
+    c = consumer(env, "--epochs", "1", *curve_args(cli_secret, srv_public), endpoint=endpoint,
                      name="also")
     check(c.wait(40) == 0, f"consumer exit code {c.p.poll()}")
     check_exact(c.json(), "also", 1)
@@ -144,7 +155,7 @@ def test_network_refusal(env):
     port = free_tcp_port()
     for ep in (f"tcp://0.0.0.0:{port}", f"tcp://*:{port}", f"tcp://[::]:{port}",
                f"tcp://192.0.2.10:{port}", f"tcp://eth0:{port}"):
-        p = env.producer("--epochs", "1", endpoint=ep, name=f"refused {ep}")
+        p = producer(env, "--epochs", "1", endpoint=ep, name=f"refused {ep}")
         rc = p.wait(20)
         check(rc == 1, f"{ep}: exit code {rc}, expected 1")
         err = p.stderr()
@@ -152,11 +163,11 @@ def test_network_refusal(env):
               f"{ep}: message {err!r}")
     # The opt-out names the risk and serves; a consumer on loopback gets exact epochs.
     stats = env.path("stats.json")
-    p = env.producer("--wait-consumers", "1", "--epochs", "1", "--insecure-open-to-network",
+    p = producer(env, "--wait-consumers", "1", "--epochs", "1", "--insecure-open-to-network",
                      endpoint=f"tcp://0.0.0.0:{port}", stats=stats, name="opted out")
     p.wait_stderr("serving", 10)
     check("without authentication" in p.stderr(), f"no warning: {p.stderr()!r}")
-    c = env.consumer("--epochs", "1", endpoint=f"tcp://127.0.0.1:{port}", name="open")
+    c = consumer(env, "--epochs", "1", endpoint=f"tcp://127.0.0.1:{port}", name="open")
     check(c.wait(40) == 0, "consumer of the opted-out producer")
     check_exact(c.json(), "open", 1)
     check(p.wait(20) == 0, "opted-out producer exit code")
@@ -164,17 +175,17 @@ def test_network_refusal(env):
     srv_secret, srv_public = keygen(env, "server")
     cli_secret, cli_public = keygen(env, "client")
     port = free_tcp_port()
-    p = env.producer("--wait-consumers", "1", "--epochs", "1",
+    p = producer(env, "--wait-consumers", "1", "--epochs", "1",
                      *curve_args(srv_secret, authorized_dir(env, cli_public), server=True),
                      endpoint=f"tcp://0.0.0.0:{port}", name="keyed wildcard")
     p.wait_stderr("serving", 10)
-    c = env.consumer("--epochs", "1", *curve_args(cli_secret, srv_public),
+    c = consumer(env, "--epochs", "1", *curve_args(cli_secret, srv_public),
                      endpoint=f"tcp://127.0.0.1:{port}", name="keyed")
     check(c.wait(40) == 0, "keyed consumer of the wildcard producer")
     check_exact(c.json(), "keyed", 1)
     check(p.wait(20) == 0, "keyed wildcard producer exit code")
     # The opt-out and keys together contradict each other: bad usage.
-    p = env.producer("--insecure-open-to-network",
+    p = producer(env, "--insecure-open-to-network",
                      *curve_args(srv_secret, env.path("authorized"), server=True),
                      endpoint=f"tcp://0.0.0.0:{port}", name="both")
     check(p.wait(20) == 2 and "--insecure-open-to-network" in p.stderr(), "opt-out with keys")
@@ -217,27 +228,27 @@ def test_bad_keys(env):
               f"{reason!r}: {err!r}")
 
     for path, reason in secret_cases:
-        expect(env.producer(*curve_args(path, good_dir, server=True), endpoint=endpoint,
+        expect(producer(env, *curve_args(path, good_dir, server=True), endpoint=endpoint,
                             name=f"producer {os.path.basename(path)}"), path, reason)
-        expect(env.consumer(*curve_args(path, srv_public), endpoint=endpoint,
+        expect(consumer(env, *curve_args(path, srv_public), endpoint=endpoint,
                             name=f"consumer {os.path.basename(path)}"), path, reason)
         r = run_stat(env, endpoint, *curve_args(path, srv_public))
         check(r.returncode == 1 and path in r.stderr and reason in r.stderr,
               f"tsock-stat {path}: exit code {r.returncode}: {r.stderr!r}")
     # A public key file with the same faults (mode aside: public keys may be read by anyone).
-    expect(env.consumer(*curve_args(cli_secret, short), endpoint=endpoint, name="server key"),
+    expect(consumer(env, *curve_args(cli_secret, short), endpoint=endpoint, name="server key"),
            short, "found 30 bytes")
     for keys, reason in [(empty_keys, "no key in it"), (open_keys, "mode 0666"),
                          (bad_line, "line 1"), (empty_dir, "no key in it"),
                          (missing, "No such file")]:
-        expect(env.producer(*curve_args(srv_secret, keys, server=True), endpoint=endpoint,
+        expect(producer(env, *curve_args(srv_secret, keys, server=True), endpoint=endpoint,
                             name=f"authorized {os.path.basename(keys)}"), keys, reason)
     # Half a key pair: bad usage, naming the option.
     for argv, needle in [(["--curve-secret-key", srv_secret], "--curve-authorized-keys"),
                          (["--curve-authorized-keys", good_dir], "--curve-secret-key")]:
-        p = env.producer(*argv, endpoint=endpoint, name="half producer")
+        p = producer(env, *argv, endpoint=endpoint, name="half producer")
         check(p.wait(20) == 2 and needle in p.stderr(), f"half key pair: {p.stderr()!r}")
-    p = env.consumer("--curve-secret-key", cli_secret, endpoint=endpoint, name="half consumer")
+    p = consumer(env, "--curve-secret-key", cli_secret, endpoint=endpoint, name="half consumer")
     check(p.wait(20) == 2 and "--curve-server-key" in p.stderr(), f"half: {p.stderr()!r}")
     r = run_stat(env, endpoint, "--curve-server-key", srv_public)
     check(r.returncode == 2 and "--curve-secret-key" in r.stderr, f"stat half: {r.stderr!r}")
