@@ -85,6 +85,18 @@ cli_check_heartbeat(int interval_ms, int timeout_ms)
                       timeout, interval);
 }
 
+void
+cli_check_curve_client(const char *secret_key_file, const char *server_key_file)
+{
+    if ((secret_key_file && !secret_key_file[0]) || (server_key_file && !server_key_file[0]))
+        cli_bad_usage("--curve-%s-key: the path must not be empty",
+                      secret_key_file && !secret_key_file[0] ? "secret" : "server");
+    if (!secret_key_file != !server_key_file)
+        cli_bad_usage("--curve-%s-key: CURVE needs both --curve-secret-key and "
+                      "--curve-server-key",
+                      secret_key_file ? "secret" : "server");
+}
+
 double
 now_s(void)
 {

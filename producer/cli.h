@@ -25,6 +25,10 @@ void cli_json_string(FILE *f, const char *s);
  * timeout must exceed the interval, else cli_bad_usage. */
 void cli_check_heartbeat(int interval_ms, int timeout_ms);
 
+/* --curve-secret-key and --curve-server-key of a client: both or neither, not empty, else
+ * cli_bad_usage. */
+void cli_check_curve_client(const char *secret_key_file, const char *server_key_file);
+
 /* Seconds on the monotonic clock, and CPU seconds (user + system) of this process. */
 double now_s(void);
 double cpu_seconds(void);

@@ -70,6 +70,16 @@ usage(FILE *f)
             "  --heartbeat-timeout-ms N   silence after which a consumer is dropped and its\n"
             "                             slots reclaimed (library default 3000)\n"
             "\n"
+            "Who may connect (docs/security.md):\n"
+            "  --curve-secret-key FILE    authenticate and encrypt with CURVE: this producer's\n"
+            "                             secret key file (tsock-keygen; mode 0600)\n"
+            "  --curve-authorized-keys PATH\n"
+            "                             the client public keys accepted: a file with one\n"
+            "                             key per line, or a directory of *.key files\n"
+            "  --insecure-open-to-network serve a tcp endpoint reachable from other hosts\n"
+            "                             WITHOUT authentication (refused otherwise): anyone\n"
+            "                             who reaches it can join, hold slots, read batches\n"
+            "\n"
             "Reporting:\n"
             "  --stats-json FILE          write one JSON object per interval and a final one\n"
             "                             (the file is replaced once the producer started)\n"
@@ -108,6 +118,9 @@ enum {
     OPT_WAIT_CONSUMERS,
     OPT_HEARTBEAT_MS,
     OPT_HEARTBEAT_TIMEOUT_MS,
+    OPT_CURVE_SECRET_KEY,
+    OPT_CURVE_AUTHORIZED_KEYS,
+    OPT_INSECURE_OPEN_TO_NETWORK,
     OPT_STATS_JSON,
     OPT_STATS_INTERVAL,
     OPT_DEVICE,
@@ -141,6 +154,9 @@ static const struct option longopts[] = {
     {"wait-consumers", required_argument, NULL, OPT_WAIT_CONSUMERS},
     {"heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT_MS},
     {"heartbeat-timeout-ms", required_argument, NULL, OPT_HEARTBEAT_TIMEOUT_MS},
+    {"curve-secret-key", required_argument, NULL, OPT_CURVE_SECRET_KEY},
+    {"curve-authorized-keys", required_argument, NULL, OPT_CURVE_AUTHORIZED_KEYS},
+    {"insecure-open-to-network", no_argument, NULL, OPT_INSECURE_OPEN_TO_NETWORK},
     {"stats-json", required_argument, NULL, OPT_STATS_JSON},
     {"stats-interval", required_argument, NULL, OPT_STATS_INTERVAL},
     {"device", required_argument, NULL, OPT_DEVICE},
@@ -331,6 +347,11 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
     case OPT_HEARTBEAT_TIMEOUT_MS:
         cfg->heartbeat_timeout_ms = (int)cli_parse_u64("heartbeat-timeout-ms", arg, 1, 3600000);
         break;
+    case OPT_CURVE_SECRET_KEY: cfg->curve_secret_key = non_empty("curve-secret-key", arg); break;
+    case OPT_CURVE_AUTHORIZED_KEYS:
+        cfg->curve_authorized_keys = non_empty("curve-authorized-keys", arg);
+        break;
+    case OPT_INSECURE_OPEN_TO_NETWORK: cfg->insecure_open_to_network = 1; break;
     case OPT_STATS_JSON: cfg->stats_path = non_empty("stats-json", arg); break;
     case OPT_STATS_INTERVAL: {
         char *end;
@@ -415,6 +436,12 @@ check_combination(struct config *cfg, const struct seen *seen)
     if (cfg->normalize)
         check_normalize(cfg);
     cli_check_heartbeat(cfg->heartbeat_ms, cfg->heartbeat_timeout_ms);
+    if (!cfg->curve_secret_key != !cfg->curve_authorized_keys)
+        cli_bad_usage("%s: CURVE needs both --curve-secret-key and --curve-authorized-keys",
+                      cfg->curve_secret_key ? "--curve-secret-key" : "--curve-authorized-keys");
+    if (cfg->curve_secret_key && cfg->insecure_open_to_network)
+        cli_bad_usage("--insecure-open-to-network: contradicts --curve-secret-key (CURVE keys "
+                      "already make a network endpoint safe)");
     /* The ring must be addressable: batch * (image + 16 bytes) * slots below 2^40 bytes. */
     long double ring =
         (long double)cfg->batch_size *

@@ -19,6 +19,9 @@ struct config {
     const char *index_cache; /* NULL: none */
     int val;                 /* --split val: the val preset */
     const char *endpoint;
+    const char *curve_secret_key;      /* --curve-secret-key: the producer's secret key file */
+    const char *curve_authorized_keys; /* --curve-authorized-keys: the clients it accepts */
+    int insecure_open_to_network;      /* --insecure-open-to-network */
     const char *stats_path;
     uint64_t batch_size, slots, samples, image_size, epochs, seed, wait_consumers;
     int workers; /* 0: one per CPU */

@@ -105,6 +105,9 @@ usage(FILE *f)
             "  --heartbeat-ms N           heartbeat interval (library default 250)\n"
             "  --heartbeat-timeout-ms N   producer silence taken as its death (library default\n"
             "                             3000)\n"
+            "  --curve-secret-key FILE    authenticate with CURVE: this consumer's secret key\n"
+            "                             file (tsock-keygen; mode 0600)\n"
+            "  --curve-server-key FILE    with --curve-secret-key: the producer's public key\n"
             "  --name NAME                name shown in the producer's statistics\n"
             "  --json                     print one JSON object with the results at the end\n"
             "  --trace-times              with --json: add the receive time of every batch\n"
@@ -148,6 +151,7 @@ sleep_ms(int64_t ms)
 
 struct config {
     const char *endpoint;
+    const char *curve_secret_key, *curve_server_key; /* NULL: no CURVE */
     const char *name;
     int64_t epochs, samples, delay_ms, timeout_ms, connect_timeout_ms;
     int64_t batch_size, join_after_ms, pause_ms, reconnect_ms;
@@ -623,6 +627,8 @@ enum {
     OPT_CONNECT_TIMEOUT_MS,
     OPT_HEARTBEAT_MS,
     OPT_HEARTBEAT_TIMEOUT_MS,
+    OPT_CURVE_SECRET_KEY,
+    OPT_CURVE_SERVER_KEY,
     OPT_NAME,
     OPT_JSON,
     OPT_TRACE_TIMES,
@@ -653,6 +659,8 @@ parse_args(int argc, char **argv, struct config *cfg)
         {"connect-timeout-ms", required_argument, NULL, OPT_CONNECT_TIMEOUT_MS},
         {"heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT_MS},
         {"heartbeat-timeout-ms", required_argument, NULL, OPT_HEARTBEAT_TIMEOUT_MS},
+        {"curve-secret-key", required_argument, NULL, OPT_CURVE_SECRET_KEY},
+        {"curve-server-key", required_argument, NULL, OPT_CURVE_SERVER_KEY},
         {"name", required_argument, NULL, OPT_NAME},
         {"json", no_argument, NULL, OPT_JSON},
         {"trace-times", no_argument, NULL, OPT_TRACE_TIMES},
@@ -712,6 +720,8 @@ parse_args(int argc, char **argv, struct config *cfg)
             cfg->heartbeat_timeout_ms =
                 (int)cli_parse_i64("heartbeat-timeout-ms", optarg, 1, 3600000);
             break;
+        case OPT_CURVE_SECRET_KEY: cfg->curve_secret_key = optarg; break;
+        case OPT_CURVE_SERVER_KEY: cfg->curve_server_key = optarg; break;
         case OPT_NAME:
             if (optarg[0] == '\0' || strlen(optarg) > TSOCK_MAX_NAME)
                 cli_bad_usage("--name: the name must have 1 to %d bytes", TSOCK_MAX_NAME);
@@ -750,6 +760,7 @@ parse_args(int argc, char **argv, struct config *cfg)
     if (optind < argc)
         cli_bad_usage("unexpected argument '%s' (every setting is an --option)", argv[optind]);
     cli_check_heartbeat(cfg->heartbeat_ms, cfg->heartbeat_timeout_ms);
+    cli_check_curve_client(cfg->curve_secret_key, cfg->curve_server_key);
 }
 
 static void
@@ -879,6 +890,11 @@ configure(tsock_consumer *c, const struct config *cfg, const char **call)
             *call = "tsock_consumer_set_heartbeat";
             return rc;
         }
+    }
+    if (cfg->curve_secret_key &&
+        (rc = tsock_consumer_set_curve(c, cfg->curve_secret_key, cfg->curve_server_key)) < 0) {
+        *call = "--curve-secret-key/--curve-server-key";
+        return rc;
     }
     if (cfg->batch_size && (rc = tsock_consumer_set_batch_size(c, (uint32_t)cfg->batch_size)) < 0) {
         *call = "tsock_consumer_set_batch_size";

@@ -184,6 +184,14 @@ start_producer(const struct config *cfg, tsock_pipeline *pl, uint64_t samples, t
         rc = tsock_producer_set_heartbeat(p, cfg->heartbeat_ms ? cfg->heartbeat_ms : 250,
                                           cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms
                                                                     : 3000);
+    if (rc == 0 && cfg->curve_secret_key) {
+        what = "--curve-secret-key/--curve-authorized-keys";
+        rc = tsock_producer_set_curve(p, cfg->curve_secret_key, cfg->curve_authorized_keys);
+    }
+    if (rc == 0 && cfg->insecure_open_to_network) {
+        what = "--insecure-open-to-network";
+        rc = tsock_producer_set_insecure(p, 1);
+    }
     if (rc == 0 && (rc = set_device(cfg, p)) < 0) {
         tsock_producer_destroy(p);
         return rc;
@@ -198,6 +206,13 @@ start_producer(const struct config *cfg, tsock_pipeline *pl, uint64_t samples, t
     }
     if (rc < 0) {
         lib_error(what, rc);
+        if (rc == TSOCK_E_INSECURE)
+            fprintf(stderr,
+                    PROG ": %s is reachable from other hosts: give "
+                         "--curve-secret-key and --curve-authorized-keys (docs/security.md), "
+                         "bind tcp://127.0.0.1 or ipc://, or accept the risk with "
+                         "--insecure-open-to-network\n",
+                    cfg->endpoint);
         tsock_producer_destroy(p);
         return rc;
     }

@@ -1,6 +1,7 @@
 /* tsock-stat: shows a running producer's statistics and those of each consumer connected to it.
  *
  *   tsock-stat [ENDPOINT] [--watch [SECONDS]] [--count N] [--json] [--timeout-ms N]
+ *              [--curve-secret-key FILE --curve-server-key FILE]
  *
  * Asks the producer once (or every SECONDS with --watch) with tsock_stats_query and prints a
  * table, or with --json the library's JSON snapshot, one object per line. It never joins as a
@@ -37,6 +38,7 @@ struct options {
     uint64_t count; /* reports to show; 0: until interrupted */
     int json;
     int timeout_ms;
+    const char *curve_secret_key, *curve_server_key; /* NULL: no CURVE */
 };
 
 static void
@@ -44,6 +46,7 @@ usage(void)
 {
     printf("usage: " PROG " [ENDPOINT] [--watch [SECONDS]] [--count N] [--json] "
            "[--timeout-ms N]\n"
+           "       [--curve-secret-key FILE --curve-server-key FILE]\n"
            "\n"
            "Shows the statistics of the tsock producer serving ENDPOINT (default: the per-user\n"
            "default endpoint) and of every consumer connected to it.\n"
@@ -52,6 +55,11 @@ usage(void)
            "  --count N           stop after N reports (implies --watch)\n"
            "  --json              print each report as one JSON object on one line\n"
            "  --timeout-ms N      how long to wait for the producer's answer (default 3000)\n"
+           "  --curve-secret-key FILE\n"
+           "                      authenticate with CURVE: this client's secret key file\n"
+           "                      (its public key must be among the producer's authorized keys)\n"
+           "  --curve-server-key FILE\n"
+           "                      with --curve-secret-key: the producer's public key file\n"
            "  -h, --help          this text\n"
            "\n"
            "Exit status: 0 shown, 1 no producer answered (or another error), 2 bad usage.\n");
@@ -121,6 +129,10 @@ parse_args(int argc, char **argv, struct options *o)
         } else if (is_option(a, "timeout-ms")) {
             o->timeout_ms = (int)cli_parse_u64(
                 "timeout-ms", option_value(argc, argv, &i, "timeout-ms"), 1, 3600000);
+        } else if (is_option(a, "curve-secret-key")) {
+            o->curve_secret_key = option_value(argc, argv, &i, "curve-secret-key");
+        } else if (is_option(a, "curve-server-key")) {
+            o->curve_server_key = option_value(argc, argv, &i, "curve-server-key");
         } else if (a[0] == '-') {
             cli_bad_usage("unknown option '%s'", a);
         } else if (o->endpoint) {
@@ -131,6 +143,15 @@ parse_args(int argc, char **argv, struct options *o)
             o->endpoint = a;
         }
     }
+    cli_check_curve_client(o->curve_secret_key, o->curve_server_key);
+}
+
+/* The library explains a bad key file in a log line: show warnings and errors. */
+static void
+log_to_stderr(void *user, int level, const char *message)
+{
+    (void)user;
+    fprintf(stderr, PROG ": %s: %s\n", level == TSOCK_LOG_ERROR ? "error" : "warning", message);
 }
 
 /* ---- the table --------------------------------------------------------------------------- */
@@ -202,7 +223,8 @@ static int
 report(const struct options *o, const char *endpoint, int first)
 {
     tsock_stats *s = NULL;
-    int err = tsock_stats_query(&s, o->endpoint, o->timeout_ms);
+    int err = tsock_stats_query_curve(&s, o->endpoint, o->timeout_ms, o->curve_secret_key,
+                                      o->curve_server_key);
     if (err == -EINTR && g_signal)
         return 0;
     if (err == -ENOENT) {
@@ -251,6 +273,7 @@ main(int argc, char **argv)
     cli_init(PROG);
     struct options o;
     parse_args(argc, argv, &o);
+    tsock_set_log(log_to_stderr, NULL, TSOCK_LOG_WARN);
     char endpoint[1024];
     if (o.endpoint)
         snprintf(endpoint, sizeof endpoint, "%s", o.endpoint);

@@ -73,7 +73,12 @@ enum tsock_error {
                                              blocked (no shared PID namespace or /dev/shm); the
                                              log says which */
     TSOCK_E_CANCELLED = -10016,         /* a *_cancel call stopped the wait (Ctrl-C, shutdown) */
-    TSOCK_E_LAST = -10017
+    TSOCK_E_INSECURE = -10017,          /* refused to serve a network endpoint without
+                                           authentication (docs/security.md) */
+    TSOCK_E_AUTH = -10018,              /* the producer refused this client's security
+                                           handshake: CURVE key not authorized, keys on one
+                                           side only, or another server key */
+    TSOCK_E_LAST = -10019
 };
 
 /* A static, human-readable description of any return code (0, a negated errno, TSOCK_E_*).
@@ -170,6 +175,29 @@ TSOCK_API int tsock_producer_create(tsock_producer **out, const char *endpoint,
 /* Heartbeat interval and the silence after which a consumer is declared dead and its slots
  * are reclaimed. Defaults: 250 ms and 3000 ms. Returns 0, -EINVAL, or TSOCK_E_STATE after start. */
 TSOCK_API int tsock_producer_set_heartbeat(tsock_producer *p, int interval_ms, int timeout_ms);
+
+/* Who may connect (docs/security.md). With CURVE keys, every connection is authenticated and
+ * encrypted by ZeroMQ's CURVE security, and only clients (consumers and tsock_stats_query
+ * callers) whose public key is listed in `authorized_keys` complete the handshake; the others
+ * receive nothing and are logged (warning level) with their key. `server_secret_key_file` is
+ * the producer's secret key file (from tsock_curve_keygen or tsock-keygen; it must not be
+ * readable by group or others). `authorized_keys` is a file with one Z85 public key per line
+ * ("KEY [comment]"; blank and '#' lines ignored) or a directory of "*.key" public key files;
+ * neither may be writable by group or others. Both paths or neither (NULL, NULL: no CURVE,
+ * the default). The keys are read here (a bad file fails now, its reason logged) and again at
+ * start. Caller's thread, before start; the producer copies the paths. Returns 0, -EINVAL (a
+ * NULL producer, only one of the paths, a malformed key), -ENOENT, -EACCES (a file's mode),
+ * -ENAMETOOLONG, -ENOTSUP (libzmq without CURVE), or TSOCK_E_STATE after start. */
+TSOCK_API int tsock_producer_set_curve(tsock_producer *p, const char *server_secret_key_file,
+                                       const char *authorized_keys);
+
+/* Without CURVE keys, tsock_producer_start refuses (TSOCK_E_INSECURE, with a log line) an
+ * endpoint reachable from other hosts: any tcp address but 127.0.0.0/8, ::1, "localhost" or
+ * the "lo" interface (so 0.0.0.0, *, ::, a host's address), and every other network
+ * transport. `open_to_network` != 0 serves it anyway, unauthenticated and unencrypted: anyone
+ * who reaches it can join, hold slots and read batches. ipc endpoints are protected by file
+ * modes and need neither. Caller's thread, before start. Returns 0, -EINVAL or TSOCK_E_STATE. */
+TSOCK_API int tsock_producer_set_insecure(tsock_producer *p, int open_to_network);
 
 /* Lets the library choose which samples go into each batch: a dataset of `samples` samples,
  * visited in epochs; epoch e is a permutation of 0..samples-1 derived from (seed, e) only.
@@ -372,6 +400,12 @@ TSOCK_API void tsock_producer_destroy(tsock_producer *p);
  * /tmp/tsock-<uid>. Returns the string length, or -ENAMETOOLONG / a negated errno. */
 TSOCK_API int tsock_default_endpoint(char *buf, size_t size);
 
+/* Generates a CURVE key pair with libzmq and writes it as two new files: the secret key with
+ * mode 0600, the public key with mode 0644, each 40 Z85 characters and a newline (the format
+ * docs/security.md describes). Existing files are never replaced. Any thread. Returns 0,
+ * -EINVAL, -EEXIST (a file exists), -ENOTSUP (libzmq without CURVE) or a negated errno. */
+TSOCK_API int tsock_curve_keygen(const char *secret_key_file, const char *public_key_file);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Consumer                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
@@ -386,6 +420,18 @@ TSOCK_API int tsock_consumer_create(tsock_consumer **out, const char *endpoint);
 /* Heartbeat interval and the producer silence after which every call fails with
  * TSOCK_E_PRODUCER_LOST. Defaults: 250 ms and 3000 ms. TSOCK_E_STATE after start. */
 TSOCK_API int tsock_consumer_set_heartbeat(tsock_consumer *c, int interval_ms, int timeout_ms);
+
+/* Connects with CURVE (docs/security.md): `client_secret_key_file` is this consumer's secret
+ * key file (its public key, derived from it, must be in the producer's authorized keys; the
+ * file must not be readable by group or others), `server_public_key_file` the producer's public
+ * key file. Both or neither (NULL, NULL: no CURVE, the default). When the producer refuses the
+ * handshake (a key it does not list, another server key, or keys on one side only), start
+ * fails with TSOCK_E_AUTH (logged), and the producer logs the refused key. The keys are read here
+ * (a bad file fails now, its reason logged). Caller's thread, before start; the paths are copied.
+ * Returns 0, -EINVAL, -ENOENT, -EACCES, -ENAMETOOLONG, -ENOTSUP (libzmq without CURVE), or
+ * TSOCK_E_STATE after start. */
+TSOCK_API int tsock_consumer_set_curve(tsock_consumer *c, const char *client_secret_key_file,
+                                       const char *server_public_key_file);
 
 /* A name shown in the producer's statistics (copied, at most TSOCK_MAX_NAME bytes, no control
  * characters). Returns 0, -EINVAL, or TSOCK_E_STATE after start. */
@@ -422,7 +468,7 @@ TSOCK_API int tsock_consumer_set_device(tsock_consumer *c, int device);
 /* Connects, introduces itself and maps the ring read-only (a GPU ring: opens its CUDA IPC
  * handles once, kept open until the producer goes away or the consumer is destroyed). Waits up
  * to `timeout_ms` (-1: forever) for the producer to answer. Returns 0, -ETIMEDOUT,
- * TSOCK_E_VERSION, TSOCK_E_FULL, TSOCK_E_REJECTED, TSOCK_E_NO_DEVICE (a GPU ring and no usable
+ * TSOCK_E_VERSION, TSOCK_E_FULL, TSOCK_E_REJECTED, TSOCK_E_AUTH (CURVE refused), TSOCK_E_NO_DEVICE (a GPU ring and no usable
  * GPU or peer access here), TSOCK_E_CANCELLED (tsock_consumer_cancel) or a negated errno from
  * mapping the ring. A start that failed, cancelled while it waited included, is not retried:
  * destroy the consumer (a start cancelled before it began leaves the consumer startable). */
@@ -515,9 +561,18 @@ typedef struct tsock_stats tsock_stats;
  * caller: free it with tsock_stats_destroy) and returns 0. Returns -ETIMEDOUT when no producer
  * answered in time, -ENOENT when an ipc endpoint has no socket file (no producer there),
  * -EINTR when a signal interrupted the wait, TSOCK_E_VERSION when the producer speaks another
- * protocol version, TSOCK_E_PROTOCOL for a malformed answer, -EINVAL, -ENOMEM, or a negated
+ * protocol version, TSOCK_E_PROTOCOL for a malformed answer, TSOCK_E_AUTH when the producer
+ * requires CURVE keys (tsock_stats_query_curve), -EINVAL, -ENOMEM, or a negated
  * errno from ZeroMQ. Any thread; each call uses its own socket. */
 TSOCK_API int tsock_stats_query(tsock_stats **out, const char *endpoint, int timeout_ms);
+
+/* tsock_stats_query over a CURVE connection, for a producer that requires keys (see
+ * tsock_consumer_set_curve for the two key files; NULL, NULL is tsock_stats_query). A refused
+ * handshake is TSOCK_E_AUTH (also without keys against a producer that requires them). Bad key
+ * files: -EINVAL, -ENOENT, -EACCES, logged. Any thread. */
+TSOCK_API int tsock_stats_query_curve(tsock_stats **out, const char *endpoint, int timeout_ms,
+                                      const char *client_secret_key_file,
+                                      const char *server_public_key_file);
 
 /* Consumers in the snapshot (0..64), listed in join order; a consumer index below is 0..n-1. */
 TSOCK_API int tsock_stats_consumer_count(const tsock_stats *s);

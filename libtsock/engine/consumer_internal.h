@@ -74,6 +74,7 @@ struct tsock_consumer {
     int started;
 
     struct tsock__channel *channel;
+    struct tsock__channel_security security; /* tsock_consumer_set_curve */
     pthread_t thread;
     int thread_started;
 

@@ -192,6 +192,17 @@ on_heartbeat(void *ctx, const struct tsock__peer_id *from, int peer, const struc
     /* The channel noted that the producer is alive; nothing else to do. */
 }
 
+/* The producer refused our keys (or wanted keys we lack): final before the WELCOME, as a
+ * REJECT is. Once welcomed, a failure can only concern a new producer on the endpoint, and
+ * losing the old one is reported as such. */
+static void
+on_handshake_failed(void *ctx, int err)
+{
+    tsock_consumer *c = ctx;
+    if (!c->welcomed)
+        fail(c, err);
+}
+
 static void
 on_reject(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
 {
@@ -304,6 +315,7 @@ tsock__consumer_handlers(tsock_consumer *c, struct tsock__channel_handlers *h)
     h->on_malformed = on_malformed;
     h->on_beat = on_beat;
     h->on_peer_lost = on_peer_lost;
+    h->on_handshake_failed = on_handshake_failed;
 }
 
 /* ---- between epochs ---------------------------------------------------------------------- */

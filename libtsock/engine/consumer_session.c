@@ -40,7 +40,7 @@ connect_channel(tsock_consumer *c)
     struct tsock__channel_handlers h;
     tsock__consumer_handlers(c, &h);
     struct tsock__channel_timing t = {c->hb_interval_ms, c->hb_timeout_ms};
-    int err = tsock__channel_connect(&c->channel, c->endpoint, &h, t);
+    int err = tsock__channel_connect(&c->channel, c->endpoint, &h, t, &c->security);
     if (err == 0)
         atomic_store(&c->cancel_channel, c->channel); /* tsock_consumer_cancel may wake it */
     return err;

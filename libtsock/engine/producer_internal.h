@@ -101,6 +101,7 @@ struct tsock_producer {
      * service thread passes the wake-up on to the caller through `cond`. */
     atomic_int cancel;
     struct tsock__channel *_Atomic cancel_channel;
+    struct tsock__channel_security security; /* tsock_producer_set_curve, _set_insecure */
     pthread_t thread;
     int thread_started;
 

@@ -481,7 +481,7 @@ tsock__producer_service_start(tsock_producer *p)
     h.on[TSOCK__MSG_CONSUMER_STATS] = on_consumer_stats;
     h.on[TSOCK__MSG_STATS_REQUEST] = on_stats_request;
     struct tsock__channel_timing t = {p->hb_interval_ms, p->hb_timeout_ms};
-    int err = tsock__channel_bind(&p->channel, p->endpoint, &h, t);
+    int err = tsock__channel_bind(&p->channel, p->endpoint, &h, t, &p->security);
     if (err < 0)
         return err;
     atomic_store(&p->cancel_channel, p->channel); /* tsock_producer_cancel may wake it */

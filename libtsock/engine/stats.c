@@ -66,6 +66,7 @@ tsock__stats_consumer_value(const struct tsock__stats_consumer *c, int key, uint
 
 struct tsock_stats {
     char endpoint[TSOCK__ENDPOINT_MAX];
+    struct tsock__channel_security security;
     struct tsock__stats_reply reply;
     char *json;
 };
@@ -320,6 +321,14 @@ on_malformed(void *ctx, const struct tsock__peer_id *from, int peer, size_t size
 }
 
 static void
+on_handshake_failed(void *ctx, int err)
+{
+    struct query *q = ctx;
+    if (q->result == 0)
+        q->result = err;
+}
+
+static void
 send_request(void *ctx, uint64_t now)
 {
     struct query *q = ctx;
@@ -358,10 +367,11 @@ query(tsock_stats *s, int timeout_ms)
         .on_malformed = on_malformed,
         .on_stats_reply = on_reply,
         .on_beat = send_request,
+        .on_handshake_failed = on_handshake_failed,
     };
     h.on[TSOCK__MSG_REJECT] = on_reject;
     struct tsock__channel_timing t = {.beat_ms = RESEND_MS, .timeout_ms = 0};
-    err = tsock__channel_connect(&q.channel, s->endpoint, &h, t);
+    err = tsock__channel_connect(&q.channel, s->endpoint, &h, t, &s->security);
     if (err < 0)
         return err;
     uint64_t deadline = tsock__deadline(timeout_ms);
@@ -382,6 +392,13 @@ query(tsock_stats *s, int timeout_ms)
 int
 tsock_stats_query(tsock_stats **out, const char *endpoint, int timeout_ms)
 {
+    return tsock_stats_query_curve(out, endpoint, timeout_ms, NULL, NULL);
+}
+
+int
+tsock_stats_query_curve(tsock_stats **out, const char *endpoint, int timeout_ms,
+                        const char *client_secret_key_file, const char *server_public_key_file)
+{
     if (!out || timeout_ms < -1)
         return -EINVAL;
     *out = NULL;
@@ -393,6 +410,9 @@ tsock_stats_query(tsock_stats **out, const char *endpoint, int timeout_ms)
         err = tsock_default_endpoint(s->endpoint, sizeof s->endpoint);
     else if (snprintf(s->endpoint, sizeof s->endpoint, "%s", endpoint) >= (int)sizeof s->endpoint)
         err = -ENAMETOOLONG;
+    if (err >= 0)
+        err = tsock__channel_security_set(&s->security, 0, client_secret_key_file,
+                                          server_public_key_file);
     if (err >= 0)
         err = query(s, timeout_ms);
     if (err >= 0)

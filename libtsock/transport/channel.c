@@ -10,6 +10,7 @@
 
 #include "core/core.h"
 #include "transport/channel.h"
+#include "transport/curve.h"
 #include "transport/transport.h"
 
 struct watched_peer {
@@ -30,8 +31,15 @@ struct tsock__channel {
     char ipc_file[TSOCK__ENDPOINT_MAX];
     ino_t ipc_inode;
     struct watched_peer peers[TSOCK__CHANNEL_MAX_PEERS];
-    struct tsock__frame frame;             /* the frame being handled */
-    struct tsock__msg msg;                 /* its decoding */
+    /* CURVE: this end's keys (a reconnect reuses them), and on a producer the ZAP handler
+     * and the client keys it accepts. */
+    int curve;
+    struct tsock__z85_key secret, public_key, server_key;
+    void *zap;
+    struct tsock__key_set authorized;
+    void *watch;               /* a DEALER's handshake watch (a socket monitor), or NULL */
+    struct tsock__frame frame; /* the frame being handled */
+    struct tsock__msg msg;     /* its decoding */
     uint8_t out[TSOCK__PROTO_MAX_MESSAGE]; /* the message being sent */
 };
 
@@ -78,7 +86,8 @@ bind_router(struct tsock__channel *ch)
             return err;
     }
     int err = 0;
-    ch->sock = tsock__router_open(ch->zctx, ch->endpoint, &err);
+    struct tsock__socket_curve curve = {.secret = ch->secret.text};
+    ch->sock = tsock__router_open(ch->zctx, ch->endpoint, ch->curve ? &curve : NULL, &err);
     if (!ch->sock)
         return err == -EADDRINUSE ? TSOCK_E_BUSY_ENDPOINT : err;
     struct stat st;
@@ -91,15 +100,123 @@ bind_router(struct tsock__channel *ch)
     return 0;
 }
 
+static int
+has_keys(const struct tsock__channel_security *sec)
+{
+    return sec && sec->secret_key_file[0];
+}
+
+/* Reads a producer's keys and opens its ZAP handler, or refuses an open network endpoint. */
+static int
+setup_server_security(struct tsock__channel *ch, const struct tsock__channel_security *sec)
+{
+    if (!has_keys(sec)) {
+        if (tsock__endpoint_is_local(ch->endpoint))
+            return 0;
+        if (sec && sec->insecure_network) {
+            tsock__log(TSOCK_LOG_WARN,
+                       "serving %s without authentication: anyone who can reach it may "
+                       "join, hold slots and read the batches",
+                       ch->endpoint);
+            return 0;
+        }
+        tsock__log(TSOCK_LOG_ERROR,
+                   "refusing to serve %s without authentication: it is reachable from other "
+                   "hosts. Give CURVE keys (see docs/security.md), bind 127.0.0.1 or ipc://, "
+                   "or accept the risk explicitly (insecure open to network)",
+                   ch->endpoint);
+        return TSOCK_E_INSECURE;
+    }
+    int err = tsock__curve_available();
+    if (err == 0)
+        err = tsock__curve_read_key(sec->secret_key_file, 1, &ch->secret);
+    if (err == 0)
+        err = tsock__curve_load_authorized(sec->peer_keys, &ch->authorized);
+    if (err == 0)
+        ch->zap = tsock__zap_open(ch->zctx, &err);
+    ch->curve = err == 0;
+    return err;
+}
+
+/* Reads a client's keys; its public key follows from its secret one. */
+static int
+setup_client_security(struct tsock__channel *ch, const struct tsock__channel_security *sec)
+{
+    if (!has_keys(sec))
+        return 0;
+    int err = tsock__curve_available();
+    if (err == 0)
+        err = tsock__curve_read_key(sec->secret_key_file, 1, &ch->secret);
+    if (err == 0)
+        err = tsock__curve_read_key(sec->peer_keys, 0, &ch->server_key);
+    if (err == 0)
+        err = tsock__curve_public_of(&ch->secret, &ch->public_key);
+    ch->curve = err == 0;
+    return err;
+}
+
+/* Loads the keys `sec` names and throws them away: a bad file fails at the setter. */
+static int
+check_keys(const struct tsock__channel_security *sec, int bind)
+{
+    struct tsock__z85_key secret, peer;
+    struct tsock__key_set authorized = {0};
+    int err = tsock__curve_available();
+    if (err == 0)
+        err = tsock__curve_read_key(sec->secret_key_file, 1, &secret);
+    if (err == 0 && bind)
+        err = tsock__curve_load_authorized(sec->peer_keys, &authorized);
+    else if (err == 0)
+        err = tsock__curve_read_key(sec->peer_keys, 0, &peer);
+    tsock__key_set_free(&authorized);
+    memset(&secret, 0, sizeof secret);
+    return err;
+}
+
+static int
+security_path(char *dst, const char *src)
+{
+    if (!src)
+        src = "";
+    if (strlen(src) >= TSOCK__KEY_PATH_MAX)
+        return -ENAMETOOLONG;
+    strcpy(dst, src);
+    return 0;
+}
+
+int
+tsock__channel_security_set(struct tsock__channel_security *sec, int bind,
+                            const char *secret_key_file, const char *peer_keys)
+{
+    struct tsock__channel_security next = *sec;
+    int err = security_path(next.secret_key_file, secret_key_file);
+    if (err == 0)
+        err = security_path(next.peer_keys, peer_keys);
+    if (err < 0)
+        return err;
+    if (!next.secret_key_file[0] != !next.peer_keys[0])
+        return -EINVAL; /* half a key set would silently mean no authentication */
+    if (next.secret_key_file[0]) {
+        err = check_keys(&next, bind);
+        if (err < 0)
+            return err;
+    }
+    *sec = next;
+    return 0;
+}
+
 int
 tsock__channel_bind(struct tsock__channel **out, const char *endpoint,
-                    const struct tsock__channel_handlers *h, struct tsock__channel_timing t)
+                    const struct tsock__channel_handlers *h, struct tsock__channel_timing t,
+                    const struct tsock__channel_security *sec)
 {
     int err = channel_new(out, endpoint, h, t);
     if (err < 0)
         return err;
     (*out)->routed = 1;
-    err = bind_router(*out);
+    err = setup_server_security(*out, sec);
+    if (err == 0)
+        err = bind_router(*out);
     if (err < 0) {
         tsock__channel_close(*out, 0);
         *out = NULL;
@@ -107,14 +224,29 @@ tsock__channel_bind(struct tsock__channel **out, const char *endpoint,
     return err;
 }
 
+/* The client keys of a DEALER for tsock__dealer_open, or NULL without CURVE. */
+static const struct tsock__socket_curve *
+client_curve(const struct tsock__channel *ch, struct tsock__socket_curve *c)
+{
+    c->secret = ch->secret.text;
+    c->public_key = ch->public_key.text;
+    c->server_key = ch->server_key.text;
+    return ch->curve ? c : NULL;
+}
+
 int
 tsock__channel_connect(struct tsock__channel **out, const char *endpoint,
-                       const struct tsock__channel_handlers *h, struct tsock__channel_timing t)
+                       const struct tsock__channel_handlers *h, struct tsock__channel_timing t,
+                       const struct tsock__channel_security *sec)
 {
     int err = channel_new(out, endpoint, h, t);
     if (err < 0)
         return err;
-    (*out)->sock = tsock__dealer_open((*out)->zctx, endpoint, &err);
+    struct tsock__socket_curve c;
+    err = setup_client_security(*out, sec);
+    if (err == 0)
+        (*out)->sock = tsock__dealer_open((*out)->zctx, endpoint, client_curve(*out, &c),
+                                          &(*out)->watch, &err);
     if (!(*out)->sock) {
         tsock__channel_close(*out, 0);
         *out = NULL;
@@ -125,12 +257,15 @@ tsock__channel_connect(struct tsock__channel **out, const char *endpoint,
 int
 tsock__channel_reconnect(struct tsock__channel *ch, int linger_ms)
 {
+    tsock__socket_close(ch->watch, 0);
+    ch->watch = NULL;
     tsock__socket_close(ch->sock, linger_ms);
     memset(ch->peers, 0, sizeof ch->peers);
     ch->next_beat_ns = 0;
     tsock__wake_drain(ch->wake_fd);
     int err = 0;
-    ch->sock = tsock__dealer_open(ch->zctx, ch->endpoint, &err);
+    struct tsock__socket_curve c;
+    ch->sock = tsock__dealer_open(ch->zctx, ch->endpoint, client_curve(ch, &c), &ch->watch, &err);
     return ch->sock ? 0 : err;
 }
 
@@ -148,9 +283,14 @@ tsock__channel_close(struct tsock__channel *ch, int linger_ms)
 {
     if (!ch)
         return;
+    /* The monitor's PAIR first: a socket left open would keep zmq_ctx_term waiting. */
+    tsock__socket_close(ch->watch, 0);
     tsock__socket_close(ch->sock, linger_ms);
+    tsock__socket_close(ch->zap, 0);
     if (ch->zctx)
         zmq_ctx_term(ch->zctx);
+    tsock__key_set_free(&ch->authorized);
+    memset(&ch->secret, 0, sizeof ch->secret); /* no secret left behind in freed memory */
     remove_ipc_file(ch);
     if (ch->wake_fd >= 0)
         close(ch->wake_fd);
@@ -265,8 +405,10 @@ tsock__channel_wait(struct tsock__channel *ch, int max_ms)
         if (wait_ms < 0 || until_beat < wait_ms)
             wait_ms = until_beat;
     }
-    zmq_pollitem_t items[2] = {{ch->sock, 0, ZMQ_POLLIN, 0}, {NULL, ch->wake_fd, ZMQ_POLLIN, 0}};
-    zmq_poll(items, 2, wait_ms);
+    zmq_pollitem_t items[3] = {{ch->sock, 0, ZMQ_POLLIN, 0},
+                               {NULL, ch->wake_fd, ZMQ_POLLIN, 0},
+                               {ch->zap ? ch->zap : ch->watch, 0, ZMQ_POLLIN, 0}};
+    zmq_poll(items, items[2].socket ? 3 : 2, wait_ms);
     if (items[1].revents)
         tsock__wake_drain(ch->wake_fd);
 }
@@ -333,6 +475,12 @@ beat(struct tsock__channel *ch, uint64_t now)
 void
 tsock__channel_dispatch(struct tsock__channel *ch)
 {
+    /* Handshakes first: a client waiting for its key's verdict gets it without delay. */
+    if (ch->zap)
+        tsock__zap_serve(ch->zap, &ch->authorized);
+    int refused = ch->watch ? tsock__handshake_watch_read(ch->watch, ch->curve) : 0;
+    if (refused && ch->h.on_handshake_failed)
+        ch->h.on_handshake_failed(ch->h.ctx, refused);
     while (tsock__recv(ch->sock, ch->routed, &ch->frame) > 0)
         handle_frame(ch);
     uint64_t now = tsock__now_ns();

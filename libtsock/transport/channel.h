@@ -55,6 +55,10 @@ struct tsock__channel_handlers {
     void (*on_peer_lost)(void *ctx, int peer);
     /* A send the channel made itself (a heartbeat) failed: the peer is gone or stuck. */
     void (*on_send_failed)(void *ctx, int peer, int err);
+    /* A DEALER's security handshake failed: the producer refused its CURVE key, expected keys
+     * it did not give (or the reverse), or has another server key. err is TSOCK_E_AUTH.
+     * ZeroMQ keeps retrying; the owner decides whether that is final. */
+    void (*on_handshake_failed)(void *ctx, int err);
 };
 
 /* Timing of the heartbeats and of the liveness check, in milliseconds; timeout 0 watches no
@@ -64,16 +68,46 @@ struct tsock__channel_timing {
     int timeout_ms;
 };
 
+/* Who may talk to the channel (docs/security.md). Paths to key files, empty when unused; a
+ * zeroed struct (or NULL) means no authentication. The channel reads the files when it binds
+ * or connects, so a bad file is a start error that the log explains.
+ *   bind:    secret_key_file is the producer's secret key; peer_keys the authorized client
+ *            keys (a file of keys or a directory of *.key files). Both or neither.
+ *   connect: secret_key_file is the client's secret key; peer_keys the producer's public key
+ *            file. Both or neither. */
+#define TSOCK__KEY_PATH_MAX 1024
+struct tsock__channel_security {
+    char secret_key_file[TSOCK__KEY_PATH_MAX];
+    char peer_keys[TSOCK__KEY_PATH_MAX];
+    /* bind without keys: also serve an endpoint that reaches beyond this machine (any tcp
+     * address but loopback), which is otherwise TSOCK_E_INSECURE. */
+    int insecure_network;
+};
+
+/* Stores two paths into `sec` after checking them: both empty (no CURVE) or both set, each
+ * shorter than TSOCK__KEY_PATH_MAX. Then loads the keys once so that a bad file fails now,
+ * with its reason logged. `bind`: the producer's side. Returns 0, -EINVAL, -ENAMETOOLONG, or
+ * the key file's error (see curve.h). */
+int tsock__channel_security_set(struct tsock__channel_security *sec, int bind,
+                                const char *secret_key_file, const char *peer_keys);
+
 /* Binds a ROUTER (a producer). An ipc endpoint's stale socket file is replaced, a live one is
  * TSOCK_E_BUSY_ENDPOINT; the file gets mode 0600 and is removed by close if it is still ours.
- * Returns 0 or a negative code. */
+ * With CURVE keys in `sec`, only clients with an authorized key complete the handshake; the
+ * ZAP handler that decides runs inside tsock__channel_dispatch. Without keys, an endpoint that
+ * reaches the network is TSOCK_E_INSECURE unless sec->insecure_network. Returns 0 or a
+ * negative code. */
 int tsock__channel_bind(struct tsock__channel **out, const char *endpoint,
-                        const struct tsock__channel_handlers *h, struct tsock__channel_timing t);
+                        const struct tsock__channel_handlers *h, struct tsock__channel_timing t,
+                        const struct tsock__channel_security *sec);
 
 /* Connects a DEALER (a consumer, a stats client). ZeroMQ connects in the background and
- * reconnects on its own; nothing waits here. Returns 0 or a negative code. */
+ * reconnects on its own; nothing waits here. With CURVE keys in `sec`, the connection is
+ * authenticated and encrypted; a producer that refuses the key is never heard from. Returns 0
+ * or a negative code. */
 int tsock__channel_connect(struct tsock__channel **out, const char *endpoint,
-                           const struct tsock__channel_handlers *h, struct tsock__channel_timing t);
+                           const struct tsock__channel_handlers *h, struct tsock__channel_timing t,
+                           const struct tsock__channel_security *sec);
 
 /* A DEALER's fresh connection to the same endpoint: the old socket is closed (queued messages
  * get `linger_ms` to leave), nothing stays watched, the wake-up and handlers stay. Call it

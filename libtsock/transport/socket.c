@@ -7,6 +7,7 @@
 #include <zmq.h>
 
 #include "core/core.h"
+#include "transport/curve.h"
 #include "transport/transport.h"
 
 static void
@@ -28,8 +29,31 @@ set_common_options(void *sock)
     set_int(sock, ZMQ_RCVHWM, 100000);
 }
 
+/* CURVE must be set before bind or connect: the mechanism is chosen per connection at its
+ * start. The server's domain names the ZAP requests it makes, so its handler can tell them
+ * apart should the context ever hold other sockets. */
+static int
+set_curve(void *sock, int server, const struct tsock__socket_curve *curve)
+{
+    if (!curve)
+        return 0;
+    int rc = zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, curve->secret, 40);
+    if (rc == 0 && server) {
+        int on = 1;
+        rc = zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &on, sizeof on);
+        if (rc == 0)
+            rc = zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, "tsock", 5);
+    } else if (rc == 0) {
+        rc = zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, curve->public_key, 40);
+        if (rc == 0)
+            rc = zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, curve->server_key, 40);
+    }
+    return rc == 0 ? 0 : -zmq_errno();
+}
+
 void *
-tsock__router_open(void *ctx, const char *endpoint, int *err)
+tsock__router_open(void *ctx, const char *endpoint, const struct tsock__socket_curve *curve,
+                   int *err)
 {
     void *sock = zmq_socket(ctx, ZMQ_ROUTER);
     if (!sock) {
@@ -39,8 +63,9 @@ tsock__router_open(void *ctx, const char *endpoint, int *err)
     set_common_options(sock);
     /* Sending to a vanished consumer must fail loudly, not vanish silently. */
     set_int(sock, ZMQ_ROUTER_MANDATORY, 1);
-    if (zmq_bind(sock, endpoint) != 0) {
-        *err = -zmq_errno();
+    *err = set_curve(sock, 1, curve);
+    if (*err < 0 || zmq_bind(sock, endpoint) != 0) {
+        *err = *err < 0 ? *err : -zmq_errno();
         zmq_close(sock);
         return NULL;
     }
@@ -48,7 +73,8 @@ tsock__router_open(void *ctx, const char *endpoint, int *err)
 }
 
 void *
-tsock__dealer_open(void *ctx, const char *endpoint, int *err)
+tsock__dealer_open(void *ctx, const char *endpoint, const struct tsock__socket_curve *curve,
+                   void **watch, int *err)
 {
     void *sock = zmq_socket(ctx, ZMQ_DEALER);
     if (!sock) {
@@ -58,8 +84,12 @@ tsock__dealer_open(void *ctx, const char *endpoint, int *err)
     set_common_options(sock);
     /* Reconnect quickly: a producer restarted on the same endpoint is found within 100 ms. */
     set_int(sock, ZMQ_RECONNECT_IVL, 100);
-    if (zmq_connect(sock, endpoint) != 0) {
-        *err = -zmq_errno();
+    *err = set_curve(sock, 0, curve);
+    *watch = *err < 0 ? NULL : tsock__handshake_watch_open(ctx, sock);
+    if (*err < 0 || zmq_connect(sock, endpoint) != 0) {
+        *err = *err < 0 ? *err : -zmq_errno();
+        tsock__socket_close(*watch, 0);
+        *watch = NULL;
         zmq_close(sock);
         return NULL;
     }

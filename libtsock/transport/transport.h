@@ -30,9 +30,22 @@ const char *tsock__ipc_path(const char *endpoint);
  * accepts connections there, removes a stale socket file a dead producer left. */
 int tsock__ipc_claim(const char *path);
 
-/* The producer's sockets. Both return a socket or NULL with *err set to a negated errno. */
-void *tsock__router_open(void *ctx, const char *endpoint, int *err);
-void *tsock__dealer_open(void *ctx, const char *endpoint, int *err);
+/* CURVE keys of one socket, Z85 text; NULL pointers for a socket without CURVE. A server sets
+ * only `secret`; a client sets all three. */
+struct tsock__socket_curve {
+    const char *secret;
+    const char *public_key;
+    const char *server_key;
+};
+
+/* The producer's sockets. Both return a socket or NULL with *err set to a negated errno.
+ * `curve` may be NULL (no CURVE). The DEALER's handshake watch (curve.h) is attached before it
+ * connects, since a refused handshake ends the connection for good and its one event would
+ * otherwise be lost; *watch is the watch or NULL. */
+void *tsock__router_open(void *ctx, const char *endpoint, const struct tsock__socket_curve *curve,
+                         int *err);
+void *tsock__dealer_open(void *ctx, const char *endpoint, const struct tsock__socket_curve *curve,
+                         void **watch, int *err);
 
 /* Closes a socket, letting queued messages go out for at most `linger_ms`. */
 void tsock__socket_close(void *sock, int linger_ms);

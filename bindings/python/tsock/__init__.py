@@ -13,6 +13,7 @@ from . import _lib
 from ._lib import LibraryNotFound, VersionMismatch, default_endpoint
 from .consumer import Batch, Consumer, DataLoader, TensorInfo
 from .errors import (
+    E_AUTH,
     E_BAD_SAMPLE,
     E_BUSY_ENDPOINT,
     E_CANCELLED,
@@ -20,6 +21,7 @@ from .errors import (
     E_END,
     E_EPOCH_INTERRUPTED,
     E_FULL,
+    E_INSECURE,
     E_LAYOUT,
     E_NO_DEVICE,
     E_NOT_HELD,
@@ -37,6 +39,7 @@ from .errors import (
     TsockError,
 )
 from .producer import Producer
+from .security import curve_keygen
 from .stats import query_stats
 
 __version__ = "0.2.0"
@@ -78,9 +81,9 @@ __all__ = [
     "Batch", "Consumer", "DataLoader", "Producer", "TensorInfo",
     "TsockError", "EndOfStream", "EpochInterrupted", "ProducerLost", "ProducerStopped", "Timeout",
     "LibraryNotFound", "VersionMismatch",
-    "E_BAD_SAMPLE", "E_BUSY_ENDPOINT", "E_CANCELLED", "E_DEVICE_UNUSABLE", "E_END", "E_EPOCH_INTERRUPTED", "E_FULL", "E_LAYOUT", "E_NO_DEVICE", "E_NOT_HELD", "E_PRODUCER_LOST",
+    "E_AUTH", "E_BAD_SAMPLE", "E_BUSY_ENDPOINT", "E_CANCELLED", "E_DEVICE_UNUSABLE", "E_END", "E_EPOCH_INTERRUPTED", "E_FULL", "E_INSECURE", "E_LAYOUT", "E_NO_DEVICE", "E_NOT_HELD", "E_PRODUCER_LOST",
     "E_PRODUCER_STOPPED", "E_PROTOCOL", "E_REJECTED", "E_STATE", "E_VERSION",
     "LOG_ERROR", "LOG_WARN", "LOG_INFO", "LOG_DEBUG",
     "default_endpoint", "library_path", "library_version", "library_version_info",
-    "cuda_device_count", "query_stats", "set_log", "strerror",
+    "cuda_device_count", "curve_keygen", "query_stats", "set_log", "strerror",
 ]

@@ -150,6 +150,13 @@ _declare("tsock_consumer_destroy", None, [c_void_p])
 
 # ---- statistics of a running producer ----
 _declare("tsock_stats_query", c_int, [P(c_void_p), c_char_p, c_int])
+_declare("tsock_stats_query_curve", c_int, [P(c_void_p), c_char_p, c_int, c_char_p, c_char_p])
+
+# ---- who may connect ----
+_declare("tsock_producer_set_curve", c_int, [c_void_p, c_char_p, c_char_p])
+_declare("tsock_producer_set_insecure", c_int, [c_void_p, c_int])
+_declare("tsock_consumer_set_curve", c_int, [c_void_p, c_char_p, c_char_p])
+_declare("tsock_curve_keygen", c_int, [c_char_p, c_char_p])
 _declare("tsock_stats_json", c_char_p, [c_void_p])
 _declare("tsock_stats_destroy", None, [c_void_p])
 

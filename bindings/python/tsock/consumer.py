@@ -12,7 +12,7 @@ import time
 import warnings
 import weakref
 
-from . import _lib, _views, errors
+from . import _lib, _views, errors, security
 from ._lib import lib
 
 
@@ -232,15 +232,19 @@ class Consumer:
     ValueError otherwise). `epoch_grace` (seconds, None: library default 0.1) is how long a
     consumer may wait between epochs before it is paused. `reconnect` (seconds, None or 0:
     off) waits that long for a producer to come back on the endpoint when it dies or stops;
-    the epoch cut short raises :class:`tsock.EpochInterrupted` once.
+    the epoch cut short raises :class:`tsock.EpochInterrupted` once. `curve` is ``(client
+    secret key file, producer public key file)`` for a producer that requires CURVE keys
+    (docs/security.md); when the producer refuses the handshake (key not listed, another
+    server key, or keys on one side only) the connection fails with TsockError E_AUTH.
 
     :meth:`next` returns a :class:`Batch`; :meth:`release` gives it back. Most training code
     wants :class:`DataLoader` instead.
     """
 
     def __init__(self, endpoint=None, timeout=10.0, name=None, heartbeat=None, batch_size=None,
-                 drop_last=False, epoch_grace=None, reconnect=None, device=None):
+                 drop_last=False, epoch_grace=None, reconnect=None, device=None, curve=None):
         self._h = None
+        curve_secret, curve_server = security.key_pair(curve, "curve")
         cuda_index = _cuda_index(device)
         self._views_count = 0
         self._gathers_count = 0
@@ -273,6 +277,9 @@ class Consumer:
             if name is not None:
                 _lib.check(lib.tsock_consumer_set_name(self._h, name.encode()),
                            "tsock_consumer_set_name")
+            if curve_secret is not None:
+                security.check(lib.tsock_consumer_set_curve(self._h, curve_secret, curve_server),
+                               "tsock_consumer_set_curve", (curve_secret, curve_server))
             if heartbeat is not None:
                 interval, hb_timeout = heartbeat
                 _lib.check(lib.tsock_consumer_set_heartbeat(self._h, _ms(interval),
@@ -644,6 +651,9 @@ class DataLoader:
             or stops (None or 0: off, the producer's loss raises). The epoch cut short ends
             its ``for`` loop early and sets ``last_epoch_interrupted``; the next ``for``
             reads a complete epoch from the new producer.
+        curve: (client secret key file, producer public key file) to connect to a producer
+            that requires CURVE keys (docs/security.md; keys from tsock.curve_keygen or
+            tsock-keygen). None: no authentication (ipc endpoints, loopback tcp).
 
     Iterating yields the batches up to and including the next one flagged as ending an epoch,
     then stops; the next ``iter()`` continues with the following epoch (what remains of an
@@ -662,7 +672,7 @@ class DataLoader:
 
     def __init__(self, endpoint=None, batch_size=None, device=None, drop_last=False,
                  timeout=10.0, return_ids=False, name=None, samples=None, names=None,
-                 output=None, heartbeat=None, epoch_grace=None, reconnect=None):
+                 output=None, heartbeat=None, epoch_grace=None, reconnect=None, curve=None):
         self._consumer = None
         _ms(timeout)  # validates it before anything is imported or connected
         self._device = _resolve_device(device)
@@ -688,7 +698,8 @@ class DataLoader:
         self._names = tuple(names) if names is not None else None
         self._consumer = Consumer(endpoint, timeout=timeout, name=name, heartbeat=heartbeat,
                                   batch_size=batch_size, drop_last=drop_last,
-                                  epoch_grace=epoch_grace, reconnect=reconnect, device=device)
+                                  epoch_grace=epoch_grace, reconnect=reconnect, device=device,
+                                  curve=curve)
         self.batch_size = self._consumer.batch_size
         self._select = None      # tensor infos to yield, resolved from the first batch
         self._held = None        # the batch handed out last

@@ -14,7 +14,7 @@ import weakref
 
 import numpy as np
 
-from . import _lib, _views, errors
+from . import _lib, _views, errors, security
 from ._lib import lib
 
 _PRODUCER_STATS = {
@@ -120,6 +120,12 @@ class Producer:
             torch.device: the ring in that GPU's memory (at most 256 slots); batches are still
             handed over from the host and copied to the GPU once for every consumer. Without a
             usable GPU the first publish (or start) raises TsockError E_NO_DEVICE.
+        curve: (server secret key file, authorized keys) to require CURVE authentication
+            (docs/security.md): only clients whose public key is in the authorized keys (a
+            file, one key per line, or a directory of *.key files) are served.
+        insecure_open_to_network: serve a tcp endpoint reachable from other hosts without
+            keys. Without it, such an endpoint (0.0.0.0, *, a host address) raises TsockError
+            E_INSECURE at start: anyone who reaches it could join, hold slots and read batches.
 
     A batch is a tuple (or list) of torch tensors / numpy arrays sharing their first dimension
     (the sample count, 1..batch_size), a dict name -> array, or a single array. The layout
@@ -133,7 +139,7 @@ class Producer:
     """
 
     def __init__(self, endpoint=None, batch_size=None, slots=8, names=None, heartbeat=None,
-                 timeout=None, device=None):
+                 timeout=None, device=None, curve=None, insecure_open_to_network=False):
         if batch_size is not None and batch_size < 1:
             raise ValueError("batch_size must be positive")
         if slots < 2:
@@ -143,6 +149,8 @@ class Producer:
         self.slots = slots
         self.names = tuple(names) if names is not None else None
         self.heartbeat = heartbeat
+        self._curve = security.key_pair(curve, "curve")
+        self.insecure_open_to_network = bool(insecure_open_to_network)
         self.timeout = timeout
         self.device = _cuda_device(device)
         self._h = None
@@ -235,6 +243,12 @@ class Producer:
                 _lib.check(lib.tsock_producer_set_heartbeat(self._h, _ms(interval),
                                                             _ms(hb_timeout)),
                            "tsock_producer_set_heartbeat")
+            if self._curve[0] is not None:
+                security.check(lib.tsock_producer_set_curve(self._h, *self._curve),
+                               "tsock_producer_set_curve", self._curve)
+            if self.insecure_open_to_network:
+                _lib.check(lib.tsock_producer_set_insecure(self._h, 1),
+                           "tsock_producer_set_insecure")
             if self.device is not None:
                 _lib.check(lib.tsock_producer_set_device(self._h, self.device),
                            "tsock_producer_set_device")
