@@ -19,6 +19,7 @@ static const char *const tsock_messages[] = {
     [12] = "epoch interrupted: the producer went away mid-epoch; the next call starts a new one",
     [13] = "bad sample: a file could not be read or decoded (on-error fail)",
     [14] = "no usable GPU (no device, driver or runtime, bad device index, or no peer access)",
+    [15] = "bad consumer state: corrupt, truncated, another version, or foreign to this producer",
 };
 
 /* Every code in the reserved range must have a message. */
