@@ -30,6 +30,7 @@ from .errors import (
     E_VERSION,
     EndOfStream,
     EpochInterrupted,
+    BadState,
     ProducerLost,
     ProducerStopped,
     Timeout,
@@ -75,7 +76,7 @@ def set_log(callback, level=LOG_WARN):
 
 __all__ = [
     "Batch", "Consumer", "DataLoader", "Producer", "TensorInfo",
-    "TsockError", "EndOfStream", "EpochInterrupted", "ProducerLost", "ProducerStopped", "Timeout",
+    "TsockError", "EndOfStream", "EpochInterrupted", "BadState", "ProducerLost", "ProducerStopped", "Timeout",
     "LibraryNotFound", "VersionMismatch",
     "E_BAD_SAMPLE", "E_BAD_STATE", "E_BUSY_ENDPOINT", "E_END", "E_EPOCH_INTERRUPTED", "E_FULL", "E_LAYOUT", "E_NO_DEVICE", "E_NOT_HELD", "E_PRODUCER_LOST",
     "E_PRODUCER_STOPPED", "E_PROTOCOL", "E_REJECTED", "E_STATE", "E_VERSION",

@@ -101,6 +101,12 @@ class EpochInterrupted(TsockError):
     ends that epoch's ``for`` loop and sets ``loader.last_epoch_interrupted``."""
 
 
+class BadState(TsockError, ValueError):
+    """A saved consumer state (``DataLoader.load_state_dict``) is corrupt, truncated, of another
+    version, or foreign to the producer (another dataset size or batch layout, another batch
+    size or drop_last, a producer without a sampler); the library's log line says which."""
+
+
 class Timeout(TsockError, TimeoutError):
     """A call waited longer than its timeout (-ETIMEDOUT)."""
 
@@ -110,6 +116,7 @@ _SUBCLASSES = {
     E_PRODUCER_LOST: ProducerLost,
     E_PRODUCER_STOPPED: ProducerStopped,
     E_EPOCH_INTERRUPTED: EpochInterrupted,
+    E_BAD_STATE: BadState,
     -_errno.ETIMEDOUT: Timeout,
 }
 
