@@ -329,6 +329,32 @@ test_bad_states(void)
     tsock_consumer_destroy(c);
     stop(p, pt, 1);
 
+    /* Producer batches too large for their ids to fit in one message: refused at HELLO. */
+    {
+        char dir[] = "/tmp/tsock-resume-XXXXXX";
+        if (!mkdtemp(dir))
+            abort();
+        snprintf(endpoint, sizeof endpoint, "ipc://%s/big.sock", dir);
+        tsock_layout *layout;
+        tsock_layout_create(&layout);
+        tsock_layout_add(layout, "index", TSOCK_INT64, 0, NULL);
+        tsock_producer *big = NULL;
+        CHECK_EQ(tsock_producer_create(&big, endpoint, layout, 16371, 2), 0);
+        tsock_layout_destroy(layout);
+        CHECK_EQ(tsock_producer_set_sampler(big, 100000, 1, 0), 0);
+        CHECK_EQ(tsock_producer_start(big), 0);
+        c = NULL;
+        tsock_consumer_create(&c, endpoint);
+        tsock_consumer_set_checkpointing(c, 1);
+        CHECK_EQ(tsock_consumer_start(c, 5000), TSOCK_E_REJECTED);
+        tsock_consumer_destroy(c);
+        c = NULL; /* a consumer that does not checkpoint is served */
+        tsock_consumer_create(&c, endpoint);
+        CHECK_EQ(tsock_consumer_start(c, 5000), 0);
+        tsock_consumer_destroy(c);
+        tsock_producer_destroy(big);
+    }
+
     /* A producer without a sampler (free mode) cannot be resumed exactly. */
     p = start_producer(&pt, 0);
     CHECK_EQ(start_with(state, len, 32), TSOCK_E_BAD_STATE);
