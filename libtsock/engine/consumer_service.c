@@ -119,7 +119,7 @@ on_welcome(void *ctx, const struct tsock__peer_id *from, int peer, const struct 
     if (!err)
         err = tsock__hold_table_init(&c->holds, w->slot_count);
     if (err) {
-        tsock__log(TSOCK_LOG_ERROR, "cannot use the producer's ring: %s", tsock_strerror(err));
+        tsock__log(TSOCK_LOG_ERROR, "cannot join the producer: %s", tsock_strerror(err));
         fail(c, err);
         return;
     }
