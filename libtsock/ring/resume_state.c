@@ -9,16 +9,32 @@
 
 /* ---- checksums --------------------------------------------------------------------------- */
 
+/* One byte's step of the reflected CRC-32, bit by bit. */
+static uint32_t
+crc_byte(uint32_t crc)
+{
+    for (int k = 0; k < 8; k++)
+        crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    return crc;
+}
+
 uint32_t
 tsock__crc32(uint32_t crc, const void *p, size_t n)
 {
     const uint8_t *b = p;
     crc = ~crc;
-    for (size_t i = 0; i < n; i++) {
-        crc ^= b[i];
-        for (int k = 0; k < 8; k++)
-            crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    if (n < 1024) {
+        for (size_t i = 0; i < n; i++)
+            crc = crc_byte(crc ^ b[i]);
+        return ~crc;
     }
+    /* A state of a large dataset is up to n/8 bytes (160 KB for ImageNet), saved as often as
+     * after every batch: a byte-wise table, built here (no shared state), is 8x faster. */
+    uint32_t table[256];
+    for (uint32_t i = 0; i < 256; i++)
+        table[i] = crc_byte(i);
+    for (size_t i = 0; i < n; i++)
+        crc = (crc >> 8) ^ table[(crc ^ b[i]) & 0xFF];
     return ~crc;
 }
 
@@ -141,12 +157,15 @@ put_deltas(uint8_t *p, const struct tsock__resume_state *s)
 {
     uint64_t prev = 0;
     int first = 1;
-    for (uint64_t id = 0; id < s->samples; id++) {
-        if (!tsock__bit_test(s->bits, id))
-            continue;
-        p = put_varint(p, first ? id : id - prev - 1);
-        prev = id;
-        first = 0;
+    for (size_t byte = 0; byte < bitmap_bytes(s->samples); byte++) {
+        for (int k = 0; k < 8 && s->bits[byte]; k++) {
+            if (!((s->bits[byte] >> k) & 1))
+                continue;
+            uint64_t id = (uint64_t)byte * 8 + (uint64_t)k;
+            p = put_varint(p, first ? id : id - prev - 1);
+            prev = id;
+            first = 0;
+        }
     }
     return p;
 }
