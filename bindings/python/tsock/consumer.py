@@ -287,7 +287,7 @@ class Consumer:
         self.slots = lib.tsock_consumer_slot_count(self._h)
         self._next_out = ctypes.c_void_p()
         self._next_ref = ctypes.byref(self._next_out)
-
+        #: Whether :meth:`save_state` works (checkpointing=True, or restored from a state).
         self.checkpointing = bool(checkpointing) or state is not None
 
     def save_state(self):
