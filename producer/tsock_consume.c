@@ -40,6 +40,7 @@
 
 #include "cli.h"
 #include "consume_device.h"
+#include "consume_state.h"
 #include "synthetic.h"
 #include "tsock/tsock.h"
 
@@ -124,6 +125,16 @@ usage(FILE *f)
             "                             means and stds (no values: ImageNet's); float16 and\n"
             "                             float32 images, HWC or NCHW, are checked element by\n"
             "                             element against that conversion of the synthetic bytes\n"
+            "  --save-state FILE          save this consumer's position to FILE (atomically:\n"
+            "                             a temporary file, fsync, rename) after every release\n"
+            "  --save-every N             with --save-state: save after every N-th release\n"
+            "                             instead (default 1)\n"
+            "  --resume FILE              restore the position saved in FILE: the interrupted\n"
+            "                             epoch goes on with exactly the samples it lacked,\n"
+            "                             numbered on; FILE may also be --save-state's\n"
+            "  --ids-out FILE             append one line 'EPOCH ID' per sample received; a\n"
+            "                             batch's lines are on disk before any saved state\n"
+            "                             covers the batch\n"
             "  --quiet                    print only errors and warnings\n"
             "  --verbose                  print every library log line\n"
             "  --help                     show this help\n"
@@ -163,6 +174,10 @@ struct config {
     int64_t latency_samples; /* --latency-samples: the reservoir's size */
     float norm[6];           /* --normalize: the producer's means and stds (float images) */
     int normalize;
+    const char *save_state; /* --save-state FILE */
+    int64_t save_every;     /* --save-every N */
+    const char *resume;     /* --resume FILE */
+    const char *ids_out;    /* --ids-out FILE */
 };
 
 /* --normalize[=M1,M2,M3,S1,S2,S3], as tsock-producer takes it. */
@@ -498,10 +513,16 @@ place_sampler(const tsock_batch *b, const struct config *cfg, struct epoch_track
     if (e->open && (e->short_end || epoch != e->epoch))
         epoch_close_broken(e, r, (uint64_t)cfg->samples);
     if (!e->open) {
-        /* Epochs are numbered 0, 1, 2, ... and each starts at its first batch. */
+        /* Epochs are numbered 0, 1, 2, ... and each starts at its first batch; a resumed run's
+         * first epoch is the rest of an interrupted one: numbered on, checked for duplicates. */
+        int resumed = cfg->resume && r->per_epoch.count == 0;
+        if (resumed)
+            e->next_epoch = epoch;
         if (epoch != e->next_epoch)
             r->out_of_order++;
-        epoch_open(e, r, epoch, 0, t);
+        epoch_open(e, r, epoch, resumed, t);
+        if (resumed)
+            e->batches = tsock_batch_index_in_epoch(b);
     }
     if (tsock_batch_index_in_epoch(b) != e->batches)
         r->out_of_order++;
@@ -636,6 +657,10 @@ enum {
     OPT_CONTENT,
     OPT_NO_DIGEST,
     OPT_NORMALIZE,
+    OPT_SAVE_STATE,
+    OPT_SAVE_EVERY,
+    OPT_RESUME,
+    OPT_IDS_OUT,
     OPT_QUIET,
     OPT_VERBOSE,
     OPT_HELP
@@ -668,6 +693,10 @@ parse_args(int argc, char **argv, struct config *cfg)
         {"content", required_argument, NULL, OPT_CONTENT},
         {"no-digest", no_argument, NULL, OPT_NO_DIGEST},
         {"normalize", optional_argument, NULL, OPT_NORMALIZE},
+        {"save-state", required_argument, NULL, OPT_SAVE_STATE},
+        {"save-every", required_argument, NULL, OPT_SAVE_EVERY},
+        {"resume", required_argument, NULL, OPT_RESUME},
+        {"ids-out", required_argument, NULL, OPT_IDS_OUT},
         {"quiet", no_argument, NULL, OPT_QUIET},
         {"verbose", no_argument, NULL, OPT_VERBOSE},
         {"help", no_argument, NULL, OPT_HELP},
@@ -734,6 +763,24 @@ parse_args(int argc, char **argv, struct config *cfg)
             break;
         case OPT_NO_DIGEST: cfg->no_digest = 1; break;
         case OPT_NORMALIZE: parse_normalize(optarg, cfg); break;
+        case OPT_SAVE_STATE:
+            if (optarg[0] == '\0')
+                cli_bad_usage("--save-state: the file name must not be empty");
+            cfg->save_state = optarg;
+            break;
+        case OPT_SAVE_EVERY:
+            cfg->save_every = cli_parse_i64("save-every", optarg, 1, INT64_C(1) << 40);
+            break;
+        case OPT_RESUME:
+            if (optarg[0] == '\0')
+                cli_bad_usage("--resume: the file name must not be empty");
+            cfg->resume = optarg;
+            break;
+        case OPT_IDS_OUT:
+            if (optarg[0] == '\0')
+                cli_bad_usage("--ids-out: the file name must not be empty");
+            cfg->ids_out = optarg;
+            break;
         case OPT_CONTENT:
             if (strcmp(optarg, "synthetic") == 0)
                 cfg->images = 0;
@@ -759,6 +806,8 @@ parse_args(int argc, char **argv, struct config *cfg)
     }
     if (optind < argc)
         cli_bad_usage("unexpected argument '%s' (every setting is an --option)", argv[optind]);
+    if (cfg->save_every && !cfg->save_state)
+        cli_bad_usage("--save-every needs --save-state");
     cli_check_heartbeat(cfg->heartbeat_ms, cfg->heartbeat_timeout_ms);
     cli_check_curve_client(cfg->curve_secret_key, cfg->curve_server_key);
 }
@@ -912,7 +961,46 @@ configure(tsock_consumer *c, const struct config *cfg, const char **call)
         *call = "tsock_consumer_set_reconnect";
         return rc;
     }
+    if (cfg->save_state && (rc = tsock_consumer_set_checkpointing(c, 1)) < 0) {
+        *call = "tsock_consumer_set_checkpointing";
+        return rc;
+    }
     return 0;
+}
+
+/* --resume: the saved position, before start. Returns 0, -1 with a message in why[] when the
+ * file cannot be read, or the library's code (TSOCK_E_BAD_STATE, logged) in *code. */
+static int
+restore(tsock_consumer *c, const struct config *cfg, int *code, char *why, size_t why_size)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (state_file_read(cfg->resume, &buf, &len, why, why_size) < 0)
+        return -1;
+    *code = tsock_consumer_restore_state(c, buf, len);
+    free(buf);
+    return *code < 0 ? -1 : 0;
+}
+
+/* After a release: the position, every --save-every batches. The --ids-out lines of every
+ * batch it covers are on disk already. Returns 0 or a negated errno. */
+static int
+save_position(tsock_consumer *c, const struct config *cfg, uint64_t batches)
+{
+    if (!cfg->save_state || batches % (uint64_t)(cfg->save_every ? cfg->save_every : 1) != 0)
+        return 0;
+    size_t len = 0;
+    int rc = tsock_consumer_save_state(c, NULL, 0, &len);
+    if (rc != -ENOSPC)
+        return rc;
+    uint8_t *buf = malloc(len);
+    if (!buf)
+        return -ENOMEM;
+    rc = tsock_consumer_save_state(c, buf, len, &len);
+    if (rc == 0)
+        rc = state_file_write(cfg->save_state, buf, len);
+    free(buf);
+    return rc;
 }
 
 /* Reads what the producer announced (again after a reconnect). Returns 0, or -1 with a message
@@ -976,6 +1064,7 @@ main(int argc, char **argv)
     struct tensors tens = {0};
     int have_tensors = 0;
     tsock_consumer *c = NULL;
+    FILE *ids_out = NULL;
 
     int rc = g_signal ? 0 : tsock_consumer_create(&c, cfg.endpoint);
     if (rc < 0) {
@@ -988,6 +1077,18 @@ main(int argc, char **argv)
         goto out;
     if ((rc = configure(c, &cfg, &failed_call)) < 0) {
         error_code = rc;
+        goto out;
+    }
+    if (cfg.resume && restore(c, &cfg, &error_code, why, sizeof(why)) < 0) {
+        if (error_code)
+            failed_call = "tsock_consumer_restore_state";
+        else
+            error = why;
+        goto out;
+    }
+    if (cfg.ids_out && !(ids_out = fopen(cfg.ids_out, "a"))) {
+        snprintf(why, sizeof(why), "--ids-out %s: %s", cfg.ids_out, strerror(errno));
+        error = why;
         goto out;
     }
     rc = tsock_consumer_start(c, (int)cfg.connect_timeout_ms);
@@ -1068,11 +1169,26 @@ main(int argc, char **argv)
         }
         int epoch_end = tsock_batch_is_epoch_end(b);
         check_batch(b, &tens, &cfg, &et, &r, t1 - t_start);
+        if (ids_out) {
+            ids_out_write(ids_out, tsock_batch_epoch(b), tsock_batch_tensor_data(b, tens.index),
+                          tsock_batch_samples(b));
+            if ((rc = ids_out_sync(ids_out)) < 0) {
+                tsock_consumer_release(c, b);
+                failed_call = "writing --ids-out";
+                error_code = rc;
+                break;
+            }
+        }
         if (cfg.delay_ms > 0)
             sleep_ms(cfg.delay_ms);
         rc = tsock_consumer_release(c, b);
         if (rc < 0) {
             failed_call = "tsock_consumer_release";
+            error_code = rc;
+            break;
+        }
+        if ((rc = save_position(c, &cfg, r.batches)) < 0) {
+            failed_call = "saving --save-state";
             error_code = rc;
             break;
         }
@@ -1127,6 +1243,8 @@ out:;
                 r.dropped, r.batch_size_errors, r.epoch_size_errors, (double)r.wait_ns * 1e-9,
                 percentile_us(r.lat.v, r.lat.kept, 0.50), percentile_us(r.lat.v, r.lat.kept, 0.99));
     }
+    if (ids_out)
+        fclose(ids_out);
     free(et.bits);
     free(r.lat.v);
     free(r.per_epoch.v);

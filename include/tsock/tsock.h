@@ -78,7 +78,10 @@ enum tsock_error {
     TSOCK_E_AUTH = -10018,              /* the producer refused this client's security
                                            handshake: CURVE key not authorized, keys on one
                                            side only, or another server key */
-    TSOCK_E_LAST = -10019
+    TSOCK_E_BAD_STATE = -10019,         /* a saved consumer state is corrupt, truncated, of
+                                             another version, or foreign (another dataset size
+                                             or layout, a free-mode producer): see the log */
+    TSOCK_E_LAST = -10020
 };
 
 /* A static, human-readable description of any return code (0, a negated errno, TSOCK_E_*).
@@ -468,10 +471,11 @@ TSOCK_API int tsock_consumer_set_device(tsock_consumer *c, int device);
 /* Connects, introduces itself and maps the ring read-only (a GPU ring: opens its CUDA IPC
  * handles once, kept open until the producer goes away or the consumer is destroyed). Waits up
  * to `timeout_ms` (-1: forever) for the producer to answer. Returns 0, -ETIMEDOUT,
- * TSOCK_E_VERSION, TSOCK_E_FULL, TSOCK_E_REJECTED, TSOCK_E_AUTH (CURVE refused), TSOCK_E_NO_DEVICE (a GPU ring and no usable
- * GPU or peer access here), TSOCK_E_CANCELLED (tsock_consumer_cancel) or a negated errno from
- * mapping the ring. A start that failed, cancelled while it waited included, is not retried:
- * destroy the consumer (a start cancelled before it began leaves the consumer startable). */
+ * TSOCK_E_VERSION, TSOCK_E_FULL, TSOCK_E_REJECTED, TSOCK_E_AUTH (CURVE refused), TSOCK_E_NO_DEVICE
+ * (a GPU ring and no usable GPU or peer access here), TSOCK_E_CANCELLED (tsock_consumer_cancel) or
+ * a negated errno from mapping the ring. A start that failed, cancelled while it waited included,
+ * is not retried: destroy the consumer (a start cancelled before it began leaves the consumer
+ * startable). */
 TSOCK_API int tsock_consumer_start(tsock_consumer *c, int timeout_ms);
 
 /* Makes a tsock_consumer_start or tsock_consumer_next that is blocked now, or the next one
@@ -529,6 +533,41 @@ TSOCK_API int tsock_consumer_release_on_stream(tsock_consumer *c, tsock_batch *b
  * sends BATCHES, SAMPLES, EPOCHS and WAIT_NS to its producer every heartbeat interval, where
  * tsock_producer_stat and tsock-stat show them. Any thread. Returns 0 or -EINVAL. */
 TSOCK_API int tsock_consumer_stat(tsock_consumer *c, int key, uint64_t *value);
+
+/* Checkpointing (docs/semantics.md, "Resume"). A checkpointable consumer can save its position
+ * at any batch boundary as a small opaque state (about one bit per sample plus a 53-byte
+ * header, less when few or most samples of the epoch were delivered), and a consumer restored
+ * from it receives exactly the samples of the interrupted epoch it had not received, then
+ * normal exact epochs, with the epoch numbers continuing. It needs a producer with a sampler
+ * whose batches hold at most 16370 samples (the producer then sends this consumer each batch's
+ * sample ids). Batches returned after the last save are the only ones a crash can make the
+ * restored consumer see twice: at-least-once between the last save and the crash,
+ * exactly-once otherwise. */
+
+/* Makes the consumer checkpointable (on != 0), before start. Start then fails with -ENOTSUP
+ * (logged) when the producer has no sampler, TSOCK_E_REJECTED when its batches are too large
+ * to carry their ids. Returns 0, -EINVAL, or TSOCK_E_STATE after start. Caller's thread. */
+TSOCK_API int tsock_consumer_set_checkpointing(tsock_consumer *c, int on);
+
+/* Writes the consumer's position into buf[0, cap): the epoch in progress and the samples of it
+ * next returned so far (all of them, whether released or not). Call it between next calls, on
+ * the caller's thread. Sets *len to the state's size and returns 0; returns -ENOSPC (with *len
+ * the size needed: call with cap 0 to ask) when cap is too small, -EINVAL, or TSOCK_E_STATE
+ * when the consumer is not started or not checkpointable, or the stream ended inside an epoch
+ * (nothing is left to resume). The caller owns buf. */
+TSOCK_API int tsock_consumer_save_state(tsock_consumer *c, void *buf, size_t cap, size_t *len);
+
+/* Restores a position saved by tsock_consumer_save_state, before start; implies
+ * tsock_consumer_set_checkpointing(c, 1). The bytes are copied (the caller keeps buf) and
+ * checked at once: TSOCK_E_BAD_STATE (with a log line saying why) for a corrupt, truncated,
+ * unknown or other-version state. Start then checks them against the producer and fails with
+ * TSOCK_E_BAD_STATE (logged) when the dataset size or the batch layout (tensor names, dtypes,
+ * shapes) differs, when this consumer's batch size or drop_last differs from the saved ones,
+ * or when the producer has no sampler. The restored consumer joins like any late joiner and
+ * takes its remaining samples from the shared stream as it passes: it waits at most one
+ * producer epoch's worth of stream for them, and the producer decodes nothing more for it.
+ * Returns 0, -EINVAL, -ENOMEM, TSOCK_E_BAD_STATE, or TSOCK_E_STATE after start. */
+TSOCK_API int tsock_consumer_restore_state(tsock_consumer *c, const void *state, size_t len);
 
 /* The batch size and slot count the producer announced (valid after start). */
 TSOCK_API uint32_t tsock_consumer_batch_capacity(const tsock_consumer *c);

@@ -25,6 +25,7 @@ static const char *const tsock_messages[] = {
            "(give CURVE keys, bind loopback, or opt out explicitly)",
     [18] = "authentication failed: the producer refused this client's CURVE handshake (key not "
            "authorized, keys on one side only, or another server key)",
+    [19] = "bad consumer state: corrupt, truncated, another version, or foreign to this producer",
 };
 
 /* Every code in the reserved range must have a message. */

@@ -178,6 +178,9 @@ tsock_consumer_start(tsock_consumer *c, int timeout_ms)
         return consume_cancel(c, err);
     uint32_t batch = c->batch_size ? c->batch_size : c->welcome.batch_size;
     tsock__epoch_plan_init(&c->plan, c->welcome.samples, batch, c->drop_last);
+    pthread_mutex_lock(&c->mu);
+    tsock__resume_start(c);
+    pthread_mutex_unlock(&c->mu);
     c->ready_to_read = 1;
     return 0;
 }
@@ -397,6 +400,7 @@ tsock_consumer_destroy(tsock_consumer *c)
     finish_work_on_held(c);
     tsock__session_close(c);
     tsock__session_free(c);
+    tsock__resume_free(c);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->mu);
     free(c);

@@ -7,6 +7,9 @@
  *          -> consumer_service.c  the channel's handlers and the service thread
  *     -> consumer_slots.c    slot references, the release queue, fenced releases, views of
  *                            rings (the lowest layer; everyone above uses it)
+ *   consumer_resume.c   saving and restoring the position: the sample ids of each announced
+ *                       batch, the delivered set, and the restored epoch's filter (called by
+ *                       the API, the reader and the service; calls none of them)
  *   batch.c             the public tsock_batch accessors
  *
  * Two threads touch a consumer: the caller's (next, release) and the service thread, which
@@ -24,6 +27,7 @@
 #include "proto/proto.h"
 #include "ring/epoch_plan.h"
 #include "ring/hold_table.h"
+#include "ring/resume_state.h"
 #include "transport/channel.h"
 
 struct tsock_batch {
@@ -127,6 +131,20 @@ struct tsock_consumer {
      * touch a condition variable). NULL until the channel exists. */
     atomic_int cancel;
     struct tsock__channel *_Atomic cancel_channel;
+    /* Saving and restoring the position (consumer_resume.c). */
+    int checkpointing;     /* HELLO asks for sample ids; save_state works */
+    uint32_t *slot_ids;    /* per slot, the ids of the batch announced in it */
+    uint32_t slot_ids_cap; /* ids per slot: the WELCOME's batch size */
+    uint8_t *delivered;    /* bitmap of the ids next returned in epoch `delivered_epoch` */
+    uint64_t delivered_n;  /* its samples (bits) */
+    uint64_t delivered_epoch;
+    uint32_t *taken; /* ids of the batch being built, not yet returned */
+    uint32_t taken_n, taken_cap;
+    int restored; /* 1: a state waits for the first WELCOME; 2: applied */
+    struct tsock__resume_state restore;
+    uint32_t *restore_ids; /* its delivered ids, sorted */
+    int resuming;          /* in the restored epoch's window: saved ids are skipped */
+    uint64_t window_left;  /* stream samples of that window not passed yet */
 };
 
 /* ---- consumer_slots.c (mu held) ---- */
@@ -180,6 +198,31 @@ int tsock__session_reopen(tsock_consumer *c, int timeout_ms);
 void tsock__session_close(tsock_consumer *c);
 /* Destroy: every ring, gather buffer and fence still there (mu not needed). */
 void tsock__session_free(tsock_consumer *c);
+
+/* ---- consumer_resume.c (mu held unless said) ---- */
+
+/* Service thread, at WELCOME: checks a restored state against the producer (dataset size,
+ * layout, batch size, sampler) and sizes the per-slot ids. Returns 0 or a negative code,
+ * having logged why. */
+int tsock__resume_on_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w);
+/* Service thread, for an announced BATCH: keeps its sample ids. Returns 0, or -1 when a
+ * checkpointing consumer got none or ids outside the dataset (a protocol error). */
+int tsock__resume_on_batch(tsock_consumer *c, const struct tsock__msg_batch *b);
+/* Caller's thread, at start once the epoch plan exists: puts the plan where the restored
+ * state left off. */
+void tsock__resume_start(tsock_consumer *c);
+/* How many samples, up to max, the next batch may take from the head of the queue in one
+ * piece: in the restored epoch's window, saved ids at the head are discarded first and the run
+ * stops at the next saved id. 0 when the queue ran out. */
+uint32_t tsock__resume_usable(tsock_consumer *c, uint32_t max);
+/* A batch begins; n samples of head batch h from `offset` go into it. */
+void tsock__resume_begin(tsock_consumer *c);
+void tsock__resume_note_taken(tsock_consumer *c, const struct tsock__hold_batch *h, uint32_t offset,
+                              uint32_t n);
+/* Batch b was handed to the caller (the plan has advanced). */
+void tsock__resume_note_delivered(tsock_consumer *c, const tsock_batch *b);
+/* Destroy: what the above allocated. */
+void tsock__resume_free(tsock_consumer *c);
 
 /* ---- consumer_read.c (mu held) ---- */
 

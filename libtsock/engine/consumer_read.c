@@ -108,16 +108,15 @@ gather(tsock_consumer *c, tsock_batch *b, const struct tsock__hold_batch *h, uin
     return head && head->slot == slot && head->seq == seq && now_offset == offset;
 }
 
-/* Takes up to `want` samples from the head producer batch into b. Returns how many were
- * taken (0 when the queue was dropped during a gather), or a negative code when a copy
- * failed. */
+/* Takes n samples (tsock__resume_usable's count, up to what b still needs) from the head
+ * producer batch into b. Returns n, 0 when the queue was dropped during a gather, or a
+ * negative code when a copy failed. */
 static int
-take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t want)
+take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t n)
 {
     uint32_t offset;
     const struct tsock__hold_batch *h = tsock__hold_table_head(&c->holds, &offset);
     uint32_t available = h->samples - offset;
-    uint32_t n = available < want - b->samples ? available : want - b->samples;
     if (b->view) {
         for (uint32_t t = 0; t < c->welcome.tensor_count; t++)
             b->data[t] = sample_at(c, h, t, offset);
@@ -135,6 +134,7 @@ take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t want)
     /* In free mode the producer's epoch marks end the consumer's epochs; with a sampler only
      * the consumer's own window does. */
     b->free_end = c->plan.n == 0 && (h->flags & TSOCK__BATCH_EPOCH_END) && n == available;
+    tsock__resume_note_taken(c, h, offset, n);
     tsock__consumer_take(c, n, b->view);
     return (int)n;
 }
@@ -152,9 +152,10 @@ skip_tail(tsock_consumer *c)
     return c->plan.skip == 0;
 }
 
-/* Starts the batch under construction: a view when the head producer batch holds all of it. */
+/* Starts the batch under construction: a view when the head producer batch holds all of it
+ * in one piece (`usable`: what tsock__resume_usable allows). */
 static int
-begin_batch(tsock_consumer *c, uint32_t want)
+begin_batch(tsock_consumer *c, uint32_t want, uint32_t usable)
 {
     tsock_batch *b = new_batch(c);
     if (!b)
@@ -171,8 +172,8 @@ begin_batch(tsock_consumer *c, uint32_t want)
     b->samples = 0;
     b->free_end = 0;
     b->view_slot = UINT32_MAX;
-    b->view =
-        h->samples - offset >= want || (c->plan.n == 0 && (h->flags & TSOCK__BATCH_EPOCH_END));
+    b->view = usable >= want || (c->plan.n == 0 && (h->flags & TSOCK__BATCH_EPOCH_END));
+    tsock__resume_begin(c);
     if (!b->view) {
         int err = reserve_gather(c, b, want);
         if (err < 0) {
@@ -195,6 +196,7 @@ finish_batch(tsock_consumer *c)
     b->epoch = c->plan.epoch;
     b->index = c->plan.index;
     b->epoch_end = tsock__epoch_plan_advance(&c->plan, b->samples, b->free_end);
+    tsock__resume_note_delivered(c, b);
     /* A view lives in the session's ring, which stays open while it is held; a gather lives in
      * its own buffers, whose memory was chosen when they were reserved. The ring may already
      * be closed when the last, partial gather of a stream is handed over. */
@@ -222,12 +224,15 @@ build(tsock_consumer *c)
         return 0;
     uint32_t want = tsock__epoch_plan_want(&c->plan);
     while (tsock__hold_table_queued(&c->holds) > 0) {
+        uint32_t usable = tsock__resume_usable(c, want - (c->building ? c->building->samples : 0));
+        if (usable == 0)
+            break; /* the queue ran out while saved samples were skipped */
         if (!c->building) {
-            int err = begin_batch(c, want);
+            int err = begin_batch(c, want, usable);
             if (err < 0)
                 return err;
         }
-        int taken = take_from_head(c, c->building, want);
+        int taken = take_from_head(c, c->building, usable);
         if (taken < 0)
             return taken;
         if (c->building->samples == want || c->building->free_end || c->building->view)

@@ -22,6 +22,7 @@ send_msg(tsock_consumer *c, int type)
     if (type == TSOCK__MSG_HELLO) {
         memset(&m.u.hello, 0, sizeof m.u.hello);
         m.u.hello.pid = (uint32_t)getpid();
+        m.u.hello.flags = c->checkpointing ? TSOCK__HELLO_WANT_IDS : 0;
         memcpy(m.u.hello.name, c->name, sizeof m.u.hello.name);
     }
     int err = tsock__channel_send(c->channel, 0, &m);
@@ -118,9 +119,11 @@ on_welcome(void *ctx, const struct tsock__peer_id *from, int peer, const struct 
     if (c->generation > 1 && !same_layout(&c->welcome, w))
         err = TSOCK_E_LAYOUT;
     if (!err)
+        err = tsock__resume_on_welcome(c, w);
+    if (!err)
         err = keep_welcome(c, w);
     if (err) {
-        tsock__log(TSOCK_LOG_ERROR, "cannot use the producer's ring: %s", tsock_strerror(err));
+        tsock__log(TSOCK_LOG_ERROR, "cannot join the producer: %s", tsock_strerror(err));
         fail(c, err);
         return;
     }
@@ -180,6 +183,10 @@ on_batch(void *ctx, const struct tsock__peer_id *from, int peer, const struct ts
     };
     if (tsock__hold_table_announce(&c->holds, &hb) < 0) {
         protocol_error(c, "BATCH for a slot out of range or still held");
+        return;
+    }
+    if (tsock__resume_on_batch(c, b) < 0) {
+        protocol_error(c, "BATCH without its sample ids, or with ids outside the dataset");
         return;
     }
     c->expect_position = b->position + b->samples;

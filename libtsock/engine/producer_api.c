@@ -172,7 +172,9 @@ allocate_ring(tsock_producer *p)
         return -ENOMEM;
     if (p->use_sampler) {
         p->slot_ids = calloc((size_t)p->slot_count * p->batch_size, sizeof *p->slot_ids);
-        if (!p->slot_ids)
+        /* A batch's ids as the wire carries them, for the consumers that ask (resume). */
+        p->ids_wire = malloc((size_t)p->batch_size * 4);
+        if (!p->slot_ids || !p->ids_wire)
             return -ENOMEM;
         err = tsock__sampler_init(&p->sampler, p->sampler_samples, p->sampler_seed,
                                   p->sampler_epochs);
@@ -491,6 +493,7 @@ tsock_producer_destroy(tsock_producer *p)
     if (p->use_sampler)
         tsock__sampler_free(&p->sampler);
     free(p->slot_ids);
+    free(p->ids_wire);
     free(p->queue);
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->mu);

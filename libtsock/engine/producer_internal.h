@@ -37,6 +37,7 @@ struct tsock__consumer_rec {
     char name[TSOCK_MAX_NAME + 1];
     uint64_t batches, samples, released;
     int paused;            /* between epochs: not given new batches */
+    int want_ids;          /* its BATCHes carry their sample ids (a checkpointable consumer) */
     uint64_t window_start; /* stream position of its current window, or TSOCK__NO_WINDOW */
     uint64_t rate_mark_ns, rate_mark_released; /* start of the current rate window */
     uint64_t rate_milli;                       /* released per second x 1000, last window */
@@ -91,6 +92,7 @@ struct tsock_producer {
     uint64_t sampler_samples, sampler_seed, sampler_epochs;
     struct tsock__sampler sampler;
     uint64_t *slot_ids; /* slot_count * batch_size sample ids */
+    uint8_t *ids_wire;  /* one batch's ids as BATCH carries them (service thread's) */
     struct tsock_slot current;
     int filling;
     uint64_t free_position; /* free mode: samples published so far */

@@ -131,6 +131,22 @@ fill_welcome(const tsock_producer *p, const struct tsock__consumer_rec *c, struc
     }
 }
 
+/* A consumer that asks for sample ids (to save its position) needs batches whose ids fit in
+ * one message. Without a sampler there are no ids: such a consumer refuses itself at WELCOME
+ * (samples 0), with its own clear message, so it is admitted here. */
+static int
+ids_possible(tsock_producer *p, const struct tsock__msg_hello *h)
+{
+    if (!(h->flags & TSOCK__HELLO_WANT_IDS) || !p->use_sampler ||
+        p->batch_size <= TSOCK__BATCH_MAX_IDS)
+        return 1;
+    tsock__log(TSOCK_LOG_ERROR,
+               "refused a checkpointable consumer (pid %u): batches of %u samples are too large "
+               "to carry their sample ids (at most %u)",
+               h->pid, p->batch_size, (unsigned)TSOCK__BATCH_MAX_IDS);
+    return 0;
+}
+
 /* A newcomer takes the first free record. Returns its index, or -1 when it was refused. */
 static int
 admit(tsock_producer *p, const struct tsock__peer_id *from, const struct tsock__msg_hello *h)
@@ -146,6 +162,10 @@ admit(tsock_producer *p, const struct tsock__peer_id *from, const struct tsock__
         reject(p, from, TSOCK_E_FULL);
         return -1;
     }
+    if (!ids_possible(p, h)) {
+        reject(p, from, TSOCK_E_REJECTED);
+        return -1;
+    }
     struct tsock__consumer_rec *c = &p->consumers[index];
     p->stat_lost += c->unreachable != 0; /* its record is reused before the verdict */
     memset(c, 0, sizeof *c);
@@ -154,6 +174,7 @@ admit(tsock_producer *p, const struct tsock__peer_id *from, const struct tsock__
     c->consumer_id = p->next_consumer_id++;
     c->join_order = p->stat_joined++;
     c->pid = h->pid;
+    c->want_ids = (h->flags & TSOCK__HELLO_WANT_IDS) != 0;
     memcpy(c->name, h->name, sizeof c->name);
     c->rate_mark_ns = tsock__now_ns();
     c->window_start = TSOCK__NO_WINDOW;
@@ -365,8 +386,46 @@ update_rates(void *ctx, uint64_t now)
 
 /* ---- announcing -------------------------------------------------------------------------- */
 
-/* Announces every published slot to the consumers still holding it: encoded once, sent to
- * all of them. */
+/* The consumers that asked for sample ids. */
+static uint64_t
+want_ids_mask(const tsock_producer *p)
+{
+    uint64_t mask = 0;
+    for (int i = 0; i < MAX_CONSUMERS; i++)
+        if (p->consumers[i].active && p->consumers[i].want_ids)
+            mask |= (uint64_t)1 << i;
+    return mask;
+}
+
+/* Sends batch b to the consumers in `to`: the plain message to those that did not ask for ids,
+ * the message with ids to those that did, each encoded once. Returns the consumers a send
+ * failed for. */
+static uint64_t
+send_batch(tsock_producer *p, uint64_t to, const struct tsock__msg_batch *b)
+{
+    struct tsock__msg m;
+    m.type = TSOCK__MSG_BATCH;
+    m.u.batch = *b;
+    m.u.batch.ids = NULL;
+    uint64_t with_ids = p->use_sampler ? to & want_ids_mask(p) : 0;
+    uint64_t failed = 0;
+    if (to & ~with_ids)
+        failed |= tsock__channel_send_many(p->channel, to & ~with_ids, &m);
+    if (with_ids) {
+        /* The slot is held by these consumers, so its ids cannot have been refilled. */
+        const uint64_t *ids = p->slot_ids + (size_t)b->slot * p->batch_size;
+        for (uint32_t i = 0; i < b->samples; i++)
+            for (int k = 0; k < 4; k++)
+                p->ids_wire[4 * i + (uint32_t)k] = (uint8_t)(ids[i] >> (8 * k));
+        m.u.batch.flags |= TSOCK__BATCH_HAS_IDS;
+        m.u.batch.ids = p->ids_wire;
+        failed |= tsock__channel_send_many(p->channel, with_ids, &m);
+    }
+    return failed;
+}
+
+/* Announces every published slot to the consumers still holding it: encoded once per variant
+ * (with and without sample ids), sent to all of them. */
 static void
 flush_outgoing(tsock_producer *p)
 {
@@ -378,10 +437,7 @@ flush_outgoing(tsock_producer *p)
         uint64_t to = o->holders & tsock__ring_holders(&p->ring, o->batch.slot, o->batch.seq);
         if (!to)
             continue;
-        struct tsock__msg m;
-        m.type = TSOCK__MSG_BATCH;
-        m.u.batch = o->batch;
-        uint64_t failed = tsock__channel_send_many(p->channel, to, &m);
+        uint64_t failed = send_batch(p, to, &o->batch);
         for (int i = 0; i < MAX_CONSUMERS; i++) {
             uint64_t bit = (uint64_t)1 << i;
             if (!(to & bit))

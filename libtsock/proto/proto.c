@@ -150,6 +150,19 @@ check_welcome(const struct tsock__msg_welcome *w)
     return 0;
 }
 
+/* A BATCH carries ids exactly when its flag says so, and no more of them than a frame holds. */
+static int
+check_batch(const struct tsock__msg_batch *b)
+{
+    if (b->slot >= TSOCK__WIRE_MAX_SLOTS || b->samples < 1)
+        return -1;
+    if (b->flags & ~(TSOCK__BATCH_EPOCH_END | TSOCK__BATCH_HAS_IDS))
+        return -1;
+    if (!(b->flags & TSOCK__BATCH_HAS_IDS))
+        return b->ids == NULL ? 0 : -1;
+    return b->ids != NULL && b->samples <= TSOCK__BATCH_MAX_IDS ? 0 : -1;
+}
+
 /* Returns 0 when msg is a valid message of a known type, -1 otherwise. */
 static int
 check_msg(const struct tsock__msg *msg)
@@ -158,16 +171,13 @@ check_msg(const struct tsock__msg *msg)
 
     switch (msg->type) {
     case TSOCK__MSG_HELLO:
-        if (msg->u.hello.flags != 0)
+        if (msg->u.hello.flags & ~TSOCK__HELLO_WANT_IDS)
             return -1;
         return tsock__wire_check_str(msg->u.hello.name, sizeof msg->u.hello.name, 0, &len);
     case TSOCK__MSG_WELCOME: return check_welcome(&msg->u.welcome);
     case TSOCK__MSG_REJECT:
         return msg->u.reject.code > TSOCK_E_LAST && msg->u.reject.code < TSOCK_E_BASE ? 0 : -1;
-    case TSOCK__MSG_BATCH:
-        if (msg->u.batch.slot >= TSOCK__WIRE_MAX_SLOTS || msg->u.batch.samples < 1)
-            return -1;
-        return (msg->u.batch.flags & ~TSOCK__BATCH_EPOCH_END) == 0 ? 0 : -1;
+    case TSOCK__MSG_BATCH: return check_batch(&msg->u.batch);
     case TSOCK__MSG_RELEASE: return msg->u.release.slot < TSOCK__WIRE_MAX_SLOTS ? 0 : -1;
     case TSOCK__MSG_HEARTBEAT:
     case TSOCK__MSG_BYE:
@@ -242,6 +252,8 @@ put_batch(struct tsock__wire_writer *w, const struct tsock__msg_batch *b)
     tsock__wire_put_le(w, b->index_in_epoch, 8);
     tsock__wire_put_le(w, b->position, 8);
     tsock__wire_put_le(w, b->flags, 4);
+    if (b->flags & TSOCK__BATCH_HAS_IDS)
+        tsock__wire_put_bytes(w, b->ids, (size_t)b->samples * 4);
 }
 
 static void
@@ -363,6 +375,10 @@ get_batch(struct tsock__wire_reader *r, struct tsock__msg_batch *b)
     b->index_in_epoch = tsock__wire_get_le(r, 8);
     b->position = tsock__wire_get_le(r, 8);
     b->flags = (uint32_t)tsock__wire_get_le(r, 4);
+    /* The count is checked before the view is taken, so a huge `samples` is never used as a
+     * length; the view itself fails (the reader goes bad) when the frame is shorter. */
+    if ((b->flags & TSOCK__BATCH_HAS_IDS) && b->samples <= TSOCK__BATCH_MAX_IDS)
+        b->ids = tsock__wire_get_view(r, (size_t)b->samples * 4);
 }
 
 static void

@@ -14,8 +14,9 @@
 #include "tsock/tsock.h"
 
 #define TSOCK__PROTO_MAGIC 0x4B435354u /* "TSCK" read as a little-endian u32 */
-/* 2: WELCOME carries the CUDA ring's IPC handles (device 1). */
-#define TSOCK__PROTO_VERSION 2
+/* 2: WELCOME carries the CUDA ring's IPC handles (device 1).
+ * 3: HELLO's flag TSOCK__HELLO_WANT_IDS; BATCH may carry its sample ids (TSOCK__BATCH_HAS_IDS). */
+#define TSOCK__PROTO_VERSION 3
 #define TSOCK__PROTO_HEADER_SIZE 12
 /* No valid message is larger; anything bigger is rejected before it is parsed. */
 #define TSOCK__PROTO_MAX_MESSAGE 65536
@@ -53,9 +54,12 @@ enum tsock__shutdown_reason {
     TSOCK__SHUTDOWN_STOPPED = 2 /* the producer was stopped (signal, destroy) */
 };
 
+/* HELLO flag: send me every BATCH with its sample ids (a checkpointable consumer). */
+#define TSOCK__HELLO_WANT_IDS 1u
+
 struct tsock__msg_hello {
     uint32_t pid;
-    uint32_t flags; /* reserved, 0 */
+    uint32_t flags; /* TSOCK__HELLO_WANT_IDS; other bits reserved, 0 */
     char name[TSOCK_MAX_NAME + 1];
 };
 
@@ -94,6 +98,11 @@ struct tsock__msg_reject {
 };
 
 #define TSOCK__BATCH_EPOCH_END 1u /* flag: last batch of its epoch */
+#define TSOCK__BATCH_HAS_IDS 2u   /* flag: the batch's sample ids follow its fields */
+/* The most samples a BATCH with ids can have: 4 bytes each, the whole frame inside
+ * TSOCK__PROTO_MAX_MESSAGE (12-byte header, 44-byte body). A producer whose batches are larger
+ * refuses a consumer that asks for ids. */
+#define TSOCK__BATCH_MAX_IDS ((TSOCK__PROTO_MAX_MESSAGE - TSOCK__PROTO_HEADER_SIZE - 44) / 4)
 
 struct tsock__msg_batch {
     uint32_t slot;
@@ -104,6 +113,11 @@ struct tsock__msg_batch {
     uint64_t position; /* stream position of the batch's first sample (samples published
                           before it, counted from the start of the stream) */
     uint32_t flags;
+    /* With TSOCK__BATCH_HAS_IDS: the sample ids, `samples` little-endian u32s (4 * samples
+     * bytes). A view, never a copy, like WELCOME's attach blob: decoded, it points into the
+     * decoded frame; encoded, it is read from wherever the caller keeps it. NULL without the
+     * flag. */
+    const uint8_t *ids;
 };
 
 struct tsock__msg_release {

@@ -75,6 +75,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         again.u.welcome.attach = first.u.welcome.attach;
     }
+    /* So are a BATCH's sample ids. */
+    if (first.type == TSOCK__MSG_BATCH) {
+        const struct tsock__msg_batch *a = &first.u.batch, *b = &again.u.batch;
+        if (!a->ids != !b->ids || (a->ids && memcmp(a->ids, b->ids, (size_t)a->samples * 4) != 0))
+            abort();
+        again.u.batch.ids = first.u.batch.ids;
+    }
     if (memcmp(&first, &again, sizeof again) != 0)
         abort();
     return 0;

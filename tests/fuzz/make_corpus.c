@@ -239,6 +239,8 @@ valid(const char *dir)
     put(dir, "hello.bin", &m);
     m.u.hello.name[0] = '\0';
     put(dir, "hello-unnamed.bin", &m);
+    m.u.hello.flags = TSOCK__HELLO_WANT_IDS;
+    put(dir, "hello-want-ids.bin", &m);
 
     welcome(&m);
     put(dir, "welcome.bin", &m);
@@ -277,6 +279,11 @@ valid(const char *dir)
     m.u.batch.index_in_epoch = UINT64_MAX;
     m.u.batch.position = UINT64_MAX;
     put(dir, "batch-max.bin", &m);
+    static const uint8_t ids[12] = {7, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x34, 0x12, 0, 0};
+    m.u.batch.samples = 3;
+    m.u.batch.flags = TSOCK__BATCH_HAS_IDS | TSOCK__BATCH_EPOCH_END;
+    m.u.batch.ids = ids;
+    put(dir, "batch-ids.bin", &m);
 
     memset(&m, 0, sizeof m);
     m.type = TSOCK__MSG_RELEASE;
@@ -369,6 +376,16 @@ malformed(const char *dir)
     n -= 8;
     store_le(buf + 8, n - TSOCK__PROTO_HEADER_SIZE, 4);
     emit(dir, "bad-batch-no-position.bin", buf, n);
+    /* A BATCH with ids: one id short (body length fixed up), and the flag without ids. */
+    static const uint8_t ids[8] = {1, 0, 0, 0, 2, 0, 0, 0};
+    m.u.batch.samples = 2;
+    m.u.batch.flags = TSOCK__BATCH_HAS_IDS;
+    m.u.batch.ids = ids;
+    n = encode(&m, buf);
+    store_le(buf + 8, n - 4 - TSOCK__PROTO_HEADER_SIZE, 4);
+    emit(dir, "bad-batch-ids-short.bin", buf, n - 4);
+    store_le(buf + 8, n - 8 - TSOCK__PROTO_HEADER_SIZE, 4);
+    emit(dir, "bad-batch-ids-missing.bin", buf, n - 8);
     /* A message with an empty body carrying one, announced and not. */
     memset(&m, 0, sizeof m);
     m.type = TSOCK__MSG_PAUSE;

@@ -177,7 +177,7 @@ spec_encode(const struct tsock__msg *m, struct wire *w)
 
     w->n = 0;
     w_le(w, 0x4B435354u, 4);
-    w_le(w, 2, 2);
+    w_le(w, 3, 2);
     w_le(w, m->type, 2);
     w_le(w, 0, 4);
     switch (m->type) {
@@ -196,6 +196,9 @@ spec_encode(const struct tsock__msg *m, struct wire *w)
         w_le(w, b->index_in_epoch, 8);
         w_le(w, b->position, 8);
         w_le(w, b->flags, 4);
+        /* The ids, 4 bytes each, whenever the struct has them (valid or not). */
+        if (b->ids)
+            w_bytes(w, b->ids, (size_t)b->samples * 4);
         break;
     case TSOCK__MSG_RELEASE:
         w_le(w, m->u.release.slot, 4);
@@ -504,7 +507,7 @@ test_roundtrip_one(const struct tsock__msg *m)
     spec_encode(m, &w);
     CHECK_EQ(w.n, n);
     CHECK(memcmp(w.b, buf, w.n) == 0);
-    CHECK(memcmp(buf, "TSCK\x02\x00", 6) == 0);
+    CHECK(memcmp(buf, "TSCK\x03\x00", 6) == 0);
     CHECK_EQ(buf[6] | buf[7] << 8, m->type);
     CHECK_EQ(decode_exact(buf, (size_t)n, &d), 0);
     CHECK(msg_same(&d, m));
@@ -596,12 +599,12 @@ expect_golden(const struct tsock__msg *m, const uint8_t *golden, size_t len)
 static void
 test_golden(void)
 {
-    static const uint8_t hello[] = {'T',  'S',  'C',  'K',  0x02, 0x00,
+    static const uint8_t hello[] = {'T',  'S',  'C',  'K',  0x03, 0x00,
                                     0x01, 0x00, 0x0B, 0x00, 0x00, 0x00, /* header */
                                     0x04, 0x03, 0x02, 0x01,             /* pid */
                                     0x00, 0x00, 0x00, 0x00,             /* flags */
                                     0x02, 'a',  'b'};                   /* name */
-    static const uint8_t batch[] = {'T',  'S',  'C',  'K',  0x02, 0x00, 0x04, 0x00,
+    static const uint8_t batch[] = {'T',  'S',  'C',  'K',  0x03, 0x00, 0x04, 0x00,
                                     0x2C, 0x00, 0x00, 0x00,                         /* header */
                                     0x03, 0x00, 0x00, 0x00,                         /* slot */
                                     0x20, 0x00, 0x00, 0x00,                         /* samples */
@@ -610,19 +613,19 @@ test_golden(void)
                                     0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* index */
                                     0xA0, 0x0F, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* position */
                                     0x01, 0x00, 0x00, 0x00};                        /* flags */
-    static const uint8_t reject[] = {'T',  'S',  'C',  'K',  0x02, 0x00, 0x03, 0x00,
+    static const uint8_t reject[] = {'T',  'S',  'C',  'K',  0x03, 0x00, 0x03, 0x00,
                                      0x04, 0x00, 0x00, 0x00, 0xEE, 0xD8, 0xFF, 0xFF};
-    static const uint8_t release[] = {'T',  'S',  'C',  'K',  0x02, 0x00, 0x05, 0x00,
+    static const uint8_t release[] = {'T',  'S',  'C',  'K',  0x03, 0x00, 0x05, 0x00,
                                       0x0C, 0x00, 0x00, 0x00, 0x09, 0x00, 0x00, 0x00,
                                       0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08};
-    static const uint8_t heartbeat[] = {'T', 'S', 'C', 'K', 2, 0, 6, 0, 0, 0, 0, 0};
-    static const uint8_t bye[] = {'T', 'S', 'C', 'K', 2, 0, 7, 0, 0, 0, 0, 0};
-    static const uint8_t shutdown[] = {'T', 'S', 'C', 'K', 2, 0, 8, 0, 4, 0, 0, 0, 2, 0, 0, 0};
-    static const uint8_t pause[] = {'T', 'S', 'C', 'K', 2, 0, 9, 0, 0, 0, 0, 0};
-    static const uint8_t resume[] = {'T', 'S', 'C', 'K', 2, 0, 10, 0, 0, 0, 0, 0};
-    static const uint8_t resumed[] = {'T', 'S', 'C', 'K', 2, 0, 11, 0, 0, 0, 0, 0};
+    static const uint8_t heartbeat[] = {'T', 'S', 'C', 'K', 3, 0, 6, 0, 0, 0, 0, 0};
+    static const uint8_t bye[] = {'T', 'S', 'C', 'K', 3, 0, 7, 0, 0, 0, 0, 0};
+    static const uint8_t shutdown[] = {'T', 'S', 'C', 'K', 3, 0, 8, 0, 4, 0, 0, 0, 2, 0, 0, 0};
+    static const uint8_t pause[] = {'T', 'S', 'C', 'K', 3, 0, 9, 0, 0, 0, 0, 0};
+    static const uint8_t resume[] = {'T', 'S', 'C', 'K', 3, 0, 10, 0, 0, 0, 0, 0};
+    static const uint8_t resumed[] = {'T', 'S', 'C', 'K', 3, 0, 11, 0, 0, 0, 0, 0};
     static const uint8_t welcome[] = {
-        'T',  'S',  'C',  'K',  0x02, 0x00, 0x02, 0x00, 0x50, 0x00, 0x00, 0x00, /* header */
+        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x50, 0x00, 0x00, 0x00, /* header */
         0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* consumer_id */
         0x02, 0x00, 0x00, 0x00,                                                 /* batch_size */
         0x03, 0x00, 0x00, 0x00,                                                 /* slot_count */
@@ -695,7 +698,7 @@ test_golden(void)
 
     /* The same ring in device memory with 3 slots: no shm name, then the CUDA block. */
     static const uint8_t cuda_head[] = {
-        'T',  'S',  'C',  'K',  0x02, 0x00, 0x02, 0x00, 0x5E, 0x01, 0x00, 0x00, /* body 350 */
+        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x5E, 0x01, 0x00, 0x00, /* body 350 */
         0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* consumer_id */
         0x02, 0x00, 0x00, 0x00,                                                 /* batch_size */
         0x03, 0x00, 0x00, 0x00,                                                 /* slot_count */
@@ -752,7 +755,7 @@ test_header(void)
         buf[i] ^= 0x20;
     }
     /* Another version: TSOCK_E_VERSION, whatever follows the header. */
-    static const uint16_t versions[] = {0, 1, 3, 0x100, 0xFFFF};
+    static const uint16_t versions[] = {0, 1, 2, 4, 0x100, 0xFFFF};
     for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
         store_le(buf + 4, versions[i], 2);
         CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_VERSION);
@@ -840,7 +843,7 @@ test_header(void)
         CHECK_EQ(tsock__msg_decode(huge, size, &d), TSOCK_E_PROTOCOL);
         store_le(huge + 4, 1, 2); /* even another version's */
         CHECK_EQ(tsock__msg_decode(huge, size, &d), TSOCK_E_PROTOCOL);
-        store_le(huge + 4, 2, 2);
+        store_le(huge + 4, TSOCK__PROTO_VERSION, 2);
     }
     store_le(huge + 8, TSOCK__PROTO_MAX_MESSAGE - 12, 4);
     CHECK_EQ(tsock__msg_decode(huge, TSOCK__PROTO_MAX_MESSAGE, &d), TSOCK_E_PROTOCOL);
@@ -892,9 +895,11 @@ test_hello_rules(void)
     EXPECT_VALID(base);
 
     m = base;
-    m.u.hello.flags = 1;
+    m.u.hello.flags = TSOCK__HELLO_WANT_IDS;
+    EXPECT_VALID(m);
+    m.u.hello.flags = 2;
     EXPECT_INVALID(m);
-    m.u.hello.flags = 0x80000000u;
+    m.u.hello.flags = 0x80000000u | TSOCK__HELLO_WANT_IDS;
     EXPECT_INVALID(m);
 
     m = base;
@@ -994,6 +999,69 @@ test_welcome_ring_rules(void)
     wire.n -= 8;
     store_le(wire.b + 8, wire.n - 12, 4);
     CHECK_EQ(decode_exact(wire.b, wire.n, &d), TSOCK_E_PROTOCOL);
+}
+
+/* A BATCH with its sample ids (protocol 3): golden bytes, the ids a view into the frame,
+ * exactly `samples` of them, and no more than a frame holds. */
+static void
+test_batch_ids(void)
+{
+    static const uint8_t golden[] = {'T',  'S',  'C',  'K',  0x03, 0x00, 0x04, 0x00,
+                                     0x34, 0x00, 0x00, 0x00,                         /* body 52 */
+                                     0x01, 0x00, 0x00, 0x00,                         /* slot */
+                                     0x02, 0x00, 0x00, 0x00,                         /* samples */
+                                     0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* seq */
+                                     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* epoch */
+                                     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* index */
+                                     0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* position */
+                                     0x02, 0x00, 0x00, 0x00,                         /* flags */
+                                     0x05, 0x00, 0x00, 0x00,                         /* id 5 */
+                                     0x04, 0x03, 0x02, 0x01}; /* 0x01020304 */
+    static const uint8_t ids[] = {5, 0, 0, 0, 4, 3, 2, 1};
+    struct tsock__msg m, d;
+
+    make(&m, TSOCK__MSG_BATCH);
+    m.u.batch.slot = 1;
+    m.u.batch.samples = 2;
+    m.u.batch.seq = 7;
+    m.u.batch.position = 64;
+    m.u.batch.flags = TSOCK__BATCH_HAS_IDS;
+    m.u.batch.ids = ids;
+    int n = tsock__msg_encode(&m, scratch, sizeof scratch);
+    CHECK_EQ(n, (int)sizeof golden);
+    CHECK(memcmp(scratch, golden, sizeof golden) == 0);
+    uint8_t *copy = malloc(sizeof golden);
+    memcpy(copy, golden, sizeof golden);
+    CHECK_EQ(tsock__msg_decode(copy, sizeof golden, &d), 0);
+    CHECK(d.u.batch.ids == copy + 12 + 44); /* a view, not a copy */
+    CHECK_EQ(d.u.batch.flags, TSOCK__BATCH_HAS_IDS);
+    free(copy);
+    EXPECT_VALID(m);
+
+    /* One id short, one too many: the frame's length must be exactly samples * 4 ids. */
+    CHECK_EQ(decode_exact(golden, sizeof golden - 4, &d), TSOCK_E_PROTOCOL);
+    struct wire w;
+    spec_encode(&m, &w);
+    w_insert(&w, w.n, "\0\0\0\0", 4);
+    CHECK_EQ(decode_exact(w.b, w.n, &d), TSOCK_E_PROTOCOL);
+
+    /* The largest batch with ids fills a frame; one more sample does not fit. */
+    uint8_t *big = calloc((size_t)TSOCK__BATCH_MAX_IDS + 1, 4);
+    uint8_t *frame = malloc(TSOCK__PROTO_MAX_MESSAGE);
+    m.u.batch.ids = big;
+    m.u.batch.samples = TSOCK__BATCH_MAX_IDS;
+    n = tsock__msg_encode(&m, frame, TSOCK__PROTO_MAX_MESSAGE);
+    CHECK(n > TSOCK__PROTO_MAX_MESSAGE - 4 && n <= TSOCK__PROTO_MAX_MESSAGE);
+    CHECK_EQ(decode_exact(frame, (size_t)n, &d), 0);
+    m.u.batch.samples = TSOCK__BATCH_MAX_IDS + 1;
+    CHECK_EQ(tsock__msg_encode(&m, frame, TSOCK__PROTO_MAX_MESSAGE), -EINVAL);
+    /* A huge count with the flag never becomes a length: refused, nothing read. */
+    memcpy(copy = malloc(sizeof golden), golden, sizeof golden);
+    store_le(copy + 12 + 4, 0xFFFFFFFFu, 4);
+    CHECK_EQ(tsock__msg_decode(copy, sizeof golden, &d), TSOCK_E_PROTOCOL);
+    free(copy);
+    free(frame);
+    free(big);
 }
 
 /* The CUDA block: present exactly for device 1, exact in length, no all-zero handle, at most
@@ -1308,8 +1376,14 @@ test_small_message_rules(void)
     m.u.batch.slot = UINT32_MAX;
     EXPECT_INVALID(m);
     m.u.batch.slot = 0;
-    m.u.batch.flags = 2;
+    m.u.batch.flags = 4;
     EXPECT_INVALID(m);
+    m.u.batch.flags = TSOCK__BATCH_HAS_IDS; /* the flag without ids */
+    EXPECT_INVALID(m);
+    m.u.batch.flags = 0;
+    m.u.batch.ids = (const uint8_t *)"\1\0\0\0"; /* ids without the flag */
+    EXPECT_INVALID(m);
+    m.u.batch.ids = NULL;
     m.u.batch.flags = 0x80000000u | TSOCK__BATCH_EPOCH_END;
     EXPECT_INVALID(m);
 
@@ -1493,6 +1567,7 @@ main(void)
 {
     test_roundtrip();
     test_golden();
+    test_batch_ids();
     test_header();
     test_hello_rules();
     test_welcome_ring_rules();

@@ -24,6 +24,7 @@ from .errors import (
     E_INSECURE,
     E_LAYOUT,
     E_NO_DEVICE,
+    E_BAD_STATE,
     E_NOT_HELD,
     E_PRODUCER_LOST,
     E_PRODUCER_STOPPED,
@@ -33,6 +34,7 @@ from .errors import (
     E_VERSION,
     EndOfStream,
     EpochInterrupted,
+    BadState,
     ProducerLost,
     ProducerStopped,
     Timeout,
@@ -79,9 +81,9 @@ def set_log(callback, level=LOG_WARN):
 
 __all__ = [
     "Batch", "Consumer", "DataLoader", "Producer", "TensorInfo",
-    "TsockError", "EndOfStream", "EpochInterrupted", "ProducerLost", "ProducerStopped", "Timeout",
+    "TsockError", "EndOfStream", "EpochInterrupted", "BadState", "ProducerLost", "ProducerStopped", "Timeout",
     "LibraryNotFound", "VersionMismatch",
-    "E_AUTH", "E_BAD_SAMPLE", "E_BUSY_ENDPOINT", "E_CANCELLED", "E_DEVICE_UNUSABLE", "E_END", "E_EPOCH_INTERRUPTED", "E_FULL", "E_INSECURE", "E_LAYOUT", "E_NO_DEVICE", "E_NOT_HELD", "E_PRODUCER_LOST",
+    "E_AUTH", "E_BAD_SAMPLE", "E_BAD_STATE", "E_BUSY_ENDPOINT", "E_CANCELLED", "E_DEVICE_UNUSABLE", "E_END", "E_EPOCH_INTERRUPTED", "E_FULL", "E_INSECURE", "E_LAYOUT", "E_NO_DEVICE", "E_NOT_HELD", "E_PRODUCER_LOST",
     "E_PRODUCER_STOPPED", "E_PROTOCOL", "E_REJECTED", "E_STATE", "E_VERSION",
     "LOG_ERROR", "LOG_WARN", "LOG_INFO", "LOG_DEBUG",
     "default_endpoint", "library_path", "library_version", "library_version_info",

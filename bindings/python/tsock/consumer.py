@@ -236,15 +236,21 @@ class Consumer:
     secret key file, producer public key file)`` for a producer that requires CURVE keys
     (docs/security.md); when the producer refuses the handshake (key not listed, another
     server key, or keys on one side only) the connection fails with TsockError E_AUTH.
+    `checkpointing=True` makes :meth:`save_state` work (needs a producer sampler); `state` (bytes from
+    :meth:`save_state`) restores a saved position and implies it: the consumer receives exactly
+    the rest of the interrupted epoch, then normal epochs (docs/semantics.md, "Resume").
 
     :meth:`next` returns a :class:`Batch`; :meth:`release` gives it back. Most training code
     wants :class:`DataLoader` instead.
     """
 
     def __init__(self, endpoint=None, timeout=10.0, name=None, heartbeat=None, batch_size=None,
-                 drop_last=False, epoch_grace=None, reconnect=None, device=None, curve=None):
+                 drop_last=False, epoch_grace=None, reconnect=None, device=None, curve=None,
+                 checkpointing=False, state=None):
         self._h = None
         curve_secret, curve_server = security.key_pair(curve, "curve")
+        if state is not None and not isinstance(state, (bytes, bytearray)):
+            raise TypeError(f"state must be bytes from save_state(), not {type(state).__name__}")
         cuda_index = _cuda_index(device)
         self._views_count = 0
         self._gathers_count = 0
@@ -300,7 +306,18 @@ class Consumer:
             if cuda_index is not None:
                 _lib.check(lib.tsock_consumer_set_device(self._h, cuda_index),
                            "tsock_consumer_set_device")
+            if state is not None:
+                _lib.check(lib.tsock_consumer_restore_state(self._h, bytes(state), len(state)),
+                           "tsock_consumer_restore_state")
+            elif checkpointing:
+                _lib.check(lib.tsock_consumer_set_checkpointing(self._h, 1),
+                           "tsock_consumer_set_checkpointing")
             rc = _start_interruptibly(self._h, _ms(timeout))
+            if rc == -errno.ENOTSUP and checkpointing:
+                raise ValueError(
+                    "checkpointing=True needs a producer with a sampler (tsock-producer always "
+                    "has one): this producer publishes its own batches (free mode), whose "
+                    "epochs cannot be resumed exactly") from _lib.error(rc, "tsock_consumer_start")
             if rc == -errno.EINVAL and drop_last:
                 raise ValueError(
                     "drop_last=True needs a producer with a sampler (tsock-producer always has "
@@ -320,6 +337,24 @@ class Consumer:
         self.slots = lib.tsock_consumer_slot_count(self._h)
         self._next_out = ctypes.c_void_p()
         self._next_ref = ctypes.byref(self._next_out)
+        #: Whether :meth:`save_state` works (checkpointing=True, or restored from a state).
+        self.checkpointing = bool(checkpointing) or state is not None
+
+    def save_state(self):
+        """This consumer's position as bytes: the epoch in progress and the samples of it that
+        :meth:`next` returned so far (released or not). Small: at most about one bit per sample
+        plus 53 bytes. Call it between :meth:`next` calls; needs ``checkpointing=True``."""
+        if not self.checkpointing:
+            raise ValueError("save_state() needs a consumer created with checkpointing=True "
+                             "(or restored from a state)")
+        size = ctypes.c_size_t(0)
+        rc = lib.tsock_consumer_save_state(self._h, None, 0, ctypes.byref(size))
+        if rc != -errno.ENOSPC:
+            _lib.check(rc, "tsock_consumer_save_state")
+        buf = ctypes.create_string_buffer(size.value)
+        _lib.check(lib.tsock_consumer_save_state(self._h, buf, size.value, ctypes.byref(size)),
+                   "tsock_consumer_save_state")
+        return buf.raw[:size.value]
 
     # ---- batches ----
 
@@ -654,6 +689,17 @@ class DataLoader:
         curve: (client secret key file, producer public key file) to connect to a producer
             that requires CURVE keys (docs/security.md; keys from tsock.curve_keygen or
             tsock-keygen). None: no authentication (ipc endpoints, loopback tcp).
+        checkpointing: make :meth:`state_dict` work (needs a producer sampler, which
+            tsock-producer always has). The producer then sends this job each batch's sample
+            ids (4 bytes a sample) and the job keeps a bitmap of the current epoch's.
+
+    Checkpoints, like torchdata's StatefulDataLoader: ``loader.state_dict()`` (between two
+    batches, typically beside ``model.state_dict()`` in the dict given to ``torch.save``) is a
+    plain dict ``{"version": 1, "state": bytes}``; on restart, ``loader.load_state_dict(sd)``
+    before iterating makes the next ``for`` loop yield exactly the batches of the interrupted
+    epoch that had not been yielded (sample sets; epoch numbers and batch indices continue),
+    then normal epochs follow. Batches yielded after the last ``state_dict()`` are the only
+    ones a crash makes the job see twice (docs/semantics.md, "Resume").
 
     Iterating yields the batches up to and including the next one flagged as ending an epoch,
     then stops; the next ``iter()`` continues with the following epoch (what remains of an
@@ -672,7 +718,8 @@ class DataLoader:
 
     def __init__(self, endpoint=None, batch_size=None, device=None, drop_last=False,
                  timeout=10.0, return_ids=False, name=None, samples=None, names=None,
-                 output=None, heartbeat=None, epoch_grace=None, reconnect=None, curve=None):
+                 output=None, heartbeat=None, epoch_grace=None, reconnect=None, curve=None,
+                 checkpointing=False):
         self._consumer = None
         _ms(timeout)  # validates it before anything is imported or connected
         self._device = _resolve_device(device)
@@ -696,10 +743,13 @@ class DataLoader:
         self.return_ids = bool(return_ids)
         self.samples = samples
         self._names = tuple(names) if names is not None else None
-        self._consumer = Consumer(endpoint, timeout=timeout, name=name, heartbeat=heartbeat,
-                                  batch_size=batch_size, drop_last=drop_last,
-                                  epoch_grace=epoch_grace, reconnect=reconnect, device=device,
-                                  curve=curve)
+        self._consumer_args = dict(endpoint=endpoint, timeout=timeout, name=name,
+                                   heartbeat=heartbeat, batch_size=batch_size,
+                                   drop_last=drop_last, epoch_grace=epoch_grace,
+                                   reconnect=reconnect, device=device,
+                                   checkpointing=checkpointing, curve=curve)
+        self._consumer = Consumer(**self._consumer_args)
+        self._iterated = False   # a batch was yielded: too late for load_state_dict
         self.batch_size = self._consumer.batch_size
         self._select = None      # tensor infos to yield, resolved from the first batch
         self._held = None        # the batch handed out last
@@ -721,7 +771,42 @@ class DataLoader:
         if self._in_epoch:
             self._skip_rest_of_epoch()
         self.last_epoch_interrupted = False
+        self._iterated = True
         return _EpochIterator(self, self._generation)
+
+    # ---- checkpoints ----
+
+    STATE_DICT_VERSION = 1
+
+    def state_dict(self):
+        """This job's position as plain types for ``torch.save``: ``{"version": 1, "state":
+        bytes}``. It covers every batch yielded so far (call it between batches). Needs
+        ``checkpointing=True``."""
+        self._check_open()
+        return {"version": self.STATE_DICT_VERSION, "state": self._consumer.save_state()}
+
+    def load_state_dict(self, state_dict):
+        """Restores a position saved by :meth:`state_dict`, before iterating: the next ``for``
+        loop yields exactly the rest of the interrupted epoch. Reconnects to the producer with
+        the state (implies checkpointing). Raises ValueError for a dict that is not a
+        state_dict, RuntimeError once iteration began, and :class:`tsock.BadState` for a
+        corrupt state or one foreign to this producer, batch size or drop_last."""
+        self._check_open()
+        if self._iterated:
+            raise RuntimeError("load_state_dict() must be called before iterating the "
+                               "DataLoader")
+        if (not isinstance(state_dict, dict) or "state" not in state_dict
+                or not isinstance(state_dict["state"], (bytes, bytearray))):
+            raise ValueError("load_state_dict() takes the dict state_dict() returned "
+                             "({'version': 1, 'state': bytes})")
+        if state_dict.get("version") != self.STATE_DICT_VERSION:
+            raise ValueError(f"state_dict version {state_dict.get('version')!r}; this tsock "
+                             f"reads version {self.STATE_DICT_VERSION}")
+        args = dict(self._consumer_args, state=bytes(state_dict["state"]))
+        fresh = Consumer(**args)  # raises BadState before the old connection is given up
+        self._consumer.close()
+        self._consumer = fresh
+        self._consumer_args["checkpointing"] = True
 
     def _next_item(self, it):
         if it._generation != self._generation or self._consumer is None:

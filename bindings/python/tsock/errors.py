@@ -27,6 +27,7 @@ E_DEVICE_UNUSABLE = -10015
 E_CANCELLED = -10016
 E_INSECURE = -10017
 E_AUTH = -10018
+E_BAD_STATE = -10019
 
 _CODE_NAMES = {
     E_PROTOCOL: "TSOCK_E_PROTOCOL",
@@ -47,6 +48,7 @@ _CODE_NAMES = {
     E_CANCELLED: "TSOCK_E_CANCELLED",
     E_INSECURE: "TSOCK_E_INSECURE",
     E_AUTH: "TSOCK_E_AUTH",
+    E_BAD_STATE: "TSOCK_E_BAD_STATE",
 }
 
 
@@ -107,6 +109,12 @@ class EpochInterrupted(TsockError):
     ends that epoch's ``for`` loop and sets ``loader.last_epoch_interrupted``."""
 
 
+class BadState(TsockError, ValueError):
+    """A saved consumer state (``DataLoader.load_state_dict``) is corrupt, truncated, of another
+    version, or foreign to the producer (another dataset size or batch layout, another batch
+    size or drop_last, a producer without a sampler); the library's log line says which."""
+
+
 class Timeout(TsockError, TimeoutError):
     """A call waited longer than its timeout (-ETIMEDOUT)."""
 
@@ -116,6 +124,7 @@ _SUBCLASSES = {
     E_PRODUCER_LOST: ProducerLost,
     E_PRODUCER_STOPPED: ProducerStopped,
     E_EPOCH_INTERRUPTED: EpochInterrupted,
+    E_BAD_STATE: BadState,
     -_errno.ETIMEDOUT: Timeout,
 }
 
