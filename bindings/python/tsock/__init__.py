@@ -40,6 +40,7 @@ from .errors import (
     Timeout,
     TsockError,
 )
+from .launch import ProducerHandle, ensure_producer
 from .producer import Producer
 from .security import curve_keygen
 from .stats import query_stats
@@ -80,12 +81,12 @@ def set_log(callback, level=LOG_WARN):
 
 
 __all__ = [
-    "Batch", "Consumer", "DataLoader", "Producer", "TensorInfo",
+    "Batch", "Consumer", "DataLoader", "Producer", "ProducerHandle", "TensorInfo",
     "TsockError", "EndOfStream", "EpochInterrupted", "BadState", "ProducerLost", "ProducerStopped", "Timeout",
     "LibraryNotFound", "VersionMismatch",
     "E_AUTH", "E_BAD_SAMPLE", "E_BAD_STATE", "E_BUSY_ENDPOINT", "E_CANCELLED", "E_DEVICE_UNUSABLE", "E_END", "E_EPOCH_INTERRUPTED", "E_FULL", "E_INSECURE", "E_LAYOUT", "E_NO_DEVICE", "E_NOT_HELD", "E_PRODUCER_LOST",
     "E_PRODUCER_STOPPED", "E_PROTOCOL", "E_REJECTED", "E_STATE", "E_VERSION",
     "LOG_ERROR", "LOG_WARN", "LOG_INFO", "LOG_DEBUG",
     "default_endpoint", "library_path", "library_version", "library_version_info",
-    "cuda_device_count", "curve_keygen", "query_stats", "set_log", "strerror",
+    "cuda_device_count", "curve_keygen", "ensure_producer", "query_stats", "set_log", "strerror",
 ]
