@@ -70,8 +70,9 @@ tsock__consumer_poll_fences(tsock_consumer *c)
     tsock_batch **link = &c->deferred;
     while (*link) {
         tsock_batch *b = *link;
-        /* A failed query (the context is broken) counts as passed: waiting cannot help. */
-        if (b->fence_ops->fence_passed(b->fence_device, b->fence) == 0) {
+        /* Only a fence seen to pass frees the slot: after a failed query (a broken context, a
+         * graph being captured) the caller's kernels may still read it. */
+        if (b->fence_ops->fence_passed(b->fence_device, b->fence) != 1) {
             link = &b->next_deferred;
             continue;
         }
