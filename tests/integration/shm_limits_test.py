@@ -167,8 +167,30 @@ def test_nofile(env):
           f"no warning about the descriptor limit: {err}")
 
 
+def test_memlock(env):
+    """A GPU ring's pinned staging that the locked-memory limit leaves no room for is a prompt,
+    clear error naming the bytes needed, the limit and the fixes (run on the simulated device,
+    which counts pinned memory against RLIMIT_MEMLOCK as some container runtimes make the
+    driver do); the same producer with room serves."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (64 * 1024, 64 * 1024))
+
+    environ = dict(os.environ, TSOCK_CUDA_SIM="1")
+    argv = env.producer_argv("--samples", "64", "--device", "cuda", "--image-size", "64",
+                             "--batch-size", "16", "--slots", "4")
+    r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       preexec_fn=limit, env=environ, timeout=60)
+    env.log.append((argv, r.stdout, r.stderr))
+    check(r.returncode == 1, f"exit status {r.returncode}, expected 1: {r.stderr}")
+    check("RLIMIT_MEMLOCK" in r.stderr and "locked memory" in r.stderr and
+          "ulimit -l" in r.stderr and "--ulimit memlock" in r.stderr,
+          f"no clear message about the locked-memory limit: {r.stderr}")
+    check(re.search(r"needs \d+ bytes of locked memory and this process may lock 65536",
+                    r.stderr), f"the message does not give both figures: {r.stderr}")
+
+
 TESTS = {"shm_too_small": test_shm_too_small, "shm_fits": test_shm_fits,
-         "nofile": test_nofile}
+         "nofile": test_nofile, "memlock": test_memlock}
 
 
 def main():

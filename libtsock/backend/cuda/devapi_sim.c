@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -222,11 +223,24 @@ dev_free(void *ptr)
     return ret(TSOCK__DEV_OK);
 }
 
+/* Pinned memory is locked memory: like a driver that counts it against RLIMIT_MEMLOCK (as
+ * some container runtimes make it), the simulated device refuses what the limit leaves no
+ * room for, so the producer's explanation of that failure can be tested. It counts every
+ * pinned allocation the process made (the staging buffers live as long as the ring). */
+static _Atomic size_t pinned_bytes;
+
 static int
 host_alloc(void **ptr, size_t bytes)
 {
     need_context();
-    return ret(posix_memalign(ptr, 4096, bytes ? bytes : 1) ? TSOCK__DEV_NO_MEMORY : TSOCK__DEV_OK);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        atomic_load(&pinned_bytes) + bytes > rl.rlim_cur)
+        return ret(TSOCK__DEV_NO_MEMORY);
+    if (posix_memalign(ptr, 4096, bytes ? bytes : 1))
+        return ret(TSOCK__DEV_NO_MEMORY);
+    atomic_fetch_add(&pinned_bytes, bytes);
+    return ret(TSOCK__DEV_OK);
 }
 
 static int

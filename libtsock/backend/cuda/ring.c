@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "backend/cuda/cuda_int.h"
 
@@ -40,6 +41,23 @@ struct tsock__cuda_ring {
     uint8_t *blob;              /* the attach blob: uuid, memory handle, event handles */
 };
 
+/* Pinned staging memory is locked: where the driver counts it against RLIMIT_MEMLOCK (some
+ * container runtimes set a small one), say what was needed, what the limit is and the fixes,
+ * rather than only the runtime's error name. */
+static void
+explain_pinned_limit(size_t needed)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return;
+    tsock__log(TSOCK_LOG_ERROR,
+               "pinned staging needs %zu bytes of locked memory and this process may lock %llu "
+               "(RLIMIT_MEMLOCK): fewer --slots do not help here, a smaller --batch-size does; "
+               "or raise the limit (ulimit -l unlimited, docker run --ulimit memlock=-1, a "
+               "Kubernetes container with IPC_LOCK)",
+               needed, (unsigned long long)rl.rlim_cur);
+}
+
 /* Device memory, pinned staging, the stream and the per-slot events (device current). */
 static int
 allocate(struct tsock__cuda_ring *r)
@@ -53,8 +71,10 @@ allocate(struct tsock__cuda_ring *r)
         return tsock__cuda_fail(e, "cudaMalloc (conversion scratch)");
     for (int i = 0; i < 2; i++) {
         e = d->host_alloc((void **)&r->staging[i], r->in_stride);
-        if (e != TSOCK__DEV_OK)
+        if (e != TSOCK__DEV_OK) {
+            explain_pinned_limit(2 * r->in_stride);
             return tsock__cuda_fail(e, "cudaHostAlloc (staging)");
+        }
         /* BlockingSync: waiting for a copy sleeps instead of spinning a core (item 13). */
         e = d->event_create(&r->staged[i],
                             TSOCK__DEV_EVENT_DISABLE_TIMING | TSOCK__DEV_EVENT_BLOCKING_SYNC);
