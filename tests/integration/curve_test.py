@@ -60,14 +60,21 @@ def run_stat(env, *args, timeout=30):
 TSOCK_E_AUTH = -10018
 
 
-def check_turned_away(proc, what):
+ETIMEDOUT = -110
+
+
+def check_turned_away(proc, what, may_time_out=False):
     """A client the producer did not accept: its start fails with TSOCK_E_AUTH (it saw the
-    handshake refused), with no batch."""
+    handshake refused), with no batch. A client without keys sees a mechanism mismatch, which
+    ZeroMQ reports through an event that a heavily loaded machine can deliver too late: for it
+    a timed-out start, having received nothing, is the same verdict."""
     rc = proc.wait(30, what)
     check(rc == 1, f"{what}: exit code {rc}, expected 1")
     res = proc.json()
     check(res["batches"] == 0 and res["samples"] == 0, f"{what}: received {res['batches']} "
           f"batches")
+    if may_time_out and res["error_code"] == ETIMEDOUT:
+        return
     check(res["error_code"] == TSOCK_E_AUTH and "authentication failed" in res["error"],
           f"{what}: error {res['error_code']} {res['error']!r}")
 
@@ -107,7 +114,7 @@ def test_exact_with_intruders(env):
         check(r.returncode == 1 and "authentication failed" in r.stderr and not r.stdout,
               f"tsock-stat {argv}: exit code {r.returncode}, {r.stderr!r}")
     for p, (what, _) in zip(procs, intruders):
-        check_turned_away(p, what)
+        check_turned_away(p, what, may_time_out=what == "no key")
     # The garbage client never completes a handshake, so it still waits to hand its messages
     # over: stop it; bad_messages below shows none of them reached the producer's protocol.
     g.kill()

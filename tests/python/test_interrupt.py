@@ -16,13 +16,17 @@ from tsock_testutil import start_producer
 
 EXIT_BOUND_S = 10  # generous: the library answers a cancel at once, Python within 0.2 s
 
-CONNECT_CHILD = """
+# A test run started in the background (CI) inherits SIGINT ignored, and so would the child;
+# a user's interactive job never has it ignored, so the child restores Python's handler first.
+RESTORE_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+CONNECT_CHILD = RESTORE_SIGINT + """
 import sys, tsock
 tsock.DataLoader(sys.argv[1], timeout=None)
 print("connected: the producer answered?", flush=True)
 """
 
-NEXT_CHILD = """
+NEXT_CHILD = RESTORE_SIGINT + """
 import sys, tsock
 loader = tsock.DataLoader(sys.argv[1], timeout=None)
 print("connected", flush=True)
