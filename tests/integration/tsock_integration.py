@@ -406,9 +406,12 @@ def test_sigterm_producer(env):
     check(shm, "the producer maps no /dev/shm/tsock-* object")
     cons = [env.consumer("--epochs", "0", "--delay-ms", "1", "--timeout-ms", "-1",
                          name=f"consumer{i}") for i in range(2)]
+    # Batches the consumer itself returned (it reports them every heartbeat), not only batches
+    # sent: a stopped producer's queued batches are dropped unread (issue 12, item 5).
     for c in cons:
         wait_stat(env, f"{c.name} receiving", lambda snap, n=c.name: any(
-            x["name"] == n and x["batches"] > 0 for x in snap["consumers"]), timeout=60)
+            x["name"] == n and x["consumed_batches"] > 0 for x in snap["consumers"]),
+            timeout=60)
     check(prod.running(), "the producer ended on its own")
     stopped = time.monotonic()
     prod.signal(signal.SIGTERM)
