@@ -3,13 +3,17 @@ after every batch, appends the batch's sample ids to a log (fsync'd) and then sa
 {'model', 'optimizer', 'loader': loader.state_dict(), 'step'} with torch.save (to a temporary
 file renamed over the checkpoint). On start it loads the checkpoint when there is one.
 
-    python resume_child.py ENDPOINT CHECKPOINT LOG LAST_EPOCH BATCH_SIZE
+    python resume_child.py ENDPOINT CHECKPOINT LOG LAST_EPOCH BATCH_SIZE [HANG_AT_STEP]
 
 Runs until it finished its epoch LAST_EPOCH; prints one JSON object (steps, first_epoch).
+With HANG_AT_STEP, a run that started without a checkpoint logs that step's ids and then
+hangs before saving, so the test kills it at a known point however fast or loaded the
+machine is: mid-epoch, with one yielded batch that no checkpoint covers.
 """
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -19,6 +23,7 @@ import tsock
 def main():
     endpoint, ckpt, log, last_epoch, batch = sys.argv[1:6]
     last_epoch, batch = int(last_epoch), int(batch)
+    hang_at = int(sys.argv[6]) if len(sys.argv) > 6 and not os.path.exists(ckpt) else None
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 10)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -46,6 +51,9 @@ def main():
                 out.write("".join(f"{loader.epoch} {int(i)}\n" for i in ids))
                 out.flush()
                 os.fsync(out.fileno())
+                if step == hang_at:
+                    while True:
+                        time.sleep(60)
                 tmp = ckpt + ".tmp"
                 torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
                             "loader": loader.state_dict(), "step": step}, tmp)

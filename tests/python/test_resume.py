@@ -13,6 +13,9 @@ from tsock_testutil import start_producer, start_python, wait_until
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLES = 400
 BATCH = 16
+STEPS_PER_EPOCH = SAMPLES // BATCH
+IN_EPOCH_1 = 10  # the first run logs its 10th step of epoch 1 and hangs before saving it
+HANG_AT = STEPS_PER_EPOCH + IN_EPOCH_1  # its epochs are 0 (whole) and 1
 
 
 def read_log(path):
@@ -31,9 +34,10 @@ def test_kill_and_resume_training(tsock, programs, procs, endpoint, tmp_path):
                    image_size=4)
     ckpt, log = str(tmp_path / "ckpt.pt"), str(tmp_path / "ids.log")
     child = [os.path.join(HERE, "resume_child.py"), endpoint, ckpt, log, "2", str(BATCH)]
-    first = start_python(procs, child)
-    wait_until(lambda: os.path.exists(log) and len(read_log(log).get(1, [])) >= SAMPLES // 3,
-               60, "the first run to be a third into its epoch 1")
+    first = start_python(procs, child + [str(HANG_AT)])
+    wait_until(lambda: os.path.exists(log)
+               and len(read_log(log).get(1, [])) >= IN_EPOCH_1 * BATCH,
+               60, f"the first run to log its step {IN_EPOCH_1} of epoch 1")
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     before = read_log(log)
@@ -49,11 +53,12 @@ def test_kill_and_resume_training(tsock, programs, procs, endpoint, tmp_path):
     after = read_log(log)
     assert sorted(after) == [1, 2], f"the restarted job's epochs: {sorted(after)}"
     # The saved position covers exactly the batches logged before the last save: every id of
-    # epoch 1 in the first run but at most the one batch yielded after it.
+    # epoch 1 in the first run but the one batch yielded after it, which comes again.
     e1_before, e1_after = before[1], after[1]
+    assert sorted(before) == [0, 1] and len(e1_before) == IN_EPOCH_1 * BATCH
     assert len(e1_after) == len(set(e1_after)), "the restarted job saw a sample twice"
     assert set(e1_before) | set(e1_after) == set(range(SAMPLES)), "epoch 1 is not complete"
-    assert len(set(e1_before) & set(e1_after)) <= BATCH, "more than one batch seen twice"
+    assert len(e1_after) == SAMPLES - (IN_EPOCH_1 - 1) * BATCH, "not resumed at the last save"
     assert sorted(after[2]) == list(range(SAMPLES)), "epoch 2 is not exact"
     assert '"first_epoch": 1' in out
 
