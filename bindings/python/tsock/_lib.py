@@ -88,6 +88,28 @@ def _declare(name, restype, argtypes):
     fn.argtypes = argtypes
 
 
+#: Names of the C functions this binding can use but the loaded library lacks (see
+#: :func:`require`).
+missing = set()
+
+
+def _declare_optional(name, restype, argtypes):
+    """Declares a function of a newer library version that only some features need: a library
+    without it still loads, and :func:`require` names it when a feature asks for it."""
+    try:
+        _declare(name, restype, argtypes)
+    except VersionMismatch:
+        missing.add(name)
+
+
+def require(name, feature):
+    """Raises NotImplementedError naming `feature` when the library lacks C function `name`."""
+    if name in missing:
+        raise NotImplementedError(
+            f"{feature} needs the C function {name}, which libtsock at {path} (version "
+            f"{version}) does not have: use a libtsock built with that feature")
+
+
 # Log callback: void (*)(void *user, int level, const char *message).
 LOG_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_char_p)
 
@@ -150,6 +172,10 @@ _declare("tsock_consumer_slot_count", c_uint32, [c_void_p])
 _declare("tsock_consumer_dataset_size", c_uint64, [c_void_p])
 _declare("tsock_consumer_batches_per_epoch", c_uint64, [c_void_p])
 _declare("tsock_consumer_destroy", None, [c_void_p])
+# Data-parallel groups (docs/distributed.md): optional, so that a library without them still
+# serves solo consumers.
+_declare_optional("tsock_consumer_set_group", c_int, [c_void_p, c_char_p, c_uint32, c_uint32])
+_declare_optional("tsock_consumer_set_group_timeout", c_int, [c_void_p, c_uint32])
 
 # ---- statistics of a running producer ----
 _declare("tsock_stats_query", c_int, [P(c_void_p), c_char_p, c_int])
