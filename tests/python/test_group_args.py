@@ -143,7 +143,9 @@ def test_bad_environment(resolve, clean_env, var, value):
     ("", ValueError, "1 to 64 bytes"),
     ("x" * 65, ValueError, "not 65"),
     ("é" * 33, ValueError, "not 66"),  # 66 bytes of UTF-8 in 33 characters
-    ("a\0b", ValueError, "NUL"),
+    ("a\0b", ValueError, "control character"),
+    ("a\nb", ValueError, "control character"),
+    ("a\x7fb", ValueError, "control character"),
     ("\udc80", ValueError, "not valid UTF-8"),
     (b"job", TypeError, "must be a str"),
     (7, TypeError, "must be a str"),

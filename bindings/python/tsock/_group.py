@@ -90,8 +90,9 @@ def check_name(group):
     if not 1 <= len(data) <= NAME_MAX_BYTES:
         raise ValueError(f"group name {group!r} must be 1 to {NAME_MAX_BYTES} bytes of UTF-8, "
                          f"not {len(data)}")
-    if "\0" in group:
-        raise ValueError(f"group name {group!r} contains a NUL character")
+    bad = [c for c in group if ord(c) < 0x20 or ord(c) == 0x7F]
+    if bad:
+        raise ValueError(f"group name {group!r} contains a control character ({bad[0]!r})")
     try:
         group.encode("utf-8")
     except UnicodeEncodeError:
