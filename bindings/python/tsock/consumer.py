@@ -713,10 +713,11 @@ class DataLoader:
             tsock-producer always has). The producer then sends this job each batch's sample
             ids (4 bytes a sample) and the job keeps a bitmap of the current epoch's.
         group: the name of the data-parallel group (DDP job) this process is a rank of
-            (1 to 64 bytes of UTF-8, no control characters), or None for a job of its own. The ranks of a group share
-            each epoch as DistributedSampler does: disjoint shards, together every sample once,
-            the tail padded by repeating samples (or dropped with drop_last), the same number
-            of batches on every rank. Each rank connects to its own node's producer.
+            (1 to 64 bytes of UTF-8, no control characters), or None for a job of its own.
+            The ranks of a group share each epoch as DistributedSampler does: disjoint
+            shards, together every sample once, the tail padded by repeating samples (or
+            dropped with drop_last), the same number of batches on every rank. Each rank
+            connects to its own node's producer.
         rank, world_size: this process's rank and the group's size. None: from
             torch.distributed when it is initialised, else torchrun's RANK and WORLD_SIZE,
             else Slurm's SLURM_PROCID and SLURM_NTASKS; an argument given wins over them.
