@@ -256,6 +256,10 @@ class Consumer:
         curve_secret, curve_server = security.key_pair(curve, "curve")
         membership = _group.resolve(group, rank, world_size, group_timeout)
         if membership is not None:
+            if checkpointing or state is not None:
+                raise ValueError("a rank of a group cannot save or restore its position yet "
+                                 "(checkpointing=True, state=, load_state_dict): the library "
+                                 "does not support it for groups; leave them out")
             _lib.require("tsock_consumer_set_group", "group=")
         if state is not None and not isinstance(state, (bytes, bytearray)):
             raise TypeError(f"state must be bytes from save_state(), not {type(state).__name__}")
