@@ -255,6 +255,8 @@ class Consumer:
         self._h = None
         curve_secret, curve_server = security.key_pair(curve, "curve")
         membership = _group.resolve(group, rank, world_size, group_timeout)
+        self.group = membership
+        self._log_mark = _lib.log_mark()
         if membership is not None:
             if checkpointing or state is not None:
                 raise ValueError("a rank of a group cannot save or restore its position yet "
@@ -346,14 +348,13 @@ class Consumer:
                     "one): this producer publishes its own batches (free mode), where the "
                     "library cannot know an epoch's last batch in advance; pass "
                     "drop_last=False") from _lib.error(rc, "tsock_consumer_start")
-            _lib.check(rc, "tsock_consumer_start")
+            if rc < 0:
+                raise self._error(rc, "tsock_consumer_start")
         except BaseException:
             self.close()
             raise
         self.endpoint = endpoint
         self.drop_last = bool(drop_last)
-        #: The group membership (name, rank, world_size, source), None for a solo consumer.
-        self.group = membership
         #: The producer's batch size (the slot capacity).
         self.producer_batch_size = lib.tsock_consumer_batch_capacity(self._h)
         #: This consumer's batch size.
@@ -402,7 +403,7 @@ class Consumer:
         rc = self._pending
         if rc:  # an error a poll met (some, like TSOCK_E_EPOCH_INTERRUPTED, come once)
             self._pending = 0
-            raise _lib.error(rc, "tsock_consumer_next")
+            raise self._error(rc, "tsock_consumer_next")
         total = _ms(timeout)
         chunk = _WAIT_CHUNK_MS if total < 0 else min(total, _WAIT_CHUNK_MS)
         rc = lib.tsock_consumer_next(h, chunk, self._next_ref)
@@ -410,13 +411,29 @@ class Consumer:
             if rc in _AGAIN and chunk != total:  # keep waiting, in chunks
                 rc = self._wait_more(total - chunk if total >= 0 else -1)
             if rc < 0:
-                raise _lib.error(rc, "tsock_consumer_next")
+                raise self._error(rc, "tsock_consumer_next")
         ptr = self._next_out.value
         if self.layout is None:
             self.layout = self._read_layout(ptr)
         batch = Batch(self, ptr)
         self._held[ptr] = batch
         return batch
+
+    # Codes whose explanation the library logs rather than returns: the exception carries it.
+    _EXPLAINED = tuple(getattr(errors, name) for name in (
+        "E_GROUP_INCOMPLETE", "E_GROUP_LOST", "E_GROUP_MISMATCH", "E_REJECTED")
+        if hasattr(errors, name))
+
+    def _error(self, rc, function):
+        """The exception for return code `rc`, with the line the library logged about it
+        (for a group: the missing or lost ranks, or the field the producer refused)."""
+        detail = None
+        if rc in self._EXPLAINED:
+            needles = ["the producer refused this consumer"]
+            if self.group is not None:
+                needles.append(f"group '{self.group.name}'")
+            detail = _lib.recent_log(*needles, after=self._log_mark)
+        return _lib.error(rc, function, detail)
 
     def _poll(self):
         """The next batch if one is there already, else None (errors included: the blocking
