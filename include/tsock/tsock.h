@@ -81,7 +81,15 @@ enum tsock_error {
     TSOCK_E_BAD_STATE = -10019,         /* a saved consumer state is corrupt, truncated, of
                                              another version, or foreign (another dataset size
                                              or layout, a free-mode producer): see the log */
-    TSOCK_E_LAST = -10020
+    TSOCK_E_GROUP_INCOMPLETE = -10020,  /* ranks of this consumer's group did not join within
+                                           the group timeout; the log names them */
+    TSOCK_E_GROUP_MISMATCH = -10021,    /* the producer refused this rank: it disagrees with the
+                                           group's joined ranks (world size, batch size,
+                                           drop_last), repeats a joined rank, or is out of range;
+                                           the log names the field */
+    TSOCK_E_GROUP_LOST = -10022,        /* another rank of this consumer's group was lost (it
+                                           left, or its heartbeats stopped): the group is over */
+    TSOCK_E_LAST = -10023
 };
 
 /* A static, human-readable description of any return code (0, a negated errno, TSOCK_E_*).

@@ -3,6 +3,7 @@
  * and announces published slots. Every handler runs on the service thread with `mu` held. */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,13 +95,23 @@ settle_unreachable(tsock_producer *p)
     }
 }
 
+/* Refuses a peer with a code and, when there is more to say, a sentence for its log. */
+static void
+reject_why(tsock_producer *p, const struct tsock__peer_id *to, int code, const char *why)
+{
+    struct tsock__msg m;
+    memset(&m.u.reject, 0, sizeof m.u.reject);
+    m.type = TSOCK__MSG_REJECT;
+    m.u.reject.code = code;
+    if (why)
+        snprintf(m.u.reject.text, sizeof m.u.reject.text, "%s", why);
+    (void)tsock__channel_reply(p->channel, to, &m); /* best effort to an unknown peer */
+}
+
 static void
 reject(tsock_producer *p, const struct tsock__peer_id *to, int code)
 {
-    struct tsock__msg m;
-    m.type = TSOCK__MSG_REJECT;
-    m.u.reject.code = code;
-    (void)tsock__channel_reply(p->channel, to, &m); /* best effort to an unknown peer */
+    reject_why(p, to, code, NULL);
 }
 
 static void
@@ -117,6 +128,10 @@ fill_welcome(const tsock_producer *p, const struct tsock__consumer_rec *c, struc
     w->heartbeat_ms = (uint32_t)p->hb_interval_ms;
     w->device = p->memory->ops->wire_device;
     w->samples = p->use_sampler ? p->sampler_samples : 0;
+    /* One node until node shares exist: the dataset is the sampler's whole epoch. */
+    w->dataset = w->samples;
+    w->nodes = 1;
+    w->node_rank = 0;
     w->attach_len = (uint32_t)p->memory->ops->export_blob(p->memory, &w->attach);
     w->tensor_count = (uint32_t)p->shape.layout.count;
     for (int t = 0; t < p->shape.layout.count; t++) {
