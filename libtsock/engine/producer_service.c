@@ -34,6 +34,7 @@ drop_consumer(tsock_producer *p, int index, const char *why, int lost)
     if (!c->active)
         return;
     p->stat_lost += lost != 0;
+    tsock__pgroup_leave(p, index); /* a lost rank ends its group */
     int freed = tsock__ring_drop_consumer(&p->ring, (uint32_t)index);
     tsock__channel_unwatch(p->channel, index);
     tsock__log(TSOCK_LOG_INFO, "consumer %llu (pid %u) %s; %d slots reclaimed",
@@ -184,6 +185,14 @@ admit(tsock_producer *p, const struct tsock__peer_id *from, const struct tsock__
     struct tsock__consumer_rec *c = &p->consumers[index];
     p->stat_lost += c->unreachable != 0; /* its record is reused before the verdict */
     memset(c, 0, sizeof *c);
+    char why[TSOCK__PROTO_MAX_TEXT + 1];
+    int err = tsock__pgroup_admit(p, index, h, why, sizeof why);
+    if (err < 0) {
+        memset(c, 0, sizeof *c);
+        tsock__log(TSOCK_LOG_ERROR, "refused a consumer (pid %u): %s", h->pid, why);
+        reject_why(p, from, err, why);
+        return -1;
+    }
     c->active = 1;
     c->peer = *from;
     c->consumer_id = p->next_consumer_id++;
@@ -511,8 +520,10 @@ service_main(void *arg)
     tsock_producer *p = arg;
     pthread_mutex_lock(&p->mu);
     while (!p->stop_thread) {
+        /* A group waiting for its ranks fails at its deadline. */
+        int wait_ms = tsock__pgroup_expire(p, tsock__now_ns());
         pthread_mutex_unlock(&p->mu);
-        tsock__channel_wait(p->channel, -1);
+        tsock__channel_wait(p->channel, wait_ms);
         pthread_mutex_lock(&p->mu);
         tsock__channel_dispatch(p->channel);
         settle_unreachable(p);
