@@ -135,6 +135,14 @@ usage(FILE *f)
             "  --ids-out FILE             append one line 'EPOCH ID' per sample received; a\n"
             "                             batch's lines are on disk before any saved state\n"
             "                             covers the batch\n"
+            "  --group NAME               be a rank of the data-parallel group NAME: each rank\n"
+            "                             gets its own disjoint, equal share of every group\n"
+            "                             epoch (DistributedSampler's); needs --rank and\n"
+            "                             --world-size\n"
+            "  --rank R                   with --group: this rank, 0 .. world size - 1\n"
+            "  --world-size W             with --group: the group's number of ranks\n"
+            "  --group-timeout MS         with --group: how long the producer waits for the\n"
+            "                             group's other ranks (library default 600000)\n"
             "  --quiet                    print only errors and warnings\n"
             "  --verbose                  print every library log line\n"
             "  --help                     show this help\n"
@@ -174,10 +182,12 @@ struct config {
     int64_t latency_samples; /* --latency-samples: the reservoir's size */
     float norm[6];           /* --normalize: the producer's means and stds (float images) */
     int normalize;
-    const char *save_state; /* --save-state FILE */
-    int64_t save_every;     /* --save-every N */
-    const char *resume;     /* --resume FILE */
-    const char *ids_out;    /* --ids-out FILE */
+    const char *save_state;                /* --save-state FILE */
+    int64_t save_every;                    /* --save-every N */
+    const char *resume;                    /* --resume FILE */
+    const char *ids_out;                   /* --ids-out FILE */
+    const char *group;                     /* --group NAME: a rank of a data-parallel group */
+    int64_t rank, world, group_timeout_ms; /* --rank, --world-size, --group-timeout (-1: default) */
 };
 
 /* --normalize[=M1,M2,M3,S1,S2,S3], as tsock-producer takes it. */
@@ -240,7 +250,9 @@ struct results {
     struct u64_list batch_ns;       /* receive time of every batch, from start (--trace-times) */
     struct u64_list digests;        /* digest of each complete epoch's bytes, in order */
     uint32_t capacity, slots, batch_size;
-    uint64_t dataset;           /* the producer's dataset size; 0 in free mode */
+    uint64_t dataset; /* the producer's dataset size; 0 in free mode */
+    uint64_t epoch_n; /* samples of one epoch of this consumer before --drop-last: the dataset,
+                         or a rank's share, ceil(dataset / world) (floor with --drop-last) */
     uint64_t batches_per_epoch; /* as the library announced it; 0 in free mode */
 };
 
@@ -358,7 +370,7 @@ epoch_forget(struct epoch_track *e, struct results *r)
 static uint64_t
 epoch_expected(const struct results *r, const struct config *cfg)
 {
-    uint64_t n = r->dataset;
+    uint64_t n = r->epoch_n;
     return cfg->drop_last && r->batch_size ? n - n % r->batch_size : n;
 }
 
@@ -368,7 +380,7 @@ epoch_close_complete(struct epoch_track *e, struct results *r, const struct conf
                      uint64_t samples)
 {
     if (r->dataset > 0) {
-        uint64_t n = r->dataset, tail = n - epoch_expected(r, cfg);
+        uint64_t n = r->epoch_n, tail = n - epoch_expected(r, cfg);
         uint64_t shortfall = n - e->distinct;
         uint64_t dropped = shortfall < tail ? shortfall : tail;
         r->dropped += dropped;
@@ -661,6 +673,10 @@ enum {
     OPT_SAVE_EVERY,
     OPT_RESUME,
     OPT_IDS_OUT,
+    OPT_GROUP,
+    OPT_RANK,
+    OPT_WORLD_SIZE,
+    OPT_GROUP_TIMEOUT,
     OPT_QUIET,
     OPT_VERBOSE,
     OPT_HELP
@@ -697,6 +713,10 @@ parse_args(int argc, char **argv, struct config *cfg)
         {"save-every", required_argument, NULL, OPT_SAVE_EVERY},
         {"resume", required_argument, NULL, OPT_RESUME},
         {"ids-out", required_argument, NULL, OPT_IDS_OUT},
+        {"group", required_argument, NULL, OPT_GROUP},
+        {"rank", required_argument, NULL, OPT_RANK},
+        {"world-size", required_argument, NULL, OPT_WORLD_SIZE},
+        {"group-timeout", required_argument, NULL, OPT_GROUP_TIMEOUT},
         {"quiet", no_argument, NULL, OPT_QUIET},
         {"verbose", no_argument, NULL, OPT_VERBOSE},
         {"help", no_argument, NULL, OPT_HELP},
@@ -781,6 +801,16 @@ parse_args(int argc, char **argv, struct config *cfg)
                 cli_bad_usage("--ids-out: the file name must not be empty");
             cfg->ids_out = optarg;
             break;
+        case OPT_GROUP:
+            if (optarg[0] == '\0' || strlen(optarg) > 64)
+                cli_bad_usage("--group: the group name must have 1 to 64 bytes");
+            cfg->group = optarg;
+            break;
+        case OPT_RANK: cfg->rank = cli_parse_i64("rank", optarg, 0, UINT32_MAX - 1); break;
+        case OPT_WORLD_SIZE: cfg->world = cli_parse_i64("world-size", optarg, 1, UINT32_MAX); break;
+        case OPT_GROUP_TIMEOUT:
+            cfg->group_timeout_ms = cli_parse_i64("group-timeout", optarg, 0, UINT32_MAX);
+            break;
         case OPT_CONTENT:
             if (strcmp(optarg, "synthetic") == 0)
                 cfg->images = 0;
@@ -808,6 +838,13 @@ parse_args(int argc, char **argv, struct config *cfg)
         cli_bad_usage("unexpected argument '%s' (every setting is an --option)", argv[optind]);
     if (cfg->save_every && !cfg->save_state)
         cli_bad_usage("--save-every needs --save-state");
+    if (!cfg->group && (cfg->world || cfg->rank >= 0 || cfg->group_timeout_ms >= 0))
+        cli_bad_usage("--rank, --world-size and --group-timeout need --group");
+    if (cfg->group && (!cfg->world || cfg->rank < 0))
+        cli_bad_usage("--group needs --rank and --world-size");
+    if (cfg->group && cfg->rank >= cfg->world)
+        cli_bad_usage("--rank %" PRId64 " is not below --world-size %" PRId64, cfg->rank,
+                      cfg->world);
     cli_check_heartbeat(cfg->heartbeat_ms, cfg->heartbeat_timeout_ms);
     cli_check_curve_client(cfg->curve_secret_key, cfg->curve_server_key);
 }
@@ -965,6 +1002,16 @@ configure(tsock_consumer *c, const struct config *cfg, const char **call)
         *call = "tsock_consumer_set_checkpointing";
         return rc;
     }
+    if (cfg->group && (rc = tsock_consumer_set_group(c, cfg->group, (uint32_t)cfg->rank,
+                                                     (uint32_t)cfg->world)) < 0) {
+        *call = "tsock_consumer_set_group";
+        return rc;
+    }
+    if (cfg->group_timeout_ms >= 0 &&
+        (rc = tsock_consumer_set_group_timeout(c, (uint32_t)cfg->group_timeout_ms)) < 0) {
+        *call = "tsock_consumer_set_group_timeout";
+        return rc;
+    }
     return 0;
 }
 
@@ -1012,6 +1059,13 @@ read_announced(tsock_consumer *c, const struct config *cfg, struct results *r, c
     r->capacity = tsock_consumer_batch_capacity(c);
     r->slots = tsock_consumer_slot_count(c);
     r->dataset = tsock_consumer_dataset_size(c);
+    /* A rank's epoch is its share (DistributedSampler's): padded up, or cut down with
+     * --drop-last; ranks' shares together are checked by whoever reads their --ids-out. */
+    r->epoch_n = r->dataset;
+    if (cfg->group && r->dataset) {
+        uint64_t w = (uint64_t)cfg->world;
+        r->epoch_n = cfg->drop_last ? r->dataset / w : (r->dataset + w - 1) / w;
+    }
     r->batches_per_epoch = tsock_consumer_batches_per_epoch(c);
     r->batch_size = cfg->batch_size ? (uint32_t)cfg->batch_size : r->capacity;
     if (r->dataset > 0 && r->dataset != (uint64_t)cfg->samples) {
@@ -1034,6 +1088,8 @@ main(int argc, char **argv)
 {
     cli_init(PROG);
     struct config cfg = {.epochs = 1,
+                         .rank = -1,
+                         .group_timeout_ms = -1,
                          .timeout_ms = 10000,
                          .connect_timeout_ms = 10000,
                          .grace_ms = -1,

@@ -81,7 +81,15 @@ enum tsock_error {
     TSOCK_E_BAD_STATE = -10019,         /* a saved consumer state is corrupt, truncated, of
                                              another version, or foreign (another dataset size
                                              or layout, a free-mode producer): see the log */
-    TSOCK_E_LAST = -10020
+    TSOCK_E_GROUP_INCOMPLETE = -10020,  /* ranks of this consumer's group did not join within
+                                           the group timeout; the log names them */
+    TSOCK_E_GROUP_MISMATCH = -10021,    /* the producer refused this rank: it disagrees with the
+                                           group's joined ranks (world size, batch size,
+                                           drop_last), repeats a joined rank, or is out of range;
+                                           the log names the field */
+    TSOCK_E_GROUP_LOST = -10022,        /* another rank of this consumer's group was lost (it
+                                           left, or its heartbeats stopped): the group is over */
+    TSOCK_E_LAST = -10023
 };
 
 /* A static, human-readable description of any return code (0, a negated errno, TSOCK_E_*).
@@ -448,6 +456,42 @@ TSOCK_API int tsock_consumer_set_batch_size(tsock_consumer *c, uint32_t batch_si
 /* Non-zero: drop the last batch of each epoch when it is short. Default 0 (keep it). */
 TSOCK_API int tsock_consumer_set_drop_last(tsock_consumer *c, int drop_last);
 
+/* Data-parallel groups (docs/distributed.md). A consumer may be rank `rank` of a group of
+ * `world_size` ranks called `name` (a DDP job's ranks, each its own process). The producer
+ * (which needs a sampler) starts the group's epochs when its last rank has joined (the start
+ * barrier: until then next() of every rank waits), then all its ranks share one epoch with
+ * torch.utils.data.distributed.DistributedSampler's semantics: each rank gets its own disjoint
+ * share, every rank the same number of samples and batches (tsock_consumer_batches_per_epoch,
+ * the same on every rank), the shares together every sample once, the tail padded by
+ * repeating samples of other ranks' shares or, with tsock_consumer_set_drop_last, left out so
+ * that every batch is full. Epochs are numbered from 0 at the group's start, the same on every
+ * rank. A group does not pause between epochs (tsock_consumer_set_epoch_grace does not apply):
+ * a rank that stops reading keeps what it was sent, up to the slot count. The ranks must
+ * agree on world_size, batch size and drop_last.
+ *
+ * Errors next() reports for a rank: TSOCK_E_GROUP_INCOMPLETE when ranks did not join within
+ * the group timeout (the log names them: "group 'resnet': ranks 1, 3 of 4 did not join within
+ * 600 s"); TSOCK_E_GROUP_LOST once another rank of the group was lost (it left or died), after
+ * one TSOCK_E_EPOCH_INTERRUPTED when this rank was inside an epoch (it had returned batches of
+ * it); both are final. Start fails with TSOCK_E_GROUP_MISMATCH (the log says which field) when
+ * the producer refuses the rank: world size, batch size or drop_last differ from the ranks
+ * already joined, or that rank has joined already; with TSOCK_E_REJECTED (logged) when the
+ * producer has no sampler, or with drop_last a rank's share holds no full batch. A rank's
+ * position cannot be saved or restored yet: tsock_consumer_save_state and
+ * tsock_consumer_restore_state return -ENOTSUP (logged) for it. */
+
+/* Makes this consumer rank `rank` of group `name` of `world_size` ranks, before start. `name`
+ * is 1 to 64 bytes of UTF-8 without control characters (copied). Caller's thread. Returns 0,
+ * -EINVAL (a bad name, world_size 0, rank >= world_size), or TSOCK_E_STATE after start. */
+TSOCK_API int tsock_consumer_set_group(tsock_consumer *c, const char *name, uint32_t rank,
+                                       uint32_t world_size);
+
+/* How long the producer waits for the group's other ranks, from the group's first HELLO,
+ * before every waiting rank fails with TSOCK_E_GROUP_INCOMPLETE (the first rank's timeout
+ * applies to the group). Default 600000 ms (10 minutes). Before start; caller's thread. Returns
+ * 0, -EINVAL, or TSOCK_E_STATE after start. */
+TSOCK_API int tsock_consumer_set_group_timeout(tsock_consumer *c, uint32_t timeout_ms);
+
 /* Between epochs. After the last batch of an epoch was returned, a consumer that asks for the
  * next batch within `grace_ms` goes on where it was (no sample is skipped). One that waits
  * longer (validation, checkpointing) is paused: it gives back every slot it holds or was sent,
@@ -573,7 +617,8 @@ TSOCK_API int tsock_consumer_restore_state(tsock_consumer *c, const void *state,
 TSOCK_API uint32_t tsock_consumer_batch_capacity(const tsock_consumer *c);
 TSOCK_API uint32_t tsock_consumer_slot_count(const tsock_consumer *c);
 /* Samples per epoch (the producer sampler's dataset size; 0 in free mode), and the number of
- * batches in one of this consumer's epochs at its batch size (0 in free mode). After start. */
+ * batches in one of this consumer's epochs at its batch size (0 in free mode; for a rank of a
+ * group, the rank's own count, the same on every rank). After start. */
 TSOCK_API uint64_t tsock_consumer_dataset_size(const tsock_consumer *c);
 TSOCK_API uint64_t tsock_consumer_batches_per_epoch(const tsock_consumer *c);
 

@@ -26,6 +26,10 @@ static const char *const tsock_messages[] = {
     [18] = "authentication failed: the producer refused this client's CURVE handshake (key not "
            "authorized, keys on one side only, or another server key)",
     [19] = "bad consumer state: corrupt, truncated, another version, or foreign to this producer",
+    [20] = "group incomplete: ranks of the group did not join within the group timeout",
+    [21] = "group mismatch: this rank disagrees with the group's other ranks (world size, batch "
+           "size, drop_last), repeats a joined rank, or is out of range",
+    [22] = "group lost: another rank of the group left or died, so the group cannot go on",
 };
 
 /* Every code in the reserved range must have a message. */

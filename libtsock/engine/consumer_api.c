@@ -170,14 +170,25 @@ tsock_consumer_start(tsock_consumer *c, int timeout_ms)
         return TSOCK_E_STATE;
     if (tsock__consumer_cancelled(c))
         return consume_cancel(c, TSOCK_E_CANCELLED); /* before anything: still startable */
+    if (tsock__group_member(c) && c->restored) {
+        tsock__log(TSOCK_LOG_ERROR, "a rank of a group cannot resume a saved state (not "
+                                    "supported yet)");
+        return -ENOTSUP;
+    }
     c->started = 1;
     int err = tsock__session_open(c, timeout_ms);
     if (err == 0)
         err = check_welcome(c);
     if (err < 0)
         return consume_cancel(c, err);
-    uint32_t batch = c->batch_size ? c->batch_size : c->welcome.batch_size;
-    tsock__epoch_plan_init(&c->plan, c->welcome.samples, batch, c->drop_last);
+    if (tsock__group_member(c)) {
+        err = tsock__group_start(c);
+        if (err < 0)
+            return err;
+    } else {
+        uint32_t batch = c->batch_size ? c->batch_size : c->welcome.batch_size;
+        tsock__epoch_plan_init(&c->plan, c->welcome.samples, batch, c->drop_last);
+    }
     pthread_mutex_lock(&c->mu);
     tsock__resume_start(c);
     pthread_mutex_unlock(&c->mu);
@@ -189,24 +200,36 @@ tsock_consumer_start(tsock_consumer *c, int timeout_ms)
 
 /* After the producer is gone: ends the epoch in progress with TSOCK_E_EPOCH_INTERRUPTED,
  * then connects to the producer that replaced it (mu held on entry and exit). */
+/* Ends the epoch in progress, if one is: returns 1 when there was one (mu held). */
+static int
+cut_epoch(tsock_consumer *c)
+{
+    if (c->plan.done == 0 && !c->building)
+        return 0;
+    tsock__epoch_plan_cut(&c->plan);
+    if (c->building) {
+        tsock__consumer_recycle(c, c->building);
+        c->building = NULL;
+    }
+    return 1;
+}
+
 static int
 recover(tsock_consumer *c, int err)
 {
+    /* A group that lost a rank cuts the rank's epoch, as the loss of the producer does. */
+    if (err == TSOCK_E_GROUP_LOST && cut_epoch(c))
+        return TSOCK_E_EPOCH_INTERRUPTED;
     int reconnectable = err == TSOCK_E_PRODUCER_LOST || err == TSOCK_E_PRODUCER_STOPPED;
     if (!c->reconnect_ms || !reconnectable)
         return err;
-    if (c->plan.done > 0 || c->building) {
-        tsock__epoch_plan_cut(&c->plan);
-        if (c->building) {
-            tsock__consumer_recycle(c, c->building);
-            c->building = NULL;
-        }
+    if (cut_epoch(c))
         return TSOCK_E_EPOCH_INTERRUPTED;
-    }
     pthread_mutex_unlock(&c->mu);
     int rc = tsock__session_reopen(c, c->reconnect_ms);
     pthread_mutex_lock(&c->mu);
     tsock__epoch_plan_cut(&c->plan);
+    tsock__group_reset(c); /* a new session: a new group, whose window starts afresh */
     return rc < 0 ? rc : 1;
 }
 
@@ -234,6 +257,7 @@ tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch)
         else
             break;
     }
+    tsock__group_report(c, err);
     c->stat_wait_ns += tsock__now_ns() - started;
     c->waiting_since = 0;
     pthread_mutex_unlock(&c->mu);
@@ -401,6 +425,7 @@ tsock_consumer_destroy(tsock_consumer *c)
     tsock__session_close(c);
     tsock__session_free(c);
     tsock__resume_free(c);
+    tsock__group_free(c);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->mu);
     free(c);

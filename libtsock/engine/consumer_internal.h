@@ -10,6 +10,9 @@
  *   consumer_resume.c   saving and restoring the position: the sample ids of each announced
  *                       batch, the delivered set, and the restored epoch's filter (called by
  *                       the API, the reader and the service; calls none of them)
+ *   consumer_group.c    a rank of a data-parallel group: its setters, its HELLO block, its
+ *                       rank plan, the end of its group (called by the API, the reader and the
+ *                       service; calls none of them)
  *   batch.c             the public tsock_batch accessors
  *
  * Two threads touch a consumer: the caller's (next, release) and the service thread, which
@@ -24,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "core/core.h"
+#include "dataset/groups.h"
 #include "proto/proto.h"
 #include "ring/epoch_plan.h"
 #include "ring/hold_table.h"
@@ -145,6 +149,17 @@ struct tsock_consumer {
     uint32_t *restore_ids; /* its delivered ids, sorted */
     int resuming;          /* in the restored epoch's window: saved ids are skipped */
     uint64_t window_left;  /* stream samples of that window not passed yet */
+
+    /* A rank of a data-parallel group (consumer_group.c); group[0] == 0: not one. */
+    char group[TSOCK__GROUP_NAME_MAX + 1];
+    uint32_t group_rank, group_world, group_timeout_ms;
+    struct tsock__rank_plan rank_plan; /* dataset/groups.h: the rank's batches in its window */
+    uint64_t *group_positions;         /* the batch being built's window positions */
+    uint64_t group_pos;      /* window position of the queue's head in the current group epoch */
+    int group_skip_rest;     /* the epoch's last batch went out: skip to the window's end */
+    int group_pad_done;      /* the padding sample of the batch being built is copied */
+    char group_failure[320]; /* why the group is over, logged when next() first reports it */
+    int group_failure_logged;
 };
 
 /* ---- consumer_slots.c (mu held) ---- */
@@ -223,6 +238,28 @@ void tsock__resume_note_taken(tsock_consumer *c, const struct tsock__hold_batch 
 void tsock__resume_note_delivered(tsock_consumer *c, const tsock_batch *b);
 /* Destroy: what the above allocated. */
 void tsock__resume_free(tsock_consumer *c);
+
+/* ---- consumer_group.c ---- */
+
+/* Whether the consumer is a rank of a group. */
+int tsock__group_member(const tsock_consumer *c);
+/* Service thread: the group block of the HELLO. */
+void tsock__group_fill_hello(const tsock_consumer *c, struct tsock__msg_hello *h);
+/* Caller's thread, at start, once welcomed: the rank's plan and its epochs (c->plan). Returns
+ * 0 or a negative code, logged. */
+int tsock__group_start(tsock_consumer *c);
+/* A fresh window (start, or a new session after a reconnect): the next batch is the first of
+ * a group epoch. */
+void tsock__group_reset(tsock_consumer *c);
+/* Service thread, at GROUP_FAILED: keeps the sentence saying what happened. Returns the code
+ * next() reports. */
+int tsock__group_on_failed(tsock_consumer *c, const struct tsock__msg_group_failed *g);
+/* Caller's thread (mu held): next() returns `err`; the first time it is the group's end, the
+ * sentence is logged (not before: a rank that finished its epochs and never calls next again
+ * has nothing to report when the group's other ranks leave). */
+void tsock__group_report(tsock_consumer *c, int err);
+/* Destroy. */
+void tsock__group_free(tsock_consumer *c);
 
 /* ---- consumer_read.c (mu held) ---- */
 

@@ -71,7 +71,8 @@ sample_at(const tsock_consumer *c, const struct tsock__hold_batch *h, uint32_t t
            (size_t)d->sample_bytes * sample;
 }
 
-/* Copies n samples of producer batch h from `offset` into b's own buffers, complete on return:
+/* Copies n samples of producer batch h from `offset` into b's own buffers at sample `at`,
+ * complete on return:
  * the slot's reference may be dropped right after, and the producer may then refill it.
  *
  * The copies run without mu: on a GPU, copy_finish blocks until the device is done, and the
@@ -81,7 +82,7 @@ sample_at(const tsock_consumer *c, const struct tsock__hold_batch *h, uint32_t t
  * the samples are not this batch's), or a negative code. */
 static int
 gather(tsock_consumer *c, tsock_batch *b, const struct tsock__hold_batch *h, uint32_t offset,
-       uint32_t n)
+       uint32_t n, uint32_t at)
 {
     struct tsock__ring_view *ring = c->ring;
     const struct tsock__backend *ops = ring->ops;
@@ -95,7 +96,7 @@ gather(tsock_consumer *c, tsock_batch *b, const struct tsock__hold_batch *h, uin
     int err = 0;
     for (uint32_t t = 0; t < c->welcome.tensor_count && err == 0; t++) {
         size_t bytes = (size_t)c->welcome.tensors[t].sample_bytes;
-        err = ops->copy_out(ring, slot, b->gather[t] + bytes * b->samples, src[t], bytes * n);
+        err = ops->copy_out(ring, slot, b->gather[t] + bytes * at, src[t], bytes * n);
     }
     if (err == 0)
         err = ops->copy_finish(ring);
@@ -124,7 +125,7 @@ take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t n)
         b->view_seq = h->seq;
         b->generation = c->generation;
     } else {
-        int err = gather(c, b, h, offset, n);
+        int err = gather(c, b, h, offset, n, b->samples);
         if (err <= 0)
             return err;
     }
@@ -197,6 +198,12 @@ finish_batch(tsock_consumer *c)
     b->index = c->plan.index;
     b->epoch_end = tsock__epoch_plan_advance(&c->plan, b->samples, b->free_end);
     tsock__resume_note_delivered(c, b);
+    if (tsock__group_member(c)) {
+        /* The reader, not the plan, skips what a rank leaves out: the rest of the window. */
+        c->plan.skip = 0;
+        c->group_pad_done = 0;
+        c->group_skip_rest = b->epoch_end;
+    }
     /* A view lives in the session's ring, which stays open while it is held; a gather lives in
      * its own buffers, whose memory was chosen when they were reserved. The ring may already
      * be closed when the last, partial gather of a stream is handed over. */
@@ -241,6 +248,101 @@ build(tsock_consumer *c)
     return 0;
 }
 
+/* ---- a rank of a group ------------------------------------------------------------------ */
+
+/* Discards the queue up to window position `to` (other ranks' blocks, drop_last's tail).
+ * Returns 1 once there, 0 when the queue ran out first. */
+static int
+group_discard_to(tsock_consumer *c, uint64_t to)
+{
+    if (c->group_pos < to) {
+        uint32_t pending = tsock__hold_table_pending(&c->holds);
+        c->group_pos += tsock__hold_table_discard(&c->holds, to - c->group_pos);
+        if (tsock__hold_table_pending(&c->holds) > pending)
+            tsock__channel_wake(c->channel); /* a release to send */
+    }
+    return c->group_pos >= to;
+}
+
+/* Whether rank batch `index` ends with a padding sample: the tail batch of a rank that is one
+ * short (dataset/groups.c, tail_batch). */
+static int
+has_padding(const struct tsock__rank_plan *p, uint64_t index)
+{
+    uint64_t r = p->tail % p->local_world;
+    return !p->drop_last && index >= p->full_rounds && r != 0 && p->local >= r;
+}
+
+/* The padding sample comes first in the stream (it is another rank's, earlier in the same tail
+ * round): copy it into its place at the end of the batch before the queue passes it. Returns 1
+ * when done, 0 when more batches are needed, or a negative code. */
+static int
+group_take_padding(tsock_consumer *c, uint64_t at, uint32_t k)
+{
+    if (!group_discard_to(c, at))
+        return 0;
+    uint32_t offset;
+    const struct tsock__hold_batch *h = tsock__hold_table_head(&c->holds, &offset);
+    if (!h)
+        return 0;
+    if (!c->building) {
+        int err = begin_batch(c, k, 0); /* a gather: the padding is never beside its block */
+        if (err < 0)
+            return err;
+    }
+    int got = gather(c, c->building, h, offset, 1, k - 1);
+    if (got <= 0)
+        return got;
+    if (c->building->samples == 0)
+        c->building->seq = h->seq;
+    c->group_pad_done = 1;
+    return 1;
+}
+
+/* Builds the rank's next batch: its block of the current group batch, a view when that block
+ * is one producer batch's, gathered otherwise; the other ranks' blocks are discarded (so
+ * released) as the queue passes them. Returns 1 when a batch is ready, 0 when more producer
+ * batches are needed, or a negative code. */
+static int
+build_rank(tsock_consumer *c)
+{
+    const struct tsock__rank_plan *rp = &c->rank_plan;
+    if (c->group_skip_rest) {
+        if (!group_discard_to(c, rp->window))
+            return 0;
+        tsock__group_reset(c); /* the next group epoch starts at the next window */
+    }
+    uint64_t *pos = c->group_positions;
+    uint32_t k = tsock__rank_plan_batch(rp, c->plan.index, pos);
+    uint32_t pad = (uint32_t)has_padding(rp, c->plan.index), own = k - pad;
+    if (pad && !c->group_pad_done) {
+        int done = group_take_padding(c, pos[k - 1], k);
+        if (done <= 0)
+            return done;
+    }
+    if (own > 0 && !(c->building && c->building->samples > 0) && !group_discard_to(c, pos[0]))
+        return 0;
+    while (!c->building || c->building->samples < own) {
+        uint32_t available = tsock__hold_table_available(&c->holds);
+        if (available == 0)
+            return 0;
+        uint32_t need = own - (c->building ? c->building->samples : 0);
+        if (!c->building) {
+            int err = begin_batch(c, own, available);
+            if (err < 0)
+                return err;
+        }
+        int taken = take_from_head(c, c->building, available < need ? available : need);
+        if (taken < 0)
+            return taken;
+        c->group_pos += (uint64_t)taken;
+        if (taken == 0)
+            return 0;
+    }
+    c->building->samples += pad;
+    return 1;
+}
+
 /* Leaving the pause or the grace period: the caller wants its next epoch (mu held). */
 void
 tsock__consumer_start_next_epoch(tsock_consumer *c)
@@ -257,7 +359,9 @@ int
 tsock__consumer_wait_batch(tsock_consumer *c, uint64_t deadline, tsock_batch **batch)
 {
     for (;;) {
-        int got = c->phase == TSOCK__PHASE_ACTIVE ? build(c) : 0;
+        int got = c->phase != TSOCK__PHASE_ACTIVE ? 0
+                  : tsock__group_member(c)        ? build_rank(c)
+                                                  : build(c);
         if (got < 0)
             return got;
         if (got) {

@@ -299,6 +299,11 @@ tsock_consumer_restore_state(tsock_consumer *c, const void *state, size_t len)
         return -EINVAL;
     if (c->started)
         return TSOCK_E_STATE;
+    if (tsock__group_member(c)) {
+        tsock__log(TSOCK_LOG_ERROR, "a rank of a group cannot resume a saved state (not "
+                                    "supported yet)");
+        return -ENOTSUP;
+    }
     struct tsock__resume_state s;
     uint32_t *ids = NULL;
     const char *why = NULL;
@@ -319,6 +324,8 @@ tsock_consumer_restore_state(tsock_consumer *c, const void *state, size_t len)
 static int
 describe(tsock_consumer *c, struct tsock__resume_state *s)
 {
+    if (tsock__group_member(c))
+        return -ENOTSUP; /* a rank's position is its group's: not saved yet */
     if (!c->checkpointing || !c->ready_to_read || !c->delivered)
         return TSOCK_E_STATE;
     *s = (struct tsock__resume_state){

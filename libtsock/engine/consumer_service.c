@@ -24,6 +24,7 @@ send_msg(tsock_consumer *c, int type)
         m.u.hello.pid = (uint32_t)getpid();
         m.u.hello.flags = c->checkpointing ? TSOCK__HELLO_WANT_IDS : 0;
         memcpy(m.u.hello.name, c->name, sizeof m.u.hello.name);
+        tsock__group_fill_hello(c, &m.u.hello);
     }
     int err = tsock__channel_send(c->channel, 0, &m);
     if (err < 0 && err != -EAGAIN)
@@ -222,7 +223,23 @@ on_reject(void *ctx, const struct tsock__peer_id *from, int peer, const struct t
         producer_lost(c);
         return;
     }
+    if (m->u.reject.text[0])
+        tsock__log(TSOCK_LOG_ERROR, "the producer refused this consumer: %s", m->u.reject.text);
     fail(c, m->u.reject.code);
+}
+
+/* This rank's group is over (a rank was lost, or ranks never joined): nothing queued can make
+ * a group epoch any more. The batches the caller holds stay valid until released. */
+static void
+on_group_failed(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
+{
+    tsock_consumer *c = ctx;
+    if (!c->welcomed || !tsock__group_member(c)) {
+        protocol_error(c, "GROUP_FAILED to a consumer that is not a rank of a group");
+        return;
+    }
+    fail(c, tsock__group_on_failed(c, &m->u.group_failed));
+    tsock__consumer_drop_queue(c);
 }
 
 static void
@@ -318,6 +335,7 @@ tsock__consumer_handlers(tsock_consumer *c, struct tsock__channel_handlers *h)
     h->on[TSOCK__MSG_REJECT] = on_reject;
     h->on[TSOCK__MSG_RESUMED] = on_resumed;
     h->on[TSOCK__MSG_SHUTDOWN] = on_shutdown;
+    h->on[TSOCK__MSG_GROUP_FAILED] = on_group_failed;
     h->on_unexpected = on_unexpected;
     h->on_malformed = on_malformed;
     h->on_beat = on_beat;
@@ -332,8 +350,10 @@ tsock__consumer_handlers(tsock_consumer *c, struct tsock__channel_handlers *h)
 static void
 pause_if_lingering(tsock_consumer *c, uint64_t now)
 {
+    /* A group does not pause: one rank restarting its window alone would break the group's
+     * shared epoch (producer_groups.c). */
     if (!c->between_epochs || c->phase != TSOCK__PHASE_ACTIVE || c->terminal_error ||
-        now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
+        tsock__group_member(c) || now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
         return;
     tsock__consumer_drop_queue(c);
     c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */

@@ -406,7 +406,9 @@ take_holders(tsock_producer *p, uint64_t position)
     uint64_t mask = 0;
     for (int i = 0; i < TSOCK__PRODUCER_MAX_CONSUMERS; i++) {
         struct tsock__consumer_rec *c = &p->consumers[i];
-        if (!c->active || c->paused)
+        /* A group's ranks wait for the last of them (the start barrier); a failed group's get
+         * nothing more. */
+        if (!c->active || c->paused || c->waiting || c->group_failed)
             continue;
         mask |= (uint64_t)1 << i;
         if (c->window_start == TSOCK__NO_WINDOW)
@@ -492,6 +494,7 @@ tsock_producer_destroy(tsock_producer *p)
         p->memory->ops->close(p->memory);
     if (p->use_sampler)
         tsock__sampler_free(&p->sampler);
+    tsock__pgroup_free_all(p);
     free(p->slot_ids);
     free(p->ids_wire);
     free(p->queue);

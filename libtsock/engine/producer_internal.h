@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "core/core.h"
+#include "dataset/groups.h"
 #include "dataset/sampler.h"
 #include "proto/proto.h"
 #include "ring/ring.h"
@@ -47,6 +48,22 @@ struct tsock__consumer_rec {
      * closes its socket can make a send fail before its BYE, already queued, is read. The
      * verdict waits for the end of the pass over the socket (producer_service.c). */
     int unreachable;
+    /* A rank of a data-parallel group (producer_groups.c): group_slot is 1 + its index in
+     * p->groups (0: no group); `waiting` until every rank joined (the start barrier: it gets
+     * no batch); `group_failed` once its group is over (GROUP_FAILED sent: it gets no batch
+     * any more, and gives back what it holds as it reads its release queue). */
+    int group_slot;
+    uint32_t rank;
+    int waiting;
+    int group_failed;
+};
+
+/* One group's record on this producer (producer_groups.c). */
+struct tsock__pgroup {
+    struct tsock__group g; /* dataset/groups.h: members by local rank, peer = index + 1 */
+    uint32_t timeout_ms;   /* its first rank's group timeout */
+    uint64_t deadline_ns;  /* when it fails if still incomplete */
+    int started;           /* every rank joined: its window runs */
 };
 
 /* A published slot waiting for the service thread to announce it. */
@@ -115,6 +132,8 @@ struct tsock_producer {
     int shutdown_sent;
     struct tsock__ring ring;
     struct tsock__consumer_rec consumers[TSOCK__PRODUCER_MAX_CONSUMERS];
+    /* Groups, each with at least one member (so at most one per consumer); NULL: unused. */
+    struct tsock__pgroup *groups[TSOCK__PRODUCER_MAX_CONSUMERS];
     int consumer_count;
     uint64_t next_consumer_id;
     struct tsock__outgoing *queue; /* ring buffer of slot_count entries */
@@ -133,6 +152,25 @@ struct tsock_producer {
 /* producer_service.c: the service thread (start: the channel is bound; stop: joined). */
 int tsock__producer_service_start(tsock_producer *p);
 void tsock__producer_service_stop(tsock_producer *p);
+
+/* producer_groups.c (mu held; service thread). */
+/* A HELLO with a group block from the consumer about to take record `index`: checks it and
+ * joins the rank (the record's group fields are set; a join that completes the group starts
+ * it, its ranks' windows at the next batch). Returns 0 (also for a HELLO without a group), or
+ * the REJECT code (TSOCK_E_GROUP_MISMATCH, TSOCK_E_REJECTED, -ENOMEM) with the sentence in
+ * why[], the record untouched. */
+int tsock__pgroup_admit(tsock_producer *p, int index, const struct tsock__msg_hello *h, char *why,
+                        size_t why_size);
+/* Consumer `index` leaves (BYE) or is lost, before its record is cleared. A rank of a running
+ * group ends that group: its other ranks get GROUP_FAILED (TSOCK_E_GROUP_LOST) and the group is
+ * forgotten. A rank of a group still waiting only leaves it. */
+void tsock__pgroup_leave(tsock_producer *p, int index);
+/* Fails the groups whose timeout passed with ranks missing (GROUP_FAILED,
+ * TSOCK_E_GROUP_INCOMPLETE, to each joined rank). Returns the milliseconds until the next
+ * deadline, or -1 when no group waits. */
+int tsock__pgroup_expire(tsock_producer *p, uint64_t now);
+/* Destroy: every group record. */
+void tsock__pgroup_free_all(tsock_producer *p);
 
 /* producer_stats.c (mu held) */
 void tsock__producer_snapshot(const tsock_producer *p, struct tsock__stats_producer *s);

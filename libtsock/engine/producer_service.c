@@ -3,6 +3,7 @@
  * and announces published slots. Every handler runs on the service thread with `mu` held. */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ drop_consumer(tsock_producer *p, int index, const char *why, int lost)
     if (!c->active)
         return;
     p->stat_lost += lost != 0;
+    tsock__pgroup_leave(p, index); /* a lost rank ends its group */
     int freed = tsock__ring_drop_consumer(&p->ring, (uint32_t)index);
     tsock__channel_unwatch(p->channel, index);
     tsock__log(TSOCK_LOG_INFO, "consumer %llu (pid %u) %s; %d slots reclaimed",
@@ -94,13 +96,23 @@ settle_unreachable(tsock_producer *p)
     }
 }
 
+/* Refuses a peer with a code and, when there is more to say, a sentence for its log. */
+static void
+reject_why(tsock_producer *p, const struct tsock__peer_id *to, int code, const char *why)
+{
+    struct tsock__msg m;
+    memset(&m.u.reject, 0, sizeof m.u.reject);
+    m.type = TSOCK__MSG_REJECT;
+    m.u.reject.code = code;
+    if (why)
+        snprintf(m.u.reject.text, sizeof m.u.reject.text, "%s", why);
+    (void)tsock__channel_reply(p->channel, to, &m); /* best effort to an unknown peer */
+}
+
 static void
 reject(tsock_producer *p, const struct tsock__peer_id *to, int code)
 {
-    struct tsock__msg m;
-    m.type = TSOCK__MSG_REJECT;
-    m.u.reject.code = code;
-    (void)tsock__channel_reply(p->channel, to, &m); /* best effort to an unknown peer */
+    reject_why(p, to, code, NULL);
 }
 
 static void
@@ -117,6 +129,10 @@ fill_welcome(const tsock_producer *p, const struct tsock__consumer_rec *c, struc
     w->heartbeat_ms = (uint32_t)p->hb_interval_ms;
     w->device = p->memory->ops->wire_device;
     w->samples = p->use_sampler ? p->sampler_samples : 0;
+    /* One node until node shares exist: the dataset is the sampler's whole epoch. */
+    w->dataset = w->samples;
+    w->nodes = 1;
+    w->node_rank = 0;
     w->attach_len = (uint32_t)p->memory->ops->export_blob(p->memory, &w->attach);
     w->tensor_count = (uint32_t)p->shape.layout.count;
     for (int t = 0; t < p->shape.layout.count; t++) {
@@ -169,6 +185,14 @@ admit(tsock_producer *p, const struct tsock__peer_id *from, const struct tsock__
     struct tsock__consumer_rec *c = &p->consumers[index];
     p->stat_lost += c->unreachable != 0; /* its record is reused before the verdict */
     memset(c, 0, sizeof *c);
+    char why[TSOCK__PROTO_MAX_TEXT + 1];
+    int err = tsock__pgroup_admit(p, index, h, why, sizeof why);
+    if (err < 0) {
+        memset(c, 0, sizeof *c);
+        tsock__log(TSOCK_LOG_ERROR, "refused a consumer (pid %u): %s", h->pid, why);
+        reject_why(p, from, err, why);
+        return -1;
+    }
     c->active = 1;
     c->peer = *from;
     c->consumer_id = p->next_consumer_id++;
@@ -496,8 +520,10 @@ service_main(void *arg)
     tsock_producer *p = arg;
     pthread_mutex_lock(&p->mu);
     while (!p->stop_thread) {
+        /* A group waiting for its ranks fails at its deadline. */
+        int wait_ms = tsock__pgroup_expire(p, tsock__now_ns());
         pthread_mutex_unlock(&p->mu);
-        tsock__channel_wait(p->channel, -1);
+        tsock__channel_wait(p->channel, wait_ms);
         pthread_mutex_lock(&p->mu);
         tsock__channel_dispatch(p->channel);
         settle_unreachable(p);

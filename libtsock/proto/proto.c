@@ -136,6 +136,12 @@ check_welcome(const struct tsock__msg_welcome *w)
         return -1;
     if (w->heartbeat_ms < 1 || check_ring_place(w) != 0)
         return -1;
+    /* A sampler's epoch is this node's share of the dataset; free mode has neither. */
+    if (w->nodes < 1 || w->node_rank >= w->nodes)
+        return -1;
+    if ((w->samples == 0) != (w->dataset == 0) ||
+        (w->samples != 0 && w->samples != w->dataset / w->nodes + (w->dataset % w->nodes != 0)))
+        return -1;
     if (w->tensor_count < 1 || w->tensor_count > TSOCK_MAX_TENSORS)
         return -1;
     for (uint32_t t = 0; t < w->tensor_count; t++) {
@@ -163,6 +169,50 @@ check_batch(const struct tsock__msg_batch *b)
     return b->ids != NULL && b->samples <= TSOCK__BATCH_MAX_IDS ? 0 : -1;
 }
 
+/* A group block is all or nothing: with the flag every field in range, without it every field
+ * zero, so that each HELLO has one encoding. */
+static int
+check_hello(const struct tsock__msg_hello *h)
+{
+    size_t len;
+    if ((h->flags & ~(TSOCK__HELLO_WANT_IDS | TSOCK__HELLO_HAS_GROUP)) != 0 ||
+        tsock__wire_check_str(h->name, sizeof h->name, 0, &len) != 0)
+        return -1;
+    if (!(h->flags & TSOCK__HELLO_HAS_GROUP))
+        return h->group[0] == '\0' && h->rank == 0 && h->world == 0 && h->batch == 0 &&
+                       h->drop_last == 0 && h->timeout_ms == 0
+                   ? 0
+                   : -1;
+    if (tsock__wire_check_str(h->group, sizeof h->group, 1, &len) != 0)
+        return -1;
+    return h->world >= 1 && h->rank < h->world && h->drop_last <= 1 ? 0 : -1;
+}
+
+static uint32_t
+u32_at(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* A failed group names 1..TSOCK__PROTO_MAX_GROUP_RANKS ranks, strictly ascending; only a group
+ * that timed out has a timeout. */
+static int
+check_group_failed(const struct tsock__msg_group_failed *g)
+{
+    if (g->code == TSOCK_E_GROUP_LOST) {
+        if (g->timeout_ms != 0)
+            return -1;
+    } else if (g->code != TSOCK_E_GROUP_INCOMPLETE) {
+        return -1;
+    }
+    if (g->rank_count < 1 || g->rank_count > TSOCK__PROTO_MAX_GROUP_RANKS || g->ranks == NULL)
+        return -1;
+    for (uint32_t i = 1; i < g->rank_count; i++)
+        if (u32_at(g->ranks + 4 * (size_t)i) <= u32_at(g->ranks + 4 * (size_t)(i - 1)))
+            return -1;
+    return 0;
+}
+
 /* Returns 0 when msg is a valid message of a known type, -1 otherwise. */
 static int
 check_msg(const struct tsock__msg *msg)
@@ -170,13 +220,13 @@ check_msg(const struct tsock__msg *msg)
     size_t len;
 
     switch (msg->type) {
-    case TSOCK__MSG_HELLO:
-        if (msg->u.hello.flags & ~TSOCK__HELLO_WANT_IDS)
-            return -1;
-        return tsock__wire_check_str(msg->u.hello.name, sizeof msg->u.hello.name, 0, &len);
+    case TSOCK__MSG_HELLO: return check_hello(&msg->u.hello);
     case TSOCK__MSG_WELCOME: return check_welcome(&msg->u.welcome);
     case TSOCK__MSG_REJECT:
-        return msg->u.reject.code > TSOCK_E_LAST && msg->u.reject.code < TSOCK_E_BASE ? 0 : -1;
+        if (msg->u.reject.code <= TSOCK_E_LAST || msg->u.reject.code >= TSOCK_E_BASE)
+            return -1;
+        return tsock__wire_check_str(msg->u.reject.text, sizeof msg->u.reject.text, 0, &len);
+    case TSOCK__MSG_GROUP_FAILED: return check_group_failed(&msg->u.group_failed);
     case TSOCK__MSG_BATCH: return check_batch(&msg->u.batch);
     case TSOCK__MSG_RELEASE: return msg->u.release.slot < TSOCK__WIRE_MAX_SLOTS ? 0 : -1;
     case TSOCK__MSG_HEARTBEAT:
@@ -205,6 +255,14 @@ put_hello(struct tsock__wire_writer *w, const struct tsock__msg_hello *h)
     tsock__wire_put_le(w, h->pid, 4);
     tsock__wire_put_le(w, h->flags, 4);
     tsock__wire_put_str(w, h->name, sizeof h->name);
+    if (!(h->flags & TSOCK__HELLO_HAS_GROUP))
+        return;
+    tsock__wire_put_str(w, h->group, sizeof h->group);
+    tsock__wire_put_le(w, h->rank, 4);
+    tsock__wire_put_le(w, h->world, 4);
+    tsock__wire_put_le(w, h->batch, 4);
+    tsock__wire_put_le(w, h->drop_last, 1);
+    tsock__wire_put_le(w, h->timeout_ms, 4);
 }
 
 static void
@@ -230,6 +288,9 @@ put_welcome(struct tsock__wire_writer *w, const struct tsock__msg_welcome *m)
     tsock__wire_put_le(w, m->heartbeat_ms, 4);
     tsock__wire_put_le(w, m->device, 4);
     tsock__wire_put_le(w, m->samples, 8);
+    tsock__wire_put_le(w, m->dataset, 8);
+    tsock__wire_put_le(w, m->nodes, 4);
+    tsock__wire_put_le(w, m->node_rank, 4);
     /* On the wire a host ring's blob is the name string; a device ring's follows the tensors. */
     int host = m->device == TSOCK_DEVICE_CPU;
     tsock__wire_put_le(w, host ? m->attach_len : 0, 1);
@@ -265,6 +326,14 @@ put_body(struct tsock__wire_writer *w, const struct tsock__msg *msg)
     case TSOCK__MSG_REJECT:
         /* Two's complement, as the conversion to uint32_t defines it. */
         tsock__wire_put_le(w, (uint32_t)msg->u.reject.code, 4);
+        tsock__wire_put_str(w, msg->u.reject.text, sizeof msg->u.reject.text);
+        break;
+    case TSOCK__MSG_GROUP_FAILED:
+        tsock__wire_put_le(w, (uint32_t)msg->u.group_failed.code, 4);
+        tsock__wire_put_le(w, msg->u.group_failed.timeout_ms, 4);
+        tsock__wire_put_le(w, msg->u.group_failed.rank_count, 4);
+        tsock__wire_put_bytes(w, msg->u.group_failed.ranks,
+                              (size_t)msg->u.group_failed.rank_count * 4);
         break;
     case TSOCK__MSG_BATCH: put_batch(w, &msg->u.batch); break;
     case TSOCK__MSG_RELEASE:
@@ -300,6 +369,14 @@ get_hello(struct tsock__wire_reader *r, struct tsock__msg_hello *h)
     h->pid = (uint32_t)tsock__wire_get_le(r, 4);
     h->flags = (uint32_t)tsock__wire_get_le(r, 4);
     tsock__wire_get_str(r, h->name, sizeof h->name);
+    if (!(h->flags & TSOCK__HELLO_HAS_GROUP))
+        return;
+    tsock__wire_get_str(r, h->group, sizeof h->group);
+    h->rank = (uint32_t)tsock__wire_get_le(r, 4);
+    h->world = (uint32_t)tsock__wire_get_le(r, 4);
+    h->batch = (uint32_t)tsock__wire_get_le(r, 4);
+    h->drop_last = (uint8_t)tsock__wire_get_le(r, 1);
+    h->timeout_ms = (uint32_t)tsock__wire_get_le(r, 4);
 }
 
 static void
@@ -335,6 +412,9 @@ get_welcome(struct tsock__wire_reader *r, struct tsock__msg_welcome *m)
     m->heartbeat_ms = (uint32_t)tsock__wire_get_le(r, 4);
     m->device = (uint32_t)tsock__wire_get_le(r, 4);
     m->samples = tsock__wire_get_le(r, 8);
+    m->dataset = tsock__wire_get_le(r, 8);
+    m->nodes = (uint32_t)tsock__wire_get_le(r, 4);
+    m->node_rank = (uint32_t)tsock__wire_get_le(r, 4);
     size_t name_len = (size_t)tsock__wire_get_le(r, 1);
     const uint8_t *name = tsock__wire_get_view(r, name_len);
     m->tensor_count = (uint32_t)tsock__wire_get_le(r, 1);
@@ -382,6 +462,17 @@ get_batch(struct tsock__wire_reader *r, struct tsock__msg_batch *b)
 }
 
 static void
+get_group_failed(struct tsock__wire_reader *r, struct tsock__msg_group_failed *g)
+{
+    g->code = i32_from_u32((uint32_t)tsock__wire_get_le(r, 4));
+    g->timeout_ms = (uint32_t)tsock__wire_get_le(r, 4);
+    g->rank_count = (uint32_t)tsock__wire_get_le(r, 4);
+    /* The count is bounded before it is used as a length, as BATCH's ids are. */
+    if (g->rank_count >= 1 && g->rank_count <= TSOCK__PROTO_MAX_GROUP_RANKS)
+        g->ranks = tsock__wire_get_view(r, (size_t)g->rank_count * 4);
+}
+
+static void
 get_body(struct tsock__wire_reader *r, struct tsock__msg *msg)
 {
     switch (msg->type) {
@@ -389,7 +480,9 @@ get_body(struct tsock__wire_reader *r, struct tsock__msg *msg)
     case TSOCK__MSG_WELCOME: get_welcome(r, &msg->u.welcome); break;
     case TSOCK__MSG_REJECT:
         msg->u.reject.code = i32_from_u32((uint32_t)tsock__wire_get_le(r, 4));
+        tsock__wire_get_str(r, msg->u.reject.text, sizeof msg->u.reject.text);
         break;
+    case TSOCK__MSG_GROUP_FAILED: get_group_failed(r, &msg->u.group_failed); break;
     case TSOCK__MSG_BATCH: get_batch(r, &msg->u.batch); break;
     case TSOCK__MSG_RELEASE:
         msg->u.release.slot = (uint32_t)tsock__wire_get_le(r, 4);
@@ -422,6 +515,7 @@ body_struct_size(int type)
     case TSOCK__MSG_SHUTDOWN: return sizeof(struct tsock__msg_shutdown);
     case TSOCK__MSG_STATS_REQUEST: return sizeof(struct tsock__msg_stats_request);
     case TSOCK__MSG_CONSUMER_STATS: return sizeof(struct tsock__msg_consumer_stats);
+    case TSOCK__MSG_GROUP_FAILED: return sizeof(struct tsock__msg_group_failed);
     default: return 0;
     }
 }
@@ -462,9 +556,10 @@ const char *
 tsock__msg_type_name(int type)
 {
     static const char *const names[] = {
-        "?",       "HELLO",     "WELCOME",       "REJECT",      "BATCH",
-        "RELEASE", "HEARTBEAT", "BYE",           "SHUTDOWN",    "PAUSE",
-        "RESUME",  "RESUMED",   "STATS_REQUEST", "STATS_REPLY", "CONSUMER_STATS"};
+        "?",           "HELLO",     "WELCOME",       "REJECT",      "BATCH",
+        "RELEASE",     "HEARTBEAT", "BYE",           "SHUTDOWN",    "PAUSE",
+        "RESUME",      "RESUMED",   "STATS_REQUEST", "STATS_REPLY", "CONSUMER_STATS",
+        "GROUP_FAILED"};
     _Static_assert(sizeof names / sizeof names[0] == TSOCK__MSG_TYPE_LAST + 1,
                    "every message type has a name");
 

@@ -15,7 +15,10 @@
 
 #define TSOCK__PROTO_MAGIC 0x4B435354u /* "TSCK" read as a little-endian u32 */
 /* 2: WELCOME carries the CUDA ring's IPC handles (device 1).
- * 3: HELLO's flag TSOCK__HELLO_WANT_IDS; BATCH may carry its sample ids (TSOCK__BATCH_HAS_IDS). */
+ * 3: HELLO's flag TSOCK__HELLO_WANT_IDS; BATCH may carry its sample ids (TSOCK__BATCH_HAS_IDS);
+ *    HELLO may declare a data-parallel group (TSOCK__HELLO_HAS_GROUP); WELCOME carries the
+ *    dataset size and the producer's node split; REJECT carries a sentence; GROUP_FAILED.
+ *    (Version 3 is unreleased this cycle, so all of this is one version.) */
 #define TSOCK__PROTO_VERSION 3
 #define TSOCK__PROTO_HEADER_SIZE 12
 /* No valid message is larger; anything bigger is rejected before it is parsed. */
@@ -29,6 +32,13 @@
  * treats every byte as opaque: what they mean is backend/cuda's business. */
 #define TSOCK__PROTO_DEVICE_ID_SIZE 16
 #define TSOCK__PROTO_HANDLE_SIZE 64
+/* A group's name: 1..64 bytes (docs/distributed.md). */
+#define TSOCK__PROTO_MAX_GROUP_NAME 64
+/* The most ranks a GROUP_FAILED names: a group's ranks on one producer
+ * (dataset/groups.h's TSOCK__GROUP_MAX_LOCAL). */
+#define TSOCK__PROTO_MAX_GROUP_RANKS 1024
+/* REJECT's sentence: 0..255 bytes. */
+#define TSOCK__PROTO_MAX_TEXT 255
 
 enum tsock__msg_type {
     TSOCK__MSG_HELLO = 1,          /* consumer -> producer: join */
@@ -44,9 +54,10 @@ enum tsock__msg_type {
     TSOCK__MSG_RESUMED = 11,       /* producer -> consumer: every BATCH after this one is for you */
     TSOCK__MSG_STATS_REQUEST = 12, /* any peer -> producer: send me your figures */
     TSOCK__MSG_STATS_REPLY = 13,   /* producer -> that peer: the figures (own codec, below) */
-    TSOCK__MSG_CONSUMER_STATS = 14 /* consumer -> producer: my own figures, every heartbeat */
+    TSOCK__MSG_CONSUMER_STATS = 14, /* consumer -> producer: my own figures, every heartbeat */
+    TSOCK__MSG_GROUP_FAILED = 15    /* producer -> group rank: the group is over, and why */
 };
-#define TSOCK__MSG_TYPE_LAST TSOCK__MSG_CONSUMER_STATS
+#define TSOCK__MSG_TYPE_LAST TSOCK__MSG_GROUP_FAILED
 
 /* Reasons carried by SHUTDOWN. */
 enum tsock__shutdown_reason {
@@ -56,11 +67,21 @@ enum tsock__shutdown_reason {
 
 /* HELLO flag: send me every BATCH with its sample ids (a checkpointable consumer). */
 #define TSOCK__HELLO_WANT_IDS 1u
+/* HELLO flag: a group block follows the name (this consumer is a rank of a group). */
+#define TSOCK__HELLO_HAS_GROUP 2u
 
 struct tsock__msg_hello {
     uint32_t pid;
-    uint32_t flags; /* TSOCK__HELLO_WANT_IDS; other bits reserved, 0 */
+    uint32_t flags; /* TSOCK__HELLO_WANT_IDS, TSOCK__HELLO_HAS_GROUP; other bits reserved, 0 */
     char name[TSOCK_MAX_NAME + 1];
+    /* With TSOCK__HELLO_HAS_GROUP (every field zero without): rank `rank` (< world) of group
+     * `group` (1..64 bytes) of `world` ranks, taking `batch` samples per batch (0: the
+     * producer's batch size), with or without drop_last (0 or 1), waiting at most `timeout_ms`
+     * for the group's other ranks. */
+    char group[TSOCK__PROTO_MAX_GROUP_NAME + 1];
+    uint32_t rank, world, batch;
+    uint8_t drop_last;
+    uint32_t timeout_ms;
 };
 
 struct tsock__tensor_desc {
@@ -81,6 +102,11 @@ struct tsock__msg_welcome {
     uint32_t heartbeat_ms; /* producer's heartbeat interval */
     uint32_t device;       /* tsock_device of the ring */
     uint64_t samples;      /* samples per epoch of the producer's sampler; 0 in free mode */
+    /* The whole dataset (every node's share) and the producer's node split, from which a rank
+     * computes its share (dataset/groups.h). Free mode: dataset 0. With a sampler, samples is
+     * this node's share: ceil(dataset / nodes). nodes >= 1, node_rank < nodes. */
+    uint64_t dataset;
+    uint32_t nodes, node_rank;
     /* The ring's attach blob: what the backend that made the ring needs to open it elsewhere.
      * Opaque here, and a view, never a copy: decoded, it points into the decoded buffer (valid
      * as long as that buffer); encoded, it is read from wherever the caller keeps it. Framing:
@@ -94,7 +120,9 @@ struct tsock__msg_welcome {
 };
 
 struct tsock__msg_reject {
-    int32_t code; /* a TSOCK_E_* code */
+    int32_t code;                         /* a TSOCK_E_* code */
+    char text[TSOCK__PROTO_MAX_TEXT + 1]; /* why, for the consumer's log ("" when the code says it
+                                             all), 0..255 name bytes */
 };
 
 #define TSOCK__BATCH_EPOCH_END 1u /* flag: last batch of its epoch */
@@ -143,6 +171,18 @@ struct tsock__msg_consumer_stats {
     uint64_t wait_ns;
 };
 
+/* The group of the receiving rank is over: GROUP_LOST (ranks: the lost rank) or
+ * GROUP_INCOMPLETE (ranks: those that did not join within `timeout_ms`, the group timeout that
+ * ran out; 0 with GROUP_LOST). The ranks are global ranks, 1..TSOCK__PROTO_MAX_GROUP_RANKS of
+ * them, strictly ascending, as little-endian u32s: a view like BATCH's ids (decoded, it points
+ * into the frame; encoded, it is read from the caller's memory). */
+struct tsock__msg_group_failed {
+    int32_t code;
+    uint32_t timeout_ms;
+    uint32_t rank_count;
+    const uint8_t *ranks;
+};
+
 /* A decoded message of any type. */
 struct tsock__msg {
     uint16_t type;
@@ -155,6 +195,7 @@ struct tsock__msg {
         struct tsock__msg_shutdown shutdown;
         struct tsock__msg_stats_request stats_request;
         struct tsock__msg_consumer_stats consumer_stats;
+        struct tsock__msg_group_failed group_failed;
     } u;
 };
 

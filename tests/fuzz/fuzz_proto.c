@@ -82,6 +82,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         again.u.batch.ids = first.u.batch.ids;
     }
+    /* And a GROUP_FAILED's ranks. */
+    if (first.type == TSOCK__MSG_GROUP_FAILED) {
+        const struct tsock__msg_group_failed *a = &first.u.group_failed, *b = &again.u.group_failed;
+        if (memcmp(a->ranks, b->ranks, (size_t)a->rank_count * 4) != 0)
+            abort();
+        again.u.group_failed.ranks = first.u.group_failed.ranks;
+    }
     if (memcmp(&first, &again, sizeof again) != 0)
         abort();
     return 0;

@@ -106,6 +106,8 @@ welcome(struct tsock__msg *m)
     w->heartbeat_ms = 250;
     w->device = TSOCK_DEVICE_CPU;
     w->samples = 1281167;
+    w->dataset = 1281167;
+    w->nodes = 1;
     static const char name[] = "/tsock-4242-ring";
     w->attach = (const uint8_t *)name;
     w->attach_len = sizeof name - 1;
@@ -131,6 +133,8 @@ welcome_max(struct tsock__msg *m)
     w->heartbeat_ms = 1000;
     w->device = TSOCK_DEVICE_CPU;
     w->samples = UINT64_MAX;
+    w->dataset = UINT64_MAX;
+    w->nodes = 1;
     static uint8_t ring_name[TSOCK__PROTO_MAX_SHM_NAME];
     ring_name[0] = '/';
     memset(ring_name + 1, 'r', sizeof ring_name - 1);
@@ -241,11 +245,25 @@ valid(const char *dir)
     put(dir, "hello-unnamed.bin", &m);
     m.u.hello.flags = TSOCK__HELLO_WANT_IDS;
     put(dir, "hello-want-ids.bin", &m);
+    m.u.hello.flags = TSOCK__HELLO_HAS_GROUP;
+    snprintf(m.u.hello.group, sizeof m.u.hello.group, "resnet");
+    m.u.hello.rank = 1;
+    m.u.hello.world = 4;
+    m.u.hello.batch = 32;
+    m.u.hello.drop_last = 1;
+    m.u.hello.timeout_ms = 600000;
+    put(dir, "hello-group.bin", &m);
 
     welcome(&m);
     put(dir, "welcome.bin", &m);
     m.u.welcome.samples = 0;
+    m.u.welcome.dataset = 0;
     put(dir, "welcome-free.bin", &m);
+    welcome(&m);
+    m.u.welcome.dataset = 2 * 1281167 - 1; /* node 1 of 2 of a larger dataset */
+    m.u.welcome.nodes = 2;
+    m.u.welcome.node_rank = 1;
+    put(dir, "welcome-node.bin", &m);
     welcome_max(&m);
     put(dir, "welcome-max.bin", &m);
     welcome_cuda(&m);
@@ -257,6 +275,23 @@ valid(const char *dir)
     put(dir, "reject-version.bin", &m);
     m.u.reject.code = TSOCK_E_FULL;
     put(dir, "reject-full.bin", &m);
+    m.u.reject.code = TSOCK_E_GROUP_MISMATCH;
+    snprintf(m.u.reject.text, sizeof m.u.reject.text,
+             "group 'resnet': the world size differs from the group's other ranks");
+    put(dir, "reject-group-mismatch.bin", &m);
+
+    static const uint8_t ranks[8] = {1, 0, 0, 0, 3, 0, 0, 0};
+    memset(&m, 0, sizeof m);
+    m.type = TSOCK__MSG_GROUP_FAILED;
+    m.u.group_failed.code = TSOCK_E_GROUP_INCOMPLETE;
+    m.u.group_failed.timeout_ms = 600000;
+    m.u.group_failed.rank_count = 2;
+    m.u.group_failed.ranks = ranks;
+    put(dir, "group-failed-incomplete.bin", &m);
+    m.u.group_failed.code = TSOCK_E_GROUP_LOST;
+    m.u.group_failed.timeout_ms = 0;
+    m.u.group_failed.rank_count = 1;
+    put(dir, "group-failed-lost.bin", &m);
 
     memset(&m, 0, sizeof m);
     m.type = TSOCK__MSG_BATCH;
@@ -403,11 +438,43 @@ malformed(const char *dir)
 
     stats_malformed(dir);
 
+    /* GROUP_FAILED naming a rank twice, and with a rank count past the frame. */
+    static const uint8_t twice[8] = {2, 0, 0, 0, 2, 0, 0, 0};
+    memset(&m, 0, sizeof m);
+    m.type = TSOCK__MSG_GROUP_FAILED;
+    m.u.group_failed.code = TSOCK_E_GROUP_LOST;
+    m.u.group_failed.rank_count = 1;
+    m.u.group_failed.ranks = twice;
+    n = encode(&m, buf);
+    store_le(buf + TSOCK__PROTO_HEADER_SIZE + 8, 2, 4);
+    memcpy(buf + n, twice + 4, 4);
+    store_le(buf + 8, n + 4 - TSOCK__PROTO_HEADER_SIZE, 4);
+    emit(dir, "bad-group-failed-twice.bin", buf, n + 4);
+    n = encode(&m, buf);
+    store_le(buf + TSOCK__PROTO_HEADER_SIZE + 8, 0x40000000u, 4);
+    emit(dir, "bad-group-failed-count.bin", buf, n);
+    /* A HELLO whose group rank is not below its world. */
+    memset(&m, 0, sizeof m);
+    m.type = TSOCK__MSG_HELLO;
+    m.u.hello.flags = TSOCK__HELLO_HAS_GROUP;
+    snprintf(m.u.hello.group, sizeof m.u.hello.group, "g");
+    m.u.hello.world = 2;
+    n = encode(&m, buf);
+    store_le(buf + n - 17, 2, 4); /* rank 2 of 2 */
+    emit(dir, "bad-hello-group-rank.bin", buf, n);
+
     welcome(&m);
     n = encode(&m, buf);
     emit(dir, "bad-truncated-welcome.bin", buf, n - 1);
     store_le(buf + 12 + 24, m.u.welcome.ring_bytes + 1, 8); /* ring_bytes != stride * count */
     emit(dir, "bad-ring-bytes.bin", buf, n);
+    /* The protocol-3 WELCOME before the dataset and node fields: the shm name moved up. */
+    n = encode(&m, buf);
+    memmove(buf + TSOCK__PROTO_HEADER_SIZE + 48, buf + TSOCK__PROTO_HEADER_SIZE + 64,
+            n - TSOCK__PROTO_HEADER_SIZE - 64);
+    n -= 16;
+    store_le(buf + 8, n - TSOCK__PROTO_HEADER_SIZE, 4);
+    emit(dir, "bad-welcome-no-dataset.bin", buf, n);
     /* The WELCOME layout without `samples`: the shm name moved up over it. */
     n = encode(&m, buf);
     memmove(buf + TSOCK__PROTO_HEADER_SIZE + 40, buf + TSOCK__PROTO_HEADER_SIZE + 48,

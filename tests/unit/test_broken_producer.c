@@ -52,6 +52,8 @@ welcome(void *arg)
     w->ring_bytes = (uint64_t)STRIDE * SLOTS;
     w->heartbeat_ms = 250;
     w->samples = 100;
+    w->dataset = 100;
+    w->nodes = 1;
     w->attach = (const uint8_t *)f->region.name;
     w->attach_len = (uint32_t)strlen(f->region.name);
     w->tensor_count = 1;

@@ -96,6 +96,7 @@ welcome_cuda(void *arg)
     w->ring_bytes = 8192;
     w->heartbeat_ms = 250;
     w->device = TSOCK_DEVICE_CUDA;
+    w->nodes = 1;
     /* The attach blob: device id, memory handle, one event handle per slot. */
     static uint8_t blob[TSOCK__PROTO_DEVICE_ID_SIZE + 3 * TSOCK__PROTO_HANDLE_SIZE];
     memset(blob, 0x5A, TSOCK__PROTO_DEVICE_ID_SIZE);

@@ -69,6 +69,15 @@ msg_same(const struct tsock__msg *a, const struct tsock__msg *b)
 {
     static struct tsock__msg tmp;
 
+    if (a->type == TSOCK__MSG_GROUP_FAILED && b->type == TSOCK__MSG_GROUP_FAILED) {
+        const struct tsock__msg_group_failed *ga = &a->u.group_failed, *gb = &b->u.group_failed;
+        if (ga->rank_count != gb->rank_count || !ga->ranks || !gb->ranks ||
+            memcmp(ga->ranks, gb->ranks, (size_t)ga->rank_count * 4) != 0)
+            return 0;
+        memcpy(&tmp, b, sizeof tmp);
+        tmp.u.group_failed.ranks = ga->ranks;
+        return memcmp(a, &tmp, sizeof tmp) == 0;
+    }
     if (a->type != TSOCK__MSG_WELCOME || b->type != TSOCK__MSG_WELCOME)
         return memcmp(a, b, sizeof *a) == 0;
     const struct tsock__msg_welcome *wa = &a->u.welcome, *wb = &b->u.welcome;
@@ -147,6 +156,9 @@ w_welcome(struct wire *w, const struct tsock__msg_welcome *m)
     w_le(w, m->heartbeat_ms, 4);
     w_le(w, m->device, 4);
     w_le(w, m->samples, 8);
+    w_le(w, m->dataset, 8);
+    w_le(w, m->nodes, 4);
+    w_le(w, m->node_rank, 4);
     /* The attach blob: for any device but 1 the shm_name string (a u8 length, then the bytes);
      * for device 1 an empty shm_name and, after the tensors, the CUDA block. */
     int cuda = m->device == TSOCK_DEVICE_CUDA;
@@ -185,9 +197,28 @@ spec_encode(const struct tsock__msg *m, struct wire *w)
         w_le(w, m->u.hello.pid, 4);
         w_le(w, m->u.hello.flags, 4);
         w_str(w, m->u.hello.name, sizeof m->u.hello.name);
+        /* The group block whenever its flag is set (valid or not). */
+        if (m->u.hello.flags & 2) {
+            w_str(w, m->u.hello.group, sizeof m->u.hello.group);
+            w_le(w, m->u.hello.rank, 4);
+            w_le(w, m->u.hello.world, 4);
+            w_le(w, m->u.hello.batch, 4);
+            w_le(w, m->u.hello.drop_last, 1);
+            w_le(w, m->u.hello.timeout_ms, 4);
+        }
         break;
     case TSOCK__MSG_WELCOME: w_welcome(w, &m->u.welcome); break;
-    case TSOCK__MSG_REJECT: w_le(w, (uint32_t)m->u.reject.code, 4); break;
+    case TSOCK__MSG_REJECT:
+        w_le(w, (uint32_t)m->u.reject.code, 4);
+        w_str(w, m->u.reject.text, sizeof m->u.reject.text);
+        break;
+    case TSOCK__MSG_GROUP_FAILED:
+        w_le(w, (uint32_t)m->u.group_failed.code, 4);
+        w_le(w, m->u.group_failed.timeout_ms, 4);
+        w_le(w, m->u.group_failed.rank_count, 4);
+        if (m->u.group_failed.ranks && m->u.group_failed.rank_count <= 4096)
+            w_bytes(w, m->u.group_failed.ranks, (size_t)m->u.group_failed.rank_count * 4);
+        break;
     case TSOCK__MSG_BATCH:
         w_le(w, b->slot, 4);
         w_le(w, b->samples, 4);
@@ -290,6 +321,8 @@ make_welcome(struct tsock__msg *m)
     w->heartbeat_ms = 250;
     w->device = TSOCK_DEVICE_CPU;
     w->samples = 1281167;
+    w->dataset = 1281167;
+    w->nodes = 1;
     set_shm_name(w, "/tsock-1234-ring");
     w->tensor_count = 2;
     set_tensor(&w->tensors[0], "image", TSOCK_UINT8, 3, image, 0, 60);
@@ -312,6 +345,8 @@ make_welcome_max(struct tsock__msg *m)
     w->heartbeat_ms = UINT32_MAX;
     w->device = TSOCK_DEVICE_CPU;
     w->samples = UINT64_MAX;
+    w->dataset = UINT64_MAX;
+    w->nodes = 1;
     ring_name[0] = '/';
     memset(ring_name + 1, 'r', TSOCK__PROTO_MAX_SHM_NAME - 1);
     w->attach = ring_name;
@@ -411,6 +446,8 @@ make_welcome_huge(struct tsock__msg *m)
     w->slot_stride = INT64_MAX;
     w->ring_bytes = INT64_MAX;
     w->heartbeat_ms = 1;
+    w->nodes = UINT32_MAX; /* any split is valid in free mode */
+    w->node_rank = UINT32_MAX - 1;
     set_shm_name(w, "/x");
     w->tensor_count = 1;
     set_tensor(&w->tensors[0], "\xc3\xa9t\xc3\xa9", TSOCK_UINT8, 1, dims, 0, INT64_MAX);
@@ -436,6 +473,36 @@ valid_messages(struct tsock__msg *out)
     make_welcome_cuda_max(&out[n++]);
     make(&out[n], TSOCK__MSG_REJECT);
     out[n++].u.reject.code = TSOCK_E_VERSION;
+    make(&out[n], TSOCK__MSG_REJECT);
+    out[n].u.reject.code = TSOCK_E_GROUP_MISMATCH;
+    memset(out[n++].u.reject.text, 't', TSOCK__PROTO_MAX_TEXT);
+    make(&out[n], TSOCK__MSG_HELLO); /* a rank of a group, checkpointable too */
+    out[n].u.hello.flags = TSOCK__HELLO_HAS_GROUP | TSOCK__HELLO_WANT_IDS;
+    strcpy(out[n].u.hello.group, "resnet");
+    out[n].u.hello.rank = 3;
+    out[n].u.hello.world = 4;
+    out[n].u.hello.batch = 32;
+    out[n].u.hello.drop_last = 1;
+    out[n++].u.hello.timeout_ms = 600000;
+    make(&out[n], TSOCK__MSG_HELLO); /* every group field at its largest */
+    out[n].u.hello.flags = TSOCK__HELLO_HAS_GROUP;
+    memset(out[n].u.hello.group, 'g', TSOCK__PROTO_MAX_GROUP_NAME);
+    out[n].u.hello.rank = UINT32_MAX - 1;
+    out[n].u.hello.world = UINT32_MAX;
+    out[n].u.hello.batch = UINT32_MAX;
+    out[n++].u.hello.timeout_ms = UINT32_MAX;
+    static uint8_t many_ranks[4 * TSOCK__PROTO_MAX_GROUP_RANKS];
+    for (uint32_t i = 0; i < TSOCK__PROTO_MAX_GROUP_RANKS; i++)
+        store_le(many_ranks + 4 * i, 2 * i + 1, 4);
+    make(&out[n], TSOCK__MSG_GROUP_FAILED);
+    out[n].u.group_failed.code = TSOCK_E_GROUP_LOST;
+    out[n].u.group_failed.rank_count = 1;
+    out[n++].u.group_failed.ranks = (const uint8_t *)"\2\0\0\0";
+    make(&out[n], TSOCK__MSG_GROUP_FAILED);
+    out[n].u.group_failed.code = TSOCK_E_GROUP_INCOMPLETE;
+    out[n].u.group_failed.timeout_ms = UINT32_MAX;
+    out[n].u.group_failed.rank_count = TSOCK__PROTO_MAX_GROUP_RANKS;
+    out[n++].u.group_failed.ranks = many_ranks;
     make(&out[n], TSOCK__MSG_BATCH);
     out[n].u.batch.samples = 1;
     out[n++].u.batch.seq = 0;
@@ -479,7 +546,7 @@ valid_messages(struct tsock__msg *out)
     return n;
 }
 
-#define MAX_SAMPLES 32
+#define MAX_SAMPLES 40
 
 /* ------------------------------------------------------------------------------------------ */
 /* Round trips, truncation, trailing bytes, short buffers                                     */
@@ -516,7 +583,7 @@ test_roundtrip_one(const struct tsock__msg *m)
     if (m->type == TSOCK__MSG_WELCOME) {
         CHECK_EQ(tsock__msg_decode(buf, (size_t)n, &d), 0);
         const uint8_t *at = d.u.welcome.device == TSOCK_DEVICE_CPU
-                                ? buf + TSOCK__PROTO_HEADER_SIZE + 48 + 1
+                                ? buf + TSOCK__PROTO_HEADER_SIZE + 64 + 1
                                 : buf + n - d.u.welcome.attach_len;
         CHECK(d.u.welcome.attach == at);
         CHECK_EQ(d.u.welcome.attach_len, m->u.welcome.attach_len);
@@ -569,7 +636,7 @@ test_roundtrip(void)
     for (int t = TSOCK__MSG_HELLO; t <= TSOCK__MSG_TYPE_LAST; t++)
         CHECK(seen[t] || t == TSOCK__MSG_STATS_REPLY);
     /* The largest message there is stays far below the frame limit. */
-    CHECK_EQ(tsock__msg_encode(&msgs[4], scratch, sizeof scratch), 2653);
+    CHECK_EQ(tsock__msg_encode(&msgs[4], scratch, sizeof scratch), 2669);
 
     /* Every TSOCK_E_* code can be carried by REJECT. */
     for (int code = TSOCK_E_PROTOCOL; code > TSOCK_E_LAST; code--) {
@@ -613,8 +680,8 @@ test_golden(void)
                                     0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* index */
                                     0xA0, 0x0F, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* position */
                                     0x01, 0x00, 0x00, 0x00};                        /* flags */
-    static const uint8_t reject[] = {'T',  'S',  'C',  'K',  0x03, 0x00, 0x03, 0x00,
-                                     0x04, 0x00, 0x00, 0x00, 0xEE, 0xD8, 0xFF, 0xFF};
+    static const uint8_t reject[] = {'T',  'S',  'C',  'K',  0x03, 0x00, 0x03, 0x00, 0x05,
+                                     0x00, 0x00, 0x00, 0xEE, 0xD8, 0xFF, 0xFF, 0x00};
     static const uint8_t release[] = {'T',  'S',  'C',  'K',  0x03, 0x00, 0x05, 0x00,
                                       0x0C, 0x00, 0x00, 0x00, 0x09, 0x00, 0x00, 0x00,
                                       0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08};
@@ -625,7 +692,7 @@ test_golden(void)
     static const uint8_t resume[] = {'T', 'S', 'C', 'K', 3, 0, 10, 0, 0, 0, 0, 0};
     static const uint8_t resumed[] = {'T', 'S', 'C', 'K', 3, 0, 11, 0, 0, 0, 0, 0};
     static const uint8_t welcome[] = {
-        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x50, 0x00, 0x00, 0x00, /* header */
+        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x60, 0x00, 0x00, 0x00, /* header */
         0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* consumer_id */
         0x02, 0x00, 0x00, 0x00,                                                 /* batch_size */
         0x03, 0x00, 0x00, 0x00,                                                 /* slot_count */
@@ -634,6 +701,9 @@ test_golden(void)
         0xFA, 0x00, 0x00, 0x00,                                                 /* heartbeat */
         0x00, 0x00, 0x00, 0x00,                                                 /* device */
         0x50, 0xC3, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* samples */
+        0x50, 0xC3, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* dataset */
+        0x01, 0x00, 0x00, 0x00,                                                 /* nodes */
+        0x00, 0x00, 0x00, 0x00,                                                 /* node_rank */
         0x02, '/',  'r',                                                        /* shm_name */
         0x01,                                                                   /* tensors */
         0x01, 'x',                                                              /* name */
@@ -691,6 +761,8 @@ test_golden(void)
     m.u.welcome.ring_bytes = 48;
     m.u.welcome.heartbeat_ms = 250;
     m.u.welcome.samples = 50000;
+    m.u.welcome.dataset = 50000;
+    m.u.welcome.nodes = 1;
     set_shm_name(&m.u.welcome, "/r");
     m.u.welcome.tensor_count = 1;
     set_tensor(&m.u.welcome.tensors[0], "x", TSOCK_FLOAT32, 1, two, 0, 8);
@@ -698,7 +770,7 @@ test_golden(void)
 
     /* The same ring in device memory with 3 slots: no shm name, then the CUDA block. */
     static const uint8_t cuda_head[] = {
-        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x5E, 0x01, 0x00, 0x00, /* body 350 */
+        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x6E, 0x01, 0x00, 0x00, /* body 366 */
         0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* consumer_id */
         0x02, 0x00, 0x00, 0x00,                                                 /* batch_size */
         0x03, 0x00, 0x00, 0x00,                                                 /* slot_count */
@@ -707,6 +779,8 @@ test_golden(void)
         0xFA, 0x00, 0x00, 0x00,                                                 /* heartbeat */
         0x01, 0x00, 0x00, 0x00,                                                 /* device CUDA */
         0x50, 0xC3, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* samples */
+        0x50, 0xC3, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* dataset */
+        0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* nodes, rank */
         0x00,                                                                   /* shm_name "" */
         0x01,                                                                   /* tensors */
         0x01, 'x',  0x07, 0x01,                                                 /* x float32 */
@@ -725,7 +799,7 @@ test_golden(void)
         at += 64;
     }
     CHECK_EQ(at, sizeof cuda);
-    CHECK_EQ(sizeof cuda, 362);
+    CHECK_EQ(sizeof cuda, 378);
     m.u.welcome.device = TSOCK_DEVICE_CUDA;
     set_cuda_handles(&m.u.welcome);
     expect_golden(&m, cuda, sizeof cuda);
@@ -877,7 +951,7 @@ patched_decode(const struct tsock__msg *m, size_t off, uint8_t v)
 static size_t
 tensor_offset(const struct tsock__msg_welcome *w, uint32_t t)
 {
-    size_t off = 12 + 48 + 1 + (w->device == TSOCK_DEVICE_CUDA ? 0 : w->attach_len) + 1;
+    size_t off = 12 + 64 + 1 + (w->device == TSOCK_DEVICE_CUDA ? 0 : w->attach_len) + 1;
 
     for (uint32_t i = 0; i < t; i++)
         off += 1 + strlen(w->tensors[i].name) + 2 + 8u * w->tensors[i].ndim + 16;
@@ -897,7 +971,7 @@ test_hello_rules(void)
     m = base;
     m.u.hello.flags = TSOCK__HELLO_WANT_IDS;
     EXPECT_VALID(m);
-    m.u.hello.flags = 2;
+    m.u.hello.flags = 4;
     EXPECT_INVALID(m);
     m.u.hello.flags = 0x80000000u | TSOCK__HELLO_WANT_IDS;
     EXPECT_INVALID(m);
@@ -976,19 +1050,23 @@ test_welcome_ring_rules(void)
     w->device = UINT32_MAX;
     EXPECT_INVALID(m);
 
-    /* samples: any value (0 is free mode); it sits at body offset 40, after device. */
+    /* samples: any value (0 is free mode) that is this node's share of the dataset; it sits
+     * at body offset 40, after device. */
     static const uint64_t samples[] = {0, 1, 1281167, UINT64_MAX};
     for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++) {
         m = base;
         w->samples = samples[i];
+        w->dataset = samples[i];
         EXPECT_VALID(m);
     }
     struct wire wire;
     struct tsock__msg d;
     m = base;
     w->samples = 0;
+    w->dataset = 0;
     spec_encode(&m, &wire);
     wire.b[12 + 40 + 7] = 0x80;
+    wire.b[12 + 48 + 7] = 0x80;
     CHECK_EQ(decode_exact(wire.b, wire.n, &d), 0);
     CHECK(d.u.welcome.samples == 0x8000000000000000u);
     CHECK_EQ(d.u.welcome.device, TSOCK_DEVICE_CPU);
@@ -997,6 +1075,12 @@ test_welcome_ring_rules(void)
     /* A WELCOME without the samples field (the layout before it existed) is refused. */
     memmove(wire.b + 12 + 40, wire.b + 12 + 48, wire.n - (12 + 48));
     wire.n -= 8;
+    store_le(wire.b + 8, wire.n - 12, 4);
+    CHECK_EQ(decode_exact(wire.b, wire.n, &d), TSOCK_E_PROTOCOL);
+    /* Nor one without the dataset and node fields (protocol 3 before groups). */
+    spec_encode(&base, &wire);
+    memmove(wire.b + 12 + 48, wire.b + 12 + 64, wire.n - (12 + 64));
+    wire.n -= 16;
     store_le(wire.b + 8, wire.n - 12, 4);
     CHECK_EQ(decode_exact(wire.b, wire.n, &d), TSOCK_E_PROTOCOL);
 }
@@ -1080,18 +1164,18 @@ test_welcome_cuda_rules(void)
     EXPECT_VALID(base);
     make_welcome_cuda_max(&m);
     EXPECT_VALID(m);
-    /* The largest valid message of all: 18 862 bytes (docs/protocol.md). */
+    /* The largest valid message of all: 18 878 bytes (docs/protocol.md). */
     CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch),
-             12 + 50 + TSOCK_MAX_TENSORS * (19 + TSOCK_MAX_NAME + 8 * TSOCK_MAX_DIMS) + 80 +
+             12 + 66 + TSOCK_MAX_TENSORS * (19 + TSOCK_MAX_NAME + 8 * TSOCK_MAX_DIMS) + 80 +
                  64 * TSOCK__PROTO_MAX_DEVICE_SLOTS);
 
     /* A name and handles: which ring is it? The struct holds one blob, so the name goes in on
      * the wire, as a non-empty shm_name in front of the tensors; and in the struct, a blob
      * that is the name followed by the handles is the wrong length. */
     spec_encode(&base, &wire);
-    CHECK_EQ(wire.b[12 + 48], 0);
-    wire.b[12 + 48] = (uint8_t)(sizeof name - 1);
-    w_insert(&wire, 12 + 48 + 1, name, sizeof name - 1);
+    CHECK_EQ(wire.b[12 + 64], 0);
+    wire.b[12 + 64] = (uint8_t)(sizeof name - 1);
+    w_insert(&wire, 12 + 64 + 1, name, sizeof name - 1);
     CHECK_EQ(decode_exact(wire.b, wire.n, &d), TSOCK_E_PROTOCOL);
     m = base;
     memcpy(own, name, sizeof name - 1);
@@ -1211,8 +1295,8 @@ test_welcome_shm_rules(void)
     w->attach_len++; /* 256 bytes: more than the u8 length can say */
     CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
 
-    CHECK_EQ(patched_decode(&base, 12 + 48 + 1 + 3, 0), TSOCK_E_PROTOCOL);
-    CHECK_EQ(patched_decode(&base, 12 + 48 + 1 + 3, 'q'), 0);
+    CHECK_EQ(patched_decode(&base, 12 + 64 + 1 + 3, 0), TSOCK_E_PROTOCOL);
+    CHECK_EQ(patched_decode(&base, 12 + 64 + 1 + 3, 'q'), 0);
 }
 
 static void
@@ -1428,6 +1512,172 @@ test_small_message_rules(void)
     }
 }
 
+/* Protocol 3's group fields: HELLO's group block, WELCOME's dataset and node split, REJECT's
+ * sentence, GROUP_FAILED; golden bytes from docs/protocol.md and one case per rule. */
+static void
+test_group_golden(void)
+{
+    static const uint8_t hello[] = {'T',  'S',  'C',  'K',  0x03, 0x00,
+                                    0x01, 0x00, 0x1D, 0x00, 0x00, 0x00, /* header: HELLO, body 29 */
+                                    0x04, 0x03, 0x02, 0x01,             /* pid */
+                                    0x02, 0x00, 0x00, 0x00,             /* flags: HAS_GROUP */
+                                    0x00,                               /* name "" */
+                                    0x02, 'g',  '1',                    /* group "g1" */
+                                    0x01, 0x00, 0x00, 0x00,             /* rank 1 */
+                                    0x04, 0x00, 0x00, 0x00,             /* world 4 */
+                                    0x20, 0x00, 0x00, 0x00,             /* batch 32 */
+                                    0x01,                               /* drop_last */
+                                    0xE8, 0x03, 0x00, 0x00};            /* timeout 1000 ms */
+    static const uint8_t failed[] = {
+        'T',  'S',  'C',  'K',  0x03, 0x00,
+        0x0F, 0x00, 0x14, 0x00, 0x00, 0x00, /* header: GROUP_FAILED, body 20 */
+        0xDC, 0xD8, 0xFF, 0xFF,             /* code -10020 */
+        0xE8, 0x03, 0x00, 0x00,             /* timeout 1000 ms */
+        0x02, 0x00, 0x00, 0x00,             /* 2 ranks */
+        0x01, 0x00, 0x00, 0x00,             /* rank 1 */
+        0x03, 0x00, 0x00, 0x00};            /* rank 3 */
+    static const uint8_t reject[] = {'T',  'S',  'C',  'K',  0x03, 0x00, 0x03, 0x00,
+                                     0x07, 0x00, 0x00, 0x00, 0xDB, 0xD8, 0xFF, 0xFF, /* -10021 */
+                                     0x02, 'n',  'o'};
+    struct tsock__msg m;
+
+    make(&m, TSOCK__MSG_HELLO);
+    m.u.hello.pid = 0x01020304;
+    m.u.hello.flags = TSOCK__HELLO_HAS_GROUP;
+    strcpy(m.u.hello.group, "g1");
+    m.u.hello.rank = 1;
+    m.u.hello.world = 4;
+    m.u.hello.batch = 32;
+    m.u.hello.drop_last = 1;
+    m.u.hello.timeout_ms = 1000;
+    expect_golden(&m, hello, sizeof hello);
+
+    make(&m, TSOCK__MSG_GROUP_FAILED);
+    m.u.group_failed.code = TSOCK_E_GROUP_INCOMPLETE;
+    m.u.group_failed.timeout_ms = 1000;
+    m.u.group_failed.rank_count = 2;
+    m.u.group_failed.ranks = failed + 24;
+    expect_golden(&m, failed, sizeof failed);
+    /* Decoded, the ranks are a view of the frame. */
+    struct tsock__msg d;
+    CHECK_EQ(tsock__msg_decode(failed, sizeof failed, &d), 0);
+    CHECK(d.u.group_failed.ranks == failed + 24);
+
+    make(&m, TSOCK__MSG_REJECT);
+    m.u.reject.code = TSOCK_E_GROUP_MISMATCH;
+    strcpy(m.u.reject.text, "no");
+    expect_golden(&m, reject, sizeof reject);
+}
+
+static void
+test_group_rules(void)
+{
+    struct tsock__msg m, base;
+
+    /* HELLO: a group block is all or nothing, its fields in range. */
+    make(&base, TSOCK__MSG_HELLO);
+    base.u.hello.flags = TSOCK__HELLO_HAS_GROUP;
+    strcpy(base.u.hello.group, "g");
+    base.u.hello.world = 1;
+    EXPECT_VALID(base);
+    m = base;
+    m.u.hello.group[0] = '\0';
+    EXPECT_INVALID(m);
+    strcpy(m.u.hello.group, "a\x1b");
+    EXPECT_INVALID(m);
+    memset(m.u.hello.group, 'g', sizeof m.u.hello.group); /* 65 bytes: too long */
+    EXPECT_INVALID(m);
+    m = base;
+    m.u.hello.world = 0;
+    EXPECT_INVALID(m);
+    m.u.hello.world = 4;
+    m.u.hello.rank = 4;
+    EXPECT_INVALID(m);
+    m.u.hello.rank = 3;
+    EXPECT_VALID(m);
+    m.u.hello.drop_last = 2;
+    EXPECT_INVALID(m);
+    /* Group fields without the flag: the encoder refuses (the wire has no room for them). */
+    m = base;
+    m.u.hello.flags = 0;
+    CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
+    make(&m, TSOCK__MSG_HELLO);
+    m.u.hello.timeout_ms = 1;
+    CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
+    make(&m, TSOCK__MSG_HELLO);
+    m.u.hello.batch = 1;
+    CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
+    /* The block's group name running past the frame. */
+    CHECK_EQ(patched_decode(&base, 12 + 9, 20), TSOCK_E_PROTOCOL);
+
+    /* WELCOME: with a sampler, samples is this node's share ceil(dataset / nodes). */
+    make_welcome(&base);
+    m = base;
+    m.u.welcome.nodes = 0;
+    EXPECT_INVALID(m);
+    m.u.welcome.nodes = 2;
+    m.u.welcome.node_rank = 2;
+    EXPECT_INVALID(m);
+    m.u.welcome.node_rank = 1;
+    EXPECT_INVALID(m); /* 1281167 is not ceil(1281167 / 2) */
+    m.u.welcome.samples = 640584;
+    EXPECT_VALID(m);
+    m.u.welcome.samples = 640583;
+    EXPECT_INVALID(m);
+    m = base;
+    m.u.welcome.dataset = 0; /* a sampler without a dataset */
+    EXPECT_INVALID(m);
+    m.u.welcome.samples = 0; /* free mode */
+    EXPECT_VALID(m);
+    m.u.welcome.dataset = 5; /* free mode with a dataset */
+    EXPECT_INVALID(m);
+
+    /* REJECT's sentence: name bytes, at most 255. */
+    make(&m, TSOCK__MSG_REJECT);
+    m.u.reject.code = TSOCK_E_GROUP_MISMATCH;
+    strcpy(m.u.reject.text, "world size differs\n");
+    EXPECT_INVALID(m);
+    strcpy(m.u.reject.text, "world size differs");
+    EXPECT_VALID(m);
+    memset(m.u.reject.text, 'x', sizeof m.u.reject.text); /* 256 bytes: too long */
+    EXPECT_INVALID(m);
+
+    /* GROUP_FAILED: a group code, ranks strictly ascending, a timeout only when incomplete. */
+    static const uint8_t ranks[] = {1, 0, 0, 0, 3, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0};
+    make(&base, TSOCK__MSG_GROUP_FAILED);
+    base.u.group_failed.code = TSOCK_E_GROUP_LOST;
+    base.u.group_failed.rank_count = 2;
+    base.u.group_failed.ranks = ranks;
+    EXPECT_VALID(base);
+    m = base;
+    m.u.group_failed.timeout_ms = 1;
+    EXPECT_INVALID(m);
+    m.u.group_failed.code = TSOCK_E_GROUP_INCOMPLETE;
+    EXPECT_VALID(m);
+    static const int32_t codes[] = {0, TSOCK_E_GROUP_MISMATCH, TSOCK_E_EPOCH_INTERRUPTED, -1};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        m = base;
+        m.u.group_failed.code = codes[i];
+        EXPECT_INVALID(m);
+    }
+    m = base;
+    m.u.group_failed.rank_count = 3; /* 1, 3, 3: a rank twice */
+    EXPECT_INVALID(m);
+    m.u.group_failed.ranks = ranks + 4; /* 3, 3, 2 */
+    EXPECT_INVALID(m);
+    m = base;
+    m.u.group_failed.rank_count = 0;
+    EXPECT_INVALID(m);
+    m.u.group_failed.rank_count = TSOCK__PROTO_MAX_GROUP_RANKS + 1;
+    CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
+    m = base;
+    m.u.group_failed.ranks = NULL;
+    CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
+    /* A rank count larger than the frame: refused, never read past. */
+    CHECK_EQ(patched_decode(&base, 12 + 8, 3), TSOCK_E_PROTOCOL);
+    CHECK_EQ(patched_decode(&base, 12 + 11, 0x80), TSOCK_E_PROTOCOL);
+}
+
 static void
 test_type_names(void)
 {
@@ -1449,7 +1699,9 @@ test_type_names(void)
     CHECK(strcmp(tsock__msg_type_name(12), "STATS_REQUEST") == 0);
     CHECK(strcmp(tsock__msg_type_name(13), "STATS_REPLY") == 0);
     CHECK(strcmp(tsock__msg_type_name(14), "CONSUMER_STATS") == 0);
-    CHECK(strcmp(tsock__msg_type_name(15), "?") == 0);
+    CHECK_EQ(TSOCK__MSG_GROUP_FAILED, 15);
+    CHECK(strcmp(tsock__msg_type_name(15), "GROUP_FAILED") == 0);
+    CHECK(strcmp(tsock__msg_type_name(16), "?") == 0);
     CHECK(strcmp(tsock__msg_type_name(-1), "?") == 0);
 }
 
@@ -1577,6 +1829,8 @@ main(void)
     test_welcome_name_rules();
     test_long_name_on_wire();
     test_small_message_rules();
+    test_group_golden();
+    test_group_rules();
     test_type_names();
     test_random_bytes();
     test_random_mutations();

@@ -28,6 +28,9 @@ E_CANCELLED = -10016
 E_INSECURE = -10017
 E_AUTH = -10018
 E_BAD_STATE = -10019
+E_GROUP_INCOMPLETE = -10020
+E_GROUP_MISMATCH = -10021
+E_GROUP_LOST = -10022
 
 _CODE_NAMES = {
     E_PROTOCOL: "TSOCK_E_PROTOCOL",
@@ -49,6 +52,9 @@ _CODE_NAMES = {
     E_INSECURE: "TSOCK_E_INSECURE",
     E_AUTH: "TSOCK_E_AUTH",
     E_BAD_STATE: "TSOCK_E_BAD_STATE",
+    E_GROUP_INCOMPLETE: "TSOCK_E_GROUP_INCOMPLETE",
+    E_GROUP_MISMATCH: "TSOCK_E_GROUP_MISMATCH",
+    E_GROUP_LOST: "TSOCK_E_GROUP_LOST",
 }
 
 
@@ -115,6 +121,22 @@ class BadState(TsockError, ValueError):
     size or drop_last, a producer without a sampler); the library's log line says which."""
 
 
+class GroupIncomplete(TsockError):
+    """Ranks of this consumer's group did not join within the group timeout; the library's log
+    line names them ("group 'resnet': ranks 1, 3 of 4 did not join within 600 s")."""
+
+
+class GroupMismatch(TsockError, ValueError):
+    """The producer refused this rank: it disagrees with the ranks already joined on the world
+    size, batch size or drop_last, repeats a joined rank, or is out of range; the library's log
+    line says which field."""
+
+
+class GroupLost(TsockError):
+    """Another rank of this consumer's group was lost (it left, or was killed): the group's
+    epoch cannot go on, as a DDP job fails when it loses a rank."""
+
+
 class Timeout(TsockError, TimeoutError):
     """A call waited longer than its timeout (-ETIMEDOUT)."""
 
@@ -125,6 +147,9 @@ _SUBCLASSES = {
     E_PRODUCER_STOPPED: ProducerStopped,
     E_EPOCH_INTERRUPTED: EpochInterrupted,
     E_BAD_STATE: BadState,
+    E_GROUP_INCOMPLETE: GroupIncomplete,
+    E_GROUP_MISMATCH: GroupMismatch,
+    E_GROUP_LOST: GroupLost,
     -_errno.ETIMEDOUT: Timeout,
 }
 

@@ -1,0 +1,155 @@
+/* A consumer that is a rank of a data-parallel group (docs/distributed.md).
+ *
+ * The rank declares its group in HELLO; the producer holds the group's ranks back until all
+ * joined (the start barrier), then sends every one of them every batch, so that all their
+ * windows start at the same stream position. A group epoch is one window; dataset/groups.c's
+ * rank plan says which window positions make each of this rank's batches (its block of every
+ * group batch, the tail split and padded, or dropped, as DistributedSampler does), and
+ * consumer_read.c cuts them out of the queue. Here: the setters, the HELLO block, the plan,
+ * and the sentence for a group that is over. Called by the API, the reader and the service;
+ * calls none of them. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/consumer_internal.h"
+
+#define DEFAULT_GROUP_TIMEOUT_MS 600000u
+
+int
+tsock_consumer_set_group(tsock_consumer *c, const char *name, uint32_t rank, uint32_t world_size)
+{
+    if (!c || !name)
+        return -EINVAL;
+    size_t len = strlen(name);
+    /* UTF-8 without control characters: the group's name appears in logs and messages. */
+    if (len < 1 || len > TSOCK__GROUP_NAME_MAX || !tsock__proto_text_ok(name, len) ||
+        world_size == 0 || rank >= world_size)
+        return -EINVAL;
+    if (c->started)
+        return TSOCK_E_STATE;
+    memcpy(c->group, name, len + 1);
+    c->group_rank = rank;
+    c->group_world = world_size;
+    if (!c->group_timeout_ms)
+        c->group_timeout_ms = DEFAULT_GROUP_TIMEOUT_MS;
+    return 0;
+}
+
+int
+tsock_consumer_set_group_timeout(tsock_consumer *c, uint32_t timeout_ms)
+{
+    if (!c)
+        return -EINVAL;
+    if (c->started)
+        return TSOCK_E_STATE;
+    c->group_timeout_ms = timeout_ms;
+    return 0;
+}
+
+int
+tsock__group_member(const tsock_consumer *c)
+{
+    return c->group[0] != '\0';
+}
+
+void
+tsock__group_fill_hello(const tsock_consumer *c, struct tsock__msg_hello *h)
+{
+    if (!tsock__group_member(c))
+        return;
+    h->flags |= TSOCK__HELLO_HAS_GROUP;
+    memcpy(h->group, c->group, sizeof h->group);
+    h->rank = c->group_rank;
+    h->world = c->group_world;
+    h->batch = c->batch_size; /* 0: the producer's, which it resolves */
+    h->drop_last = c->drop_last != 0;
+    h->timeout_ms = c->group_timeout_ms ? c->group_timeout_ms : DEFAULT_GROUP_TIMEOUT_MS;
+}
+
+void
+tsock__group_reset(tsock_consumer *c)
+{
+    c->group_pos = 0;
+    c->group_skip_rest = 0;
+    c->group_pad_done = 0;
+}
+
+int
+tsock__group_start(tsock_consumer *c)
+{
+    const struct tsock__msg_welcome *w = &c->welcome;
+    uint32_t batch = c->batch_size ? c->batch_size : w->batch_size;
+    uint32_t local = 0, local_world = 0;
+    int err = w->samples ? tsock__groups_place(c->group_rank, c->group_world, w->nodes,
+                                               w->node_rank, &local, &local_world)
+                         : -EINVAL;
+    if (err == 0)
+        err = tsock__rank_plan_init(&c->rank_plan, w->dataset, w->samples, c->group_world,
+                                    local_world, local, batch, c->drop_last);
+    if (err < 0) {
+        tsock__log(TSOCK_LOG_ERROR,
+                   "group '%s': rank %u of %u cannot take a share of this producer's epochs "
+                   "(dataset %llu, nodes %u, node %u, batch %u%s)",
+                   c->group, c->group_rank, c->group_world, (unsigned long long)w->dataset,
+                   w->nodes, w->node_rank, batch, c->drop_last ? ", drop_last" : "");
+        return -EINVAL;
+    }
+    free(c->group_positions);
+    c->group_positions = malloc((size_t)batch * sizeof *c->group_positions);
+    if (!c->group_positions)
+        return -ENOMEM;
+    /* The rank's epochs as the epoch plan counts them: T samples in batches of B, the last
+     * short (padding) or left out (drop_last); the reader, not the plan, walks the window. */
+    tsock__epoch_plan_init(&c->plan, c->rank_plan.per_rank, batch, c->drop_last);
+    tsock__group_reset(c);
+    tsock__log(TSOCK_LOG_INFO,
+               "group '%s': rank %u of %u, %llu samples in %llu batches per epoch; waiting for "
+               "the group's other ranks",
+               c->group, c->group_rank, c->group_world, (unsigned long long)c->rank_plan.per_rank,
+               (unsigned long long)c->rank_plan.batches);
+    return 0;
+}
+
+int
+tsock__group_on_failed(tsock_consumer *c, const struct tsock__msg_group_failed *g)
+{
+    char ranks[160];
+    size_t used = 0;
+    for (uint32_t i = 0; i < g->rank_count && used < sizeof ranks; i++) {
+        const uint8_t *p = g->ranks + 4 * (size_t)i;
+        uint32_t r =
+            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        int n = snprintf(ranks + used, sizeof ranks - used, "%s%u", i ? ", " : "", r);
+        used += n > 0 ? (size_t)n : 0;
+    }
+    const char *s = g->rank_count == 1 ? "" : "s";
+    if (g->code == TSOCK_E_GROUP_INCOMPLETE)
+        snprintf(c->group_failure, sizeof c->group_failure,
+                 "group '%s': rank%s %s of %u did not join within %g s", c->group, s, ranks,
+                 c->group_world, (double)g->timeout_ms / 1000.0);
+    else
+        snprintf(c->group_failure, sizeof c->group_failure,
+                 "group '%s': rank%s %s of %u was lost; the group is over", c->group, s, ranks,
+                 c->group_world);
+    tsock__log(TSOCK_LOG_INFO, "%s", c->group_failure);
+    return g->code;
+}
+
+void
+tsock__group_report(tsock_consumer *c, int err)
+{
+    if ((err != TSOCK_E_GROUP_LOST && err != TSOCK_E_GROUP_INCOMPLETE) || c->group_failure_logged ||
+        !c->group_failure[0])
+        return;
+    c->group_failure_logged = 1;
+    tsock__log(TSOCK_LOG_ERROR, "%s", c->group_failure);
+}
+
+void
+tsock__group_free(tsock_consumer *c)
+{
+    free(c->group_positions);
+    c->group_positions = NULL;
+}
