@@ -269,6 +269,7 @@ class Consumer:
         self._views_count = 0
         self._gathers_count = 0
         self._pending = 0  # an error code met by _poll, raised by the next _next
+        self._pushback = None  # a batch _interruption_cause polled, handed out by the next _next
         if batch_size is not None:
             if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size <= 0:
                 raise ValueError(f"batch_size must be a positive integer or None, not "
@@ -400,6 +401,10 @@ class Consumer:
         h = self._h
         if h is None:
             raise ValueError("the consumer is closed")
+        batch = self._pushback
+        if batch is not None:
+            self._pushback = None
+            return batch
         rc = self._pending
         if rc:  # an error a poll met (some, like TSOCK_E_EPOCH_INTERRUPTED, come once)
             self._pending = 0
@@ -435,9 +440,26 @@ class Consumer:
             detail = _lib.recent_log(*needles, after=self._log_mark)
         return _lib.error(rc, function, detail)
 
+    def _interruption_cause(self):
+        """After TSOCK_E_EPOCH_INTERRUPTED in a group: the library reports TSOCK_E_GROUP_LOST
+        on the very next call when a lost rank was the cause. Returns that exception (with
+        the lost ranks), or None when the cause was something else (the producer went away);
+        a batch met instead is kept for the next call."""
+        batch = self._poll()
+        if batch is not None:
+            self._pushback = batch
+            return None
+        rc = self._pending
+        if rc and rc == getattr(errors, "E_GROUP_LOST", None):
+            return self._error(rc, "tsock_consumer_next")
+        return None
+
     def _poll(self):
         """The next batch if one is there already, else None (errors included: the blocking
         next() that follows reports them)."""
+        if self._pushback is not None:
+            batch, self._pushback = self._pushback, None
+            return batch
         if self._h is None or self._pending:
             return None
         rc = lib.tsock_consumer_next(self._h, 0, self._next_ref)
@@ -963,10 +985,14 @@ class DataLoader:
                         self.interrupted_epochs += 1
                         if self.group is not None:
                             # Ranks cut short at different batches would leave DDP's
-                            # collectives waiting: a group's interruption always raises.
+                            # collectives waiting: a group's interruption always raises, as
+                            # tsock.GroupLost when a lost rank caused it.
                             self.last_epoch_interrupted = True
                             self._in_epoch = False
                             it._done = True
+                            cause = self._consumer._interruption_cause()
+                            if cause is not None:
+                                raise cause from None
                             raise
                         if first:
                             continue  # nothing of that epoch was handed out: read the next
