@@ -77,6 +77,8 @@ fail_group(tsock_producer *p, int slot, int code, const uint32_t *ranks, uint32_
             continue;
         c->group_slot = 0;
         c->group_failed = 1;
+        if (!c->active)
+            continue; /* unreachable, its verdict pending: it hears nothing more anyway */
         int err = tsock__channel_send(p->channel, (int)(pg->g.member[l] - 1), &m);
         if (err < 0)
             tsock__log(TSOCK_LOG_WARN, "telling consumer %llu its group is over failed: %s",
@@ -151,6 +153,16 @@ tsock__pgroup_admit(tsock_producer *p, int index, const struct tsock__msg_hello 
         return slot;
     struct tsock__pgroup *pg = p->groups[slot];
     const char *what = NULL;
+    uint32_t local = 0;
+    if (pg->started && h->world == pg->g.world &&
+        tsock__groups_place(h->rank, h->world, 1, 0, &local, NULL) == 0 && !pg->g.member[local]) {
+        /* Its rank left a running group: a newcomer's window would start elsewhere. */
+        snprintf(why, why_size,
+                 "group '%s': rank %u: the group's epochs have started; a rank that left "
+                 "cannot join it again",
+                 h->group, h->rank);
+        return TSOCK_E_GROUP_MISMATCH;
+    }
     int joined = tsock__group_join(&pg->g, h->rank, h->world, batch, h->drop_last,
                                    (uint64_t)index + 1, &what);
     if (joined < 0) {
@@ -173,7 +185,7 @@ tsock__pgroup_admit(tsock_producer *p, int index, const struct tsock__msg_hello 
 }
 
 void
-tsock__pgroup_leave(tsock_producer *p, int index)
+tsock__pgroup_leave(tsock_producer *p, int index, int lost)
 {
     struct tsock__consumer_rec *c = &p->consumers[index];
     if (!c->group_slot)
@@ -182,19 +194,21 @@ tsock__pgroup_leave(tsock_producer *p, int index)
     struct tsock__pgroup *pg = p->groups[slot];
     long rank = tsock__group_leave(&pg->g, (uint64_t)index + 1);
     c->group_slot = 0;
-    if (!pg->started) {
+    if (!pg->started || !lost) {
         /* Before the barrier a rank may still come back (a launcher restarting it): the
-         * others go on waiting, within their timeout. */
+         * others go on waiting, within their timeout. After it, a rank that says BYE has
+         * finished (or its process is closing in order): the others read on, their blocks
+         * unchanged. */
         if (pg->g.joined == 0) {
             free(pg);
             p->groups[slot] = NULL;
         }
         return;
     }
-    uint32_t lost = rank < 0 ? 0 : (uint32_t)rank;
+    uint32_t gone = rank < 0 ? 0 : (uint32_t)rank;
     tsock__log(TSOCK_LOG_WARN, "group '%s': rank %u of %u was lost; the group is over", pg->g.name,
-               lost, pg->g.world);
-    fail_group(p, slot, TSOCK_E_GROUP_LOST, &lost, 1);
+               gone, pg->g.world);
+    fail_group(p, slot, TSOCK_E_GROUP_LOST, &gone, 1);
 }
 
 /* The ranks that did not join, in a log line and a GROUP_FAILED. */

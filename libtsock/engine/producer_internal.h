@@ -161,10 +161,12 @@ void tsock__producer_service_stop(tsock_producer *p);
  * why[], the record untouched. */
 int tsock__pgroup_admit(tsock_producer *p, int index, const struct tsock__msg_hello *h, char *why,
                         size_t why_size);
-/* Consumer `index` leaves (BYE) or is lost, before its record is cleared. A rank of a running
- * group ends that group: its other ranks get GROUP_FAILED (TSOCK_E_GROUP_LOST) and the group is
- * forgotten. A rank of a group still waiting only leaves it. */
-void tsock__pgroup_leave(tsock_producer *p, int index);
+/* Consumer `index` left (BYE, lost == 0) or was lost (no heartbeat, unreachable: lost != 0).
+ * A rank lost from a running group ends that group: its other ranks get GROUP_FAILED
+ * (TSOCK_E_GROUP_LOST) and the group is forgotten. A rank that left, or one of a group still
+ * waiting, only leaves it (a group is forgotten with its last rank): ranks finish their last
+ * epoch at different times, and the first to leave must not fail the others. */
+void tsock__pgroup_leave(tsock_producer *p, int index, int lost);
 /* Fails the groups whose timeout passed with ranks missing (GROUP_FAILED,
  * TSOCK_E_GROUP_INCOMPLETE, to each joined rank). Returns the milliseconds until the next
  * deadline, or -1 when no group waits. */

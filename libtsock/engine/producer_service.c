@@ -34,7 +34,10 @@ drop_consumer(tsock_producer *p, int index, const char *why, int lost)
     if (!c->active)
         return;
     p->stat_lost += lost != 0;
-    tsock__pgroup_leave(p, index); /* a lost rank ends its group */
+    /* A rank's group hears of it now, unless the verdict on an unreachable one waits for the
+     * end of the pass (a rank saying BYE ends nothing; a lost one ends its group). */
+    if (!c->unreachable)
+        tsock__pgroup_leave(p, index, lost);
     int freed = tsock__ring_drop_consumer(&p->ring, (uint32_t)index);
     tsock__channel_unwatch(p->channel, index);
     tsock__log(TSOCK_LOG_INFO, "consumer %llu (pid %u) %s; %d slots reclaimed",
@@ -51,8 +54,8 @@ drop_unreachable(tsock_producer *p, int index, int type, int err)
 {
     tsock__log(TSOCK_LOG_WARN, "sending %s to consumer %llu failed: %s", tsock__msg_type_name(type),
                (unsigned long long)p->consumers[index].consumer_id, tsock_strerror(err));
-    drop_consumer(p, index, "is unreachable", 0);
     p->consumers[index].unreachable = 1;
+    drop_consumer(p, index, "is unreachable", 0);
 }
 
 static void
@@ -71,6 +74,7 @@ bye_after_unreachable(tsock_producer *p, const struct tsock__peer_id *from)
         struct tsock__consumer_rec *c = &p->consumers[i];
         if (!c->active && c->unreachable && c->peer.len == from->len &&
             memcmp(c->peer.bytes, from->bytes, from->len) == 0) {
+            tsock__pgroup_leave(p, i, 0);
             c->unreachable = 0;
             tsock__log(TSOCK_LOG_INFO, "consumer %llu had said BYE: it left",
                        (unsigned long long)c->consumer_id);
@@ -88,6 +92,7 @@ settle_unreachable(tsock_producer *p)
     for (int i = 0; i < MAX_CONSUMERS; i++) {
         struct tsock__consumer_rec *c = &p->consumers[i];
         if (!c->active && c->unreachable) {
+            tsock__pgroup_leave(p, i, 1);
             c->unreachable = 0;
             p->stat_lost++;
             tsock__log(TSOCK_LOG_INFO, "consumer %llu was lost (no BYE)",
@@ -184,6 +189,8 @@ admit(tsock_producer *p, const struct tsock__peer_id *from, const struct tsock__
     }
     struct tsock__consumer_rec *c = &p->consumers[index];
     p->stat_lost += c->unreachable != 0; /* its record is reused before the verdict */
+    if (c->unreachable)
+        tsock__pgroup_leave(p, index, 1);
     memset(c, 0, sizeof *c);
     char why[TSOCK__PROTO_MAX_TEXT + 1];
     int err = tsock__pgroup_admit(p, index, h, why, sizeof why);

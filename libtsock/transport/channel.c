@@ -462,11 +462,16 @@ beat(struct tsock__channel *ch, uint64_t now)
             w->active = 0;
             if (ch->h.on_peer_lost)
                 ch->h.on_peer_lost(ch->h.ctx, i);
+            /* The handler may have sent (a producer telling a lost rank's group), which
+             * encodes into ch->out: the HEARTBEAT is encoded again for the peers after it. */
+            n = encode(ch, &hb);
             continue;
         }
         int err = n < 0 ? n : send_bytes(ch, &w->id, ch->out, (size_t)n);
-        if (err < 0 && ch->h.on_send_failed)
+        if (err < 0 && ch->h.on_send_failed) {
             ch->h.on_send_failed(ch->h.ctx, i, err);
+            n = encode(ch, &hb);
+        }
     }
     if (ch->h.on_beat)
         ch->h.on_beat(ch->h.ctx, now);

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Data-parallel groups on one producer, with the real programs: tsock-consume --group.
+
+    groups_test.py TEST --producer PATH --consume PATH
+
+groups_pad / groups_drop_last: one producer; groups of world 2, 3 and 4 with different batch
+sizes (one of them joining late) and a solo consumer, two epochs each. Per group epoch, read
+from the ranks' --ids-out files: every rank has the same number of samples and of batches; the
+ranks' shares are disjoint and together the whole dataset plus only the repeated tail samples
+(padding), or a subset of it lacking fewer than world x batch samples (drop_last).
+groups_incomplete: ranks that never start make every waiting rank fail, naming them.
+groups_mismatch: a rank that disagrees with the joined ranks is refused, the field named.
+groups_kill9: kill -9 of one rank ends its group's other ranks with the group-lost error within
+the heartbeat timeout; a solo consumer and another group finish their epochs exactly.
+Standard library only.
+"""
+import os
+import signal
+import time
+
+from itest import Failure, check, run
+from tsock_integration import Env, wait_json
+
+N = 1003  # not a multiple of any world or batch size here: every tail case comes up
+PRODUCER_BATCH = 32
+
+
+def read_ids(path):
+    """{epoch: [ids in order]} from an --ids-out file (a torn last line is ignored)."""
+    out = {}
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            if not line.endswith("\n"):
+                break
+            e, i = line.split()
+            out.setdefault(int(e), []).append(int(i))
+    return out
+
+
+def wait_for(cond, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise Failure(f"timed out waiting for {what}")
+
+
+def start_group(env, name, world, batch, *extra, epochs=2):
+    """The ranks of a group as tsock-consume processes, each writing its --ids-out file."""
+    ranks = []
+    for r in range(world):
+        ids = env.path(f"{name}-{r}.ids")
+        p = env.consumer("--group", name, "--rank", str(r), "--world-size", str(world),
+                         "--batch-size", str(batch), "--epochs", str(epochs), "--ids-out", ids,
+                         "--timeout-ms", "60000",
+                         *extra, samples=N, name=f"{name}-{r}")
+        ranks.append((p, ids))
+    return ranks
+
+
+def check_group(name, ranks, world, batch, drop_last, epochs=2):
+    """Waits for every rank and checks each group epoch across the ranks."""
+    results = [wait_json(p, 60, f"{name} rank {r}") for r, (p, _) in enumerate(ranks)]
+    per_rank = (N // world) if drop_last else -(-N // world)
+    if drop_last:
+        per_rank -= per_rank % batch
+    batches = -(-per_rank // batch)
+    for r, res in enumerate(results):
+        check(res["epochs"] == epochs and res["duplicates"] == 0 and res["missing"] == 0 and
+              res["content_errors"] == 0 and res["batch_size_errors"] == 0 and
+              res["epoch_size_errors"] == 0 and res["out_of_order"] == 0,
+              f"{name} rank {r}: {res}")
+        check(res["batches"] == epochs * batches and res["samples"] == epochs * per_rank,
+              f"{name} rank {r}: {res['batches']} batches, {res['samples']} samples; expected "
+              f"{epochs * batches} and {epochs * per_rank}")
+        check(res["batches_per_epoch"] == batches,
+              f"{name} rank {r}: batches_per_epoch {res['batches_per_epoch']}, not {batches}")
+    ids = [read_ids(path) for _, path in ranks]
+    for e in range(epochs):
+        shares = [i.get(e, []) for i in ids]
+        for r, s in enumerate(shares):
+            check(len(s) == per_rank and len(set(s)) == per_rank,
+                  f"{name} epoch {e} rank {r}: {len(s)} samples ({len(set(s))} distinct), "
+                  f"expected {per_rank}")
+        union = set().union(*map(set, shares))
+        total = sum(len(s) for s in shares)
+        check(union <= set(range(N)), f"{name} epoch {e}: ids outside the dataset")
+        if drop_last:
+            check(total == len(union), f"{name} epoch {e}: the ranks' shares overlap")
+            check(N - len(union) < world * batch,
+                  f"{name} epoch {e}: {N - len(union)} samples left out, not fewer than "
+                  f"{world * batch}")
+        else:
+            check(union == set(range(N)), f"{name} epoch {e}: {N - len(union)} samples missing")
+            # Padding repeats tail samples, at most one per rank; nothing else is shared.
+            check(total - N == world * per_rank - N and world * per_rank - N < world,
+                  f"{name} epoch {e}: {total - N} samples repeated")
+    print(f"{name}: world {world}, batch {batch}: {per_rank} samples in {batches} batches per "
+          f"rank and epoch; views {sum(r['views'] for r in results)}, gathers "
+          f"{sum(r['gathers'] for r in results)}")
+
+
+def mixed(env, drop_last):
+    extra = ("--drop-last",) if drop_last else ()
+    p = env.producer("--epochs", "0", samples=N, batch=PRODUCER_BATCH, slots=8)
+    p.wait_stderr("serving", 10)
+    a = start_group(env, "a", 2, PRODUCER_BATCH, *extra)  # blocks = producer batches: views
+    b = start_group(env, "b", 3, 20, *extra)
+    solo = env.consumer("--batch-size", "50", "--epochs", "2", *extra, samples=N, name="solo")
+    # Group c joins late: once group a is into its first epoch.
+    wait_for(lambda: len(read_ids(a[0][1]).get(0, [])) >= 64, 30, "group a to start")
+    c = start_group(env, "c", 4, 16, *extra)
+    check_group("a", a, 2, PRODUCER_BATCH, drop_last)
+    check_group("b", b, 3, 20, drop_last)
+    check_group("c", c, 4, 16, drop_last)
+    res = wait_json(solo, 60, "the solo consumer")
+    check(res["epochs"] == 2 and res["missing"] == 0 and res["duplicates"] == 0,
+          f"solo: {res}")
+    p.signal(signal.SIGTERM)
+    p.wait(10)
+
+
+def test_pad(env):
+    mixed(env, False)
+
+
+def test_drop_last(env):
+    mixed(env, True)
+
+
+def test_incomplete(env):
+    p = env.producer("--epochs", "0", samples=N)
+    p.wait_stderr("serving", 10)
+    ranks = [env.consumer("--group", "resnet", "--rank", str(r), "--world-size", "4",
+                          "--group-timeout", "1500", "--timeout-ms", "30000", samples=N,
+                          name=f"rank{r}") for r in (0, 2)]
+    want = "group 'resnet': ranks 1, 3 of 4 did not join within 1.5 s"
+    for r, c in zip((0, 2), ranks):
+        rc = c.wait(30, f"rank {r}")
+        res = c.json()
+        check(rc == 1 and res["error_code"] == -10020,
+              f"rank {r}: exit {rc}, error {res.get('error')} ({res.get('error_code')})")
+        check(want in c.stderr(), f"rank {r} does not say '{want}': {c.stderr()!r}")
+        check(res["batches"] == 0, f"rank {r} received batches before its group was complete")
+    check(want in p.stderr(), f"the producer does not say '{want}'")
+    # The group was forgotten: a new one of that name forms and runs.
+    ranks = start_group(env, "resnet", 2, 32, epochs=1)
+    check_group("resnet", ranks, 2, 32, False, epochs=1)
+    p.signal(signal.SIGTERM)
+    p.wait(10)
+
+
+def test_mismatch(env):
+    p = env.producer("--epochs", "0", "--verbose", samples=N)
+    p.wait_stderr("serving", 10)
+    ids0 = env.path("rank0.ids")
+    first = env.consumer("--group", "g", "--rank", "0", "--world-size", "2", "--batch-size",
+                         "16", "--epochs", "1", "--ids-out", ids0, "--timeout-ms", "60000",
+                         samples=N, name="rank0")
+    p.wait_stderr("group 'g': rank 0 of 2 joined", 10)
+
+    def refused(field, *args):
+        c = env.consumer("--group", "g", "--epochs", "1", *args, samples=N, name=field)
+        rc = c.wait(20, field)
+        res = c.json()
+        check(rc == 1 and res["error_code"] == -10021,
+              f"{field}: exit {rc}, error {res.get('error')} ({res.get('error_code')})")
+        check(field in c.stderr(), f"{field}: the refusal does not name it: {c.stderr()!r}")
+
+    refused("the world size differs", "--rank", "1", "--world-size", "3", "--batch-size", "16")
+    refused("the batch size differs", "--rank", "1", "--world-size", "2", "--batch-size", "8")
+    refused("drop_last differs", "--rank", "1", "--world-size", "2", "--batch-size", "16",
+            "--drop-last")
+    refused("has joined the group already", "--rank", "0", "--world-size", "2",
+            "--batch-size", "16")
+    # The group is unharmed: its missing rank joins and both finish an exact epoch.
+    second = env.consumer("--group", "g", "--rank", "1", "--world-size", "2", "--batch-size",
+                          "16", "--epochs", "1", "--ids-out", env.path("rank1.ids"),
+                          "--timeout-ms", "60000", samples=N, name="rank1")
+    check_group("g", [(first, ids0), (second, env.path("rank1.ids"))], 2, 16, False, epochs=1)
+    # Bad declarations are refused by the program before anything connects.
+    bad = env.consumer("--group", "g", "--rank", "2", "--world-size", "2", samples=N,
+                       name="bad-rank")
+    check(bad.wait(10) == 2 and "not below" in bad.stderr(), f"bad rank: {bad.stderr()!r}")
+    p.signal(signal.SIGTERM)
+    p.wait(10)
+
+
+def test_kill9(env):
+    p = env.producer("--epochs", "0", samples=N, slots=8)
+    p.wait_stderr("serving", 10)
+    victim = start_group(env, "victim", 3, 32, "--delay-ms", "5", epochs=6)
+    other = start_group(env, "other", 2, 24)
+    solo = env.consumer("--epochs", "2", samples=N, name="solo")
+    wait_for(lambda: len(read_ids(victim[1][1]).get(0, [])) >= 64, 30, "the victim group")
+    victim[1][0].p.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    victim[1][0].wait(5)
+    for r in (0, 2):
+        c = victim[r][0]
+        rc = c.wait(30, f"victim rank {r}")
+        res = c.json()
+        check(rc == 1 and res["error_code"] == -10022,
+              f"victim rank {r}: exit {rc}, error {res.get('error')} ({res.get('error_code')})")
+        check("group 'victim': rank 1 of 3 was lost" in c.stderr(),
+              f"victim rank {r} does not name the lost rank: {c.stderr()!r}")
+    # Within the heartbeat timeout (1 s here), with room for a loaded machine.
+    took = time.monotonic() - killed
+    check(took < 15, f"the victim group's ranks took {took:.1f} s to fail")
+    check_group("other", other, 2, 24, False)
+    res = wait_json(solo, 60, "the solo consumer")
+    check(res["epochs"] == 2 and res["missing"] == 0 and res["duplicates"] == 0,
+          f"solo: {res}")
+    p.signal(signal.SIGTERM)
+    p.wait(10)
+    print(f"the victim group's ranks failed {took:.2f} s after the kill")
+
+
+TESTS = {
+    "groups_pad": test_pad,
+    "groups_drop_last": test_drop_last,
+    "groups_incomplete": test_incomplete,
+    "groups_mismatch": test_mismatch,
+    "groups_kill9": test_kill9,
+}
+
+if __name__ == "__main__":
+    run(__doc__, TESTS, Env, [("producer", True), ("consume", True), ("garbage", False),
+                              ("stat", False)])

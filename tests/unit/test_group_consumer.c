@@ -1,0 +1,241 @@
+/* Ranks of a data-parallel group in one process, with real sockets (the many-process runs are
+ * tests/integration/groups_test.py): the setters' bad inputs, the refusals of resume, and a
+ * group of three ranks on threads reading two exact group epochs, with padding and with
+ * drop_last. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "tsock/tsock.h"
+
+#define SAMPLES 1000
+#define BATCH 64
+#define SLOTS 4
+#define WORLD 3
+#define EPOCHS 2
+
+static char endpoint[256];
+static atomic_int stop_producer;
+
+static void *
+produce_forever(void *arg)
+{
+    tsock_producer *p = arg;
+    while (!atomic_load(&stop_producer)) {
+        tsock_slot *slot;
+        if (tsock_producer_acquire(p, 50, &slot) < 0)
+            continue;
+        uint32_t n = tsock_slot_planned(slot);
+        const uint64_t *ids = tsock_slot_sample_ids(slot);
+        int64_t *index = tsock_slot_data(slot, 0);
+        for (uint32_t i = 0; i < n; i++)
+            index[i] = (int64_t)ids[i];
+        tsock_producer_publish(p, slot, n);
+    }
+    return NULL;
+}
+
+static tsock_producer *
+start_producer(pthread_t *thread)
+{
+    char dir[] = "/tmp/tsock-groups-XXXXXX";
+    if (!mkdtemp(dir))
+        abort();
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/p.sock", dir);
+    tsock_layout *layout;
+    tsock_layout_create(&layout);
+    tsock_layout_add(layout, "index", TSOCK_INT64, 0, NULL);
+    tsock_producer *p = NULL;
+    CHECK_EQ(tsock_producer_create(&p, endpoint, layout, BATCH, SLOTS), 0);
+    tsock_layout_destroy(layout);
+    CHECK_EQ(tsock_producer_set_sampler(p, SAMPLES, 11, 0), 0);
+    CHECK_EQ(tsock_producer_start(p), 0);
+    atomic_store(&stop_producer, 0);
+    pthread_create(thread, NULL, produce_forever, p);
+    return p;
+}
+
+static void
+stop(tsock_producer *p, pthread_t thread)
+{
+    atomic_store(&stop_producer, 1);
+    pthread_join(thread, NULL);
+    tsock_producer_destroy(p);
+}
+
+static void
+test_setters(void)
+{
+    tsock_consumer *c = NULL;
+    CHECK_EQ(tsock_consumer_create(&c, "ipc:///nonexistent/p.sock"), 0);
+    char long_name[66];
+    memset(long_name, 'g', 65);
+    long_name[65] = '\0';
+    CHECK_EQ(tsock_consumer_set_group(NULL, "g", 0, 1), -EINVAL);
+    CHECK_EQ(tsock_consumer_set_group(c, NULL, 0, 1), -EINVAL);
+    CHECK_EQ(tsock_consumer_set_group(c, "", 0, 1), -EINVAL);
+    CHECK_EQ(tsock_consumer_set_group(c, long_name, 0, 1), -EINVAL);
+    CHECK_EQ(tsock_consumer_set_group(c, "a\tb", 0, 1), -EINVAL);
+    CHECK_EQ(tsock_consumer_set_group(c, "bad\xff", 0, 1), -EINVAL); /* not UTF-8 */
+    CHECK_EQ(tsock_consumer_set_group(c, "g", 0, 0), -EINVAL);
+    CHECK_EQ(tsock_consumer_set_group(c, "g", 4, 4), -EINVAL);
+    long_name[64] = '\0';
+    CHECK_EQ(tsock_consumer_set_group(c, long_name, 3, 4), 0);
+    CHECK_EQ(tsock_consumer_set_group(c, "r\xc3\xa9seau", 0, 2), 0); /* "réseau" */
+    CHECK_EQ(tsock_consumer_set_group_timeout(NULL, 5), -EINVAL);
+    CHECK_EQ(tsock_consumer_set_group_timeout(c, 0), 0);
+    /* A rank cannot resume a saved state yet: refused, not wrong data. */
+    CHECK_EQ(tsock_consumer_restore_state(c, "x", 1), -ENOTSUP);
+    tsock_consumer_destroy(c);
+}
+
+/* restore_state before set_group: start refuses. */
+static void
+test_restore_then_group(void)
+{
+    pthread_t thread;
+    tsock_producer *p = start_producer(&thread);
+    tsock_consumer *solo = NULL;
+    CHECK_EQ(tsock_consumer_create(&solo, endpoint), 0);
+    CHECK_EQ(tsock_consumer_set_checkpointing(solo, 1), 0);
+    CHECK_EQ(tsock_consumer_start(solo, 5000), 0);
+    tsock_batch *b = NULL;
+    CHECK_EQ(tsock_consumer_next(solo, 5000, &b), 0);
+    CHECK_EQ(tsock_consumer_release(solo, b), 0);
+    uint8_t state[4096];
+    size_t len = 0;
+    CHECK_EQ(tsock_consumer_save_state(solo, state, sizeof state, &len), 0);
+    tsock_consumer_destroy(solo);
+
+    tsock_consumer *c = NULL;
+    CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
+    CHECK_EQ(tsock_consumer_restore_state(c, state, len), 0);
+    CHECK_EQ(tsock_consumer_set_group(c, "g", 0, 1), 0);
+    CHECK_EQ(tsock_consumer_start(c, 5000), -ENOTSUP);
+    tsock_consumer_destroy(c);
+    stop(p, thread);
+}
+
+struct rank {
+    int rank, drop_last;
+    uint32_t batch;
+    uint64_t per_epoch; /* batches_per_epoch after start */
+    int batches[EPOCHS], samples[EPOCHS];
+    int64_t *ids[EPOCHS]; /* SAMPLES entries each */
+    int errors;
+};
+
+static void *
+read_rank(void *arg)
+{
+    struct rank *r = arg;
+    tsock_consumer *c = NULL;
+    CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
+    CHECK_EQ(tsock_consumer_set_batch_size(c, r->batch), 0);
+    CHECK_EQ(tsock_consumer_set_drop_last(c, r->drop_last), 0);
+    CHECK_EQ(tsock_consumer_set_group(c, "threads", (uint32_t)r->rank, WORLD), 0);
+    CHECK_EQ(tsock_consumer_set_group_timeout(c, 30000), 0);
+    CHECK_EQ(tsock_consumer_start(c, 5000), 0);
+    CHECK_EQ(tsock_consumer_set_group(c, "g", 0, 1), TSOCK_E_STATE);
+    CHECK_EQ(tsock_consumer_set_group_timeout(c, 1), TSOCK_E_STATE);
+    r->per_epoch = tsock_consumer_batches_per_epoch(c);
+    for (int done = 0; done < EPOCHS;) {
+        tsock_batch *b = NULL;
+        int rc = tsock_consumer_next(c, 20000, &b);
+        CHECK_EQ(rc, 0);
+        if (rc < 0) {
+            r->errors++;
+            break;
+        }
+        uint64_t e = tsock_batch_epoch(b);
+        CHECK((int)e == done);
+        const int64_t *index = tsock_batch_tensor_data(b, 0);
+        for (uint32_t i = 0; i < tsock_batch_samples(b) && e < EPOCHS; i++)
+            r->ids[e][r->samples[e]++] = index[i];
+        r->batches[e]++;
+        done += tsock_batch_is_epoch_end(b);
+        size_t len = 0;
+        if (r->rank == 0 && r->batches[0] == 1)
+            CHECK_EQ(tsock_consumer_save_state(c, NULL, 0, &len), -ENOTSUP);
+        CHECK_EQ(tsock_consumer_release(c, b), 0);
+    }
+    tsock_consumer_destroy(c);
+    return NULL;
+}
+
+static void
+check_epochs(struct rank *ranks, int drop_last, uint32_t batch)
+{
+    uint64_t share = drop_last ? SAMPLES / WORLD : (SAMPLES + WORLD - 1) / WORLD;
+    if (drop_last)
+        share -= share % batch;
+    uint64_t batches = (share + batch - 1) / batch;
+    for (int e = 0; e < EPOCHS; e++) {
+        int seen[SAMPLES] = {0};
+        int total = 0;
+        for (int r = 0; r < WORLD; r++) {
+            CHECK_EQ(ranks[r].per_epoch, batches);
+            CHECK_EQ(ranks[r].batches[e], (int)batches);
+            CHECK_EQ(ranks[r].samples[e], (int)share);
+            for (int i = 0; i < ranks[r].samples[e]; i++) {
+                int64_t id = ranks[r].ids[e][i];
+                CHECK(id >= 0 && id < SAMPLES);
+                if (id >= 0 && id < SAMPLES)
+                    seen[id]++;
+            }
+            total += ranks[r].samples[e];
+        }
+        int distinct = 0, repeated = 0;
+        for (int i = 0; i < SAMPLES; i++) {
+            distinct += seen[i] > 0;
+            repeated += seen[i] > 1 ? seen[i] - 1 : 0;
+        }
+        if (drop_last) {
+            CHECK_EQ(repeated, 0);
+            CHECK(SAMPLES - distinct < WORLD * (int)batch);
+        } else {
+            CHECK_EQ(distinct, SAMPLES);         /* every sample */
+            CHECK_EQ(repeated, total - SAMPLES); /* and only padding twice */
+            CHECK(repeated < WORLD);
+        }
+    }
+}
+
+static void
+run_group(uint32_t batch, int drop_last)
+{
+    pthread_t thread, readers[WORLD];
+    tsock_producer *p = start_producer(&thread);
+    struct rank ranks[WORLD];
+    memset(ranks, 0, sizeof ranks);
+    for (int r = 0; r < WORLD; r++) {
+        ranks[r].rank = r;
+        ranks[r].batch = batch;
+        ranks[r].drop_last = drop_last;
+        for (int e = 0; e < EPOCHS; e++)
+            ranks[r].ids[e] = calloc(SAMPLES, sizeof(int64_t));
+        pthread_create(&readers[r], NULL, read_rank, &ranks[r]);
+    }
+    for (int r = 0; r < WORLD; r++)
+        pthread_join(readers[r], NULL);
+    check_epochs(ranks, drop_last, batch);
+    for (int r = 0; r < WORLD; r++)
+        for (int e = 0; e < EPOCHS; e++)
+            free(ranks[r].ids[e]);
+    stop(p, thread);
+}
+
+int
+main(void)
+{
+    test_setters();
+    test_restore_then_group();
+    run_group(BATCH, 0); /* blocks are producer batches: views, the tail padded */
+    run_group(50, 0);    /* blocks across producer batches: gathers */
+    run_group(50, 1);    /* drop_last */
+    return CHECK_DONE();
+}
