@@ -172,11 +172,8 @@ def main():
               "group_source": loader.group_source, "len": len(loader),
               "epochs": per_epoch, "seconds": time.perf_counter() - start,
               "producer_started": bool(producer and producer.started)}
-    # Every rank is done reading before any leaves: a rank that leaves the group ends it for
-    # the others (tsock.GroupLost), and the producer may go only when nobody reads.
-    dist.barrier()
-    loader.close()
-    dist.barrier()
+    loader.close()  # leaves the group; the ranks still reading are not disturbed
+    dist.barrier()  # every rank is done reading before the producer may go
     if producer is not None and producer.started and not args.keep_producer:
         producer.stop()
     dist.destroy_process_group()

@@ -4,13 +4,11 @@ the first batch and after the last epoch), ids (one list of sample ids per epoch
 (per epoch), content_errors, error (the exception's class, name and message, or null).
 
     python group_child.py ENDPOINT EPOCHS [--group G [--rank R --world-size W]]
-        [--batch-size B] [--drop-last] [--hold-after N --go FILE] [--barrier DIR]
+        [--batch-size B] [--drop-last] [--hold-after N --go FILE]
 
 Without --rank/--world-size a group rank takes them from the environment (RANK, WORLD_SIZE),
 as under torchrun. --hold-after N: after N batches print "holding" and wait until FILE exists
-(the test kills another rank meanwhile). --barrier DIR: after the last epoch, wait until
-every rank of the group has read its last epoch (a file per rank in DIR) before closing, as
-DDP's last collective keeps ranks together: a rank that leaves ends the group for the others.
+(the test kills another rank meanwhile).
 """
 import argparse
 import json
@@ -36,7 +34,6 @@ def main():
     ap.add_argument("--image-size", type=int, default=8)
     ap.add_argument("--hold-after", type=int, default=None)
     ap.add_argument("--go", default=None)
-    ap.add_argument("--barrier", default=None)
     args = ap.parse_args()
     out = {"ids": [], "batches": [], "content_errors": 0, "error": None}
     try:
@@ -67,10 +64,6 @@ def main():
                 out["batches"].append(batches)
                 out["epoch_numbers"] = out.get("epoch_numbers", []) + [loader.epoch]
             out["len"] = len(loader)
-            if args.barrier:
-                open(os.path.join(args.barrier, f"rank{loader.rank}"), "w").close()
-                while len(os.listdir(args.barrier)) < loader.world_size:
-                    time.sleep(0.01)
     except (tsock.TsockError, ValueError) as e:
         out["error"] = {"class": type(e).__name__, "name": getattr(e, "name", None),
                         "message": str(e)}
