@@ -158,7 +158,7 @@ def main():
             loss.backward()
             opt.step()
             images += y.shape[0]
-            loss_sum += float(loss) * y.shape[0]
+            loss_sum += loss.item() * y.shape[0]
         seconds = time.perf_counter() - t0
         per_epoch.append({"epoch": epoch, "images": images, "batches": len(loader),
                           "seconds": seconds, "loss": loss_sum / max(images, 1)})

@@ -230,51 +230,69 @@ def read_ids_file(path):
     return epochs
 
 
-def test_two_nodes_ddp_with_torchrun(groups, nodes, procs, tmp_path):
+@pytest.mark.parametrize("producers", ["started_by_test", "ensure_producer"])
+def test_two_nodes_ddp_with_torchrun(groups, nodes, procs, tmp_path, producers):
     """Two simulated nodes: a producer each (--nodes 2, same seed, own endpoint) and a torchrun
     agent each (--nnodes 2 --nproc-per-node 2), training a small model with DDP over gloo;
     each rank attaches to its node's producer. Each group epoch must be exact across the four
-    ranks, and every rank must finish (a rank one batch short would hang DDP)."""
+    ranks, and every rank must finish (a rank one batch short would hang DDP).
+
+    started_by_test: the test starts tsock-producer --nodes 2 --node-rank K. ensure_producer:
+    the ranks do (train_ddp.py --start-producer): one per node starts it, and it takes its
+    node share from torchrun's environment (GROUP_RANK, WORLD_SIZE / LOCAL_WORLD_SIZE)."""
     pytest.importorskip("torch.distributed.run", reason="needs torchrun (torch.distributed.run)")
     import torch.distributed as dist
 
     if not dist.is_gloo_available():
         pytest.skip("this torch build has no gloo backend")
-    samples, world, batch, epochs = 66, 4, 4, 2  # 33 per node; 17 per rank: 2 padded ids
+    samples, world, batch, epochs, seed = 66, 4, 4, 2, 5  # 33 per node; 17 per rank
     per_rank, batches = distributed_sampler_counts(samples, world, batch, False)
     endpoints = [f"ipc://{tmp_path}/node{k}.sock" for k in range(2)]
-    for k in range(2):
-        p = subprocess.Popen(
-            [nodes["tsock-producer"], "--dataset", "synthetic", "--endpoint", endpoints[k],
-             "--samples", str(samples), "--image-size", "8", "--batch-size", str(batch),
-             "--slots", "4", "--epochs", "0", "--seed", "5", "--nodes", "2", "--node-rank",
-             str(k), "--wait-consumers", "2", "--quiet"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=clean_env())
-        procs.append(p)
+    extra = []
+    if producers == "started_by_test":
+        for k in range(2):
+            p = subprocess.Popen(
+                [nodes["tsock-producer"], "--dataset", "synthetic", "--endpoint", endpoints[k],
+                 "--samples", str(samples), "--image-size", "8", "--batch-size", str(batch),
+                 "--slots", "4", "--epochs", "0", "--seed", str(seed), "--nodes", "2",
+                 "--node-rank", str(k), "--wait-consumers", "2", "--quiet"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, env=clean_env())
+            procs.append(p)
+    else:
+        extra = ["--start-producer", "--synthetic", str(samples), "--image-size", "8",
+                 "--seed", str(seed)]
     port = free_port()
     ids_dir = tmp_path / "ids"
     agents = []
-    for k in range(2):
-        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-                "--nproc-per-node", "2", "--node-rank", str(k), "--master-addr", "127.0.0.1",
-                "--master-port", str(port), TRAIN_DDP, "--endpoint", endpoints[k],
-                "--backend", "gloo", "--group", "ddp", "--epochs", str(epochs),
-                "--batch-size", str(batch), "--ids-out", str(ids_dir), "--json"]
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=clean_env())
-        procs.append(p)
-        agents.append(p)
-    reports = []
-    for k, p in enumerate(agents):
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, f"torchrun agent of node {k} failed:\n{err[-4000:]}"
-        reports += [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    try:
+        for k in range(2):
+            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                    "--nproc-per-node", "2", "--node-rank", str(k), "--master-addr",
+                    "127.0.0.1", "--master-port", str(port), TRAIN_DDP, "--endpoint",
+                    endpoints[k], "--backend", "gloo", "--group", "ddp", "--epochs",
+                    str(epochs), "--batch-size", str(batch), "--ids-out", str(ids_dir),
+                    "--json", "--group-timeout", "120", *extra]  # a barrier never met fails
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=clean_env())
+            procs.append(p)
+            agents.append(p)
+        reports = []
+        for k, p in enumerate(agents):
+            out, err = p.communicate(timeout=300)
+            assert p.returncode == 0, f"torchrun agent of node {k} failed:\n{err[-4000:]}"
+            reports += [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    finally:
+        if producers == "ensure_producer":
+            stop_answering_producers(groups, endpoints)
     assert sorted(r["rank"] for r in reports) == list(range(world)), reports  # all finished
     for r in reports:
         assert r["group_source"] == "torch.distributed" and r["world_size"] == world
         assert r["len"] == batches
         assert [e["images"] for e in r["epochs"]] == [per_rank] * epochs
+    if producers == "ensure_producer":  # one rank per node started its node's producer
+        assert sorted(r["rank"] for r in reports if r["producer_started"]) in (
+            [0, 2], [0, 3], [1, 2], [1, 3]), reports
     files = [read_ids_file(ids_dir / f"rank{r}.txt") for r in range(world)]
     for e in range(epochs):
         check_group_epoch([f[e] for f in files], samples, per_rank, False)
@@ -282,3 +300,17 @@ def test_two_nodes_ddp_with_torchrun(groups, nodes, procs, tmp_path):
     node0 = set(files[0][0]) | set(files[1][0])
     node1 = set(files[2][0]) | set(files[3][0])
     assert len(node0 & node1) <= 1, "the nodes' shares overlap beyond the padding"
+
+
+def stop_answering_producers(tsock, endpoints):
+    """Kills a producer the ranks started and left behind (a failed run): detached from them,
+    it would outlive the test."""
+    for endpoint in endpoints:
+        try:
+            pid = tsock.query_stats(endpoint, timeout=0.5)["producer"]["pid"]
+        except tsock.TsockError:
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
