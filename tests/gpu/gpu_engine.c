@@ -5,7 +5,8 @@
  *   gpu_engine gather_beats  item 2: a consumer whose gather never completes (its device
  *                            stalls) keeps heartbeating: the producer does not lose it.
  *   gpu_engine close_waits   item 3: a consumer destroyed right after a stream-ordered release,
- *                            and with a batch never released, whose reads are still queued,
+ *                            and with batches never released, whose reads are still queued on
+ *                            the default stream and on a non-blocking side stream,
  *                            says BYE only after those reads ran: the producer never refills a
  *                            slot under them (the simulated device aborts a write under a
  *                            queued read of another live process).
@@ -229,25 +230,31 @@ closing_consumer_main(const char *endpoint)
     CUDA_OK(DEV->set_device(0));
     CUDA_OK(DEV->stream_create(&stream));
     void *copy;
-    CUDA_OK(DEV->malloc(&copy, 2 * (size_t)BATCH * WIDTH));
-    tsock_batch *a, *b;
-    if (tsock_consumer_next(c, 30000, &a) < 0 || tsock_consumer_next(c, 30000, &b) < 0)
+    CUDA_OK(DEV->malloc(&copy, 3 * (size_t)BATCH * WIDTH));
+    tsock_batch *a, *b, *d;
+    if (tsock_consumer_next(c, 30000, &a) < 0 || tsock_consumer_next(c, 30000, &b) < 0 ||
+        tsock_consumer_next(c, 30000, &d) < 0)
         return 4;
     size_t bytes = tsock_batch_tensor_bytes(a, 0);
     EXPECT(tsock_batch_wait(a, stream) == 0);
     CUDA_OK(DEV->memcpy_async(copy, tsock_batch_tensor_data(a, 0), bytes, TSOCK__DEV_D2D, stream));
     EXPECT(tsock_consumer_release_on_stream(c, a, stream) == 0);
+    /* b is read on the legacy default stream, d on the non-blocking side stream (as torch's
+     * side streams are): neither is released, and destroy must wait for both. */
     EXPECT(tsock_batch_wait(b, NULL) == 0);
     CUDA_OK(DEV->memcpy_async((uint8_t *)copy + bytes, tsock_batch_tensor_data(b, 0), bytes,
                               TSOCK__DEV_D2D, NULL));
-    tsock_consumer_destroy(c); /* b never released */
+    EXPECT(tsock_batch_wait(d, stream) == 0);
+    CUDA_OK(DEV->memcpy_async((uint8_t *)copy + 2 * bytes, tsock_batch_tensor_data(d, 0), bytes,
+                              TSOCK__DEV_D2D, stream));
+    tsock_consumer_destroy(c);
     CUDA_OK(DEV->stream_sync(stream));
     CUDA_OK(DEV->stream_sync(NULL));
-    uint8_t *host = malloc(2 * bytes);
-    CUDA_OK(DEV->memcpy_async(host, copy, 2 * bytes, TSOCK__DEV_D2H, NULL));
+    uint8_t *host = malloc(3 * bytes);
+    CUDA_OK(DEV->memcpy_async(host, copy, 3 * bytes, TSOCK__DEV_D2H, NULL));
     CUDA_OK(DEV->stream_sync(NULL));
-    /* Both copies read their batches before the producer could refill the slots. */
-    for (size_t k = 0; k < 2 * (size_t)BATCH; k++)
+    /* The three copies read their batches before the producer could refill the slots. */
+    for (size_t k = 0; k < 3 * (size_t)BATCH; k++)
         for (size_t j = 0; j < WIDTH; j++)
             if (host[k * WIDTH + j] != pattern(k, j)) {
                 fprintf(stderr, "closing consumer: sample %zu byte %zu refilled under a read\n", k,
