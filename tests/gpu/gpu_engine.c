@@ -16,6 +16,13 @@
  *                            memory another live process has queued work on).
  *   gpu_engine partial_end   item 6: the partial gather that ends a stream is device memory,
  *                            labelled so, with the right bytes.
+ *   gpu_engine held_past_exit  a batch its consumer still holds when the producer stops, frees
+ *                            its ring and exits still reads right: the driver keeps exported
+ *                            memory while an importer has it open, as docs/gpu.md promises a
+ *                            consumer that holds a batch past the producer's goodbye bound or
+ *                            reconnects while holding one. The simulated device models that
+ *                            (the bytes stay until the last process closes them); only a run
+ *                            on a GPU shows the driver does it.
  *
  * gather_beats needs the simulated device's stall control and skips elsewhere; the others run
  * on a real GPU too. */
@@ -356,6 +363,58 @@ case_stop_waits(const char *endpoint, const char *dir)
     return failures ? 1 : 0;
 }
 
+/* ---- a batch held past its producer's exit ---------------------------------------------- */
+
+/* Reads the first tensor of b back to the host; 0 when every byte is the pattern. */
+static int
+batch_reads_right(tsock_batch *b)
+{
+    size_t bytes = tsock_batch_tensor_bytes(b, 0);
+    uint8_t *host = malloc(bytes);
+    int dev = DEV->memcpy_async(host, tsock_batch_tensor_data(b, 0), bytes, TSOCK__DEV_D2H, NULL);
+    if (dev == TSOCK__DEV_OK)
+        dev = DEV->stream_sync(NULL);
+    if (dev != TSOCK__DEV_OK) {
+        fprintf(stderr, "reading the held batch: %s\n", DEV->error_text(DEV->last_raw()));
+        free(host);
+        return -1;
+    }
+    int wrong = 0;
+    for (size_t k = 0; k < bytes / WIDTH && !wrong; k++)
+        for (size_t j = 0; j < WIDTH && !wrong; j++)
+            wrong = host[k * WIDTH + j] != pattern(k, j);
+    free(host);
+    return wrong;
+}
+
+static int
+case_held_past_exit(const char *endpoint, const char *dir)
+{
+    char go[300];
+    snprintf(go, sizeof go, "%s/go", dir);
+    char *argv[] = {"gpu_engine", "--stopping-producer", (char *)endpoint, go, NULL};
+    pid_t kid = spawn_env(argv, NULL);
+    tsock_consumer *c = start_consumer(endpoint, 0);
+    CUDA_OK(DEV->set_device(0));
+    tsock_batch *b;
+    EXPECT(tsock_consumer_next(c, 30000, &b) == 0);
+    EXPECT(tsock_batch_wait(b, NULL) == 0);
+    EXPECT(batch_reads_right(b) == 0);
+    touch(go);
+    tsock_batch *none;
+    EXPECT(tsock_consumer_next(c, 30000, &none) == TSOCK_E_PRODUCER_STOPPED);
+    /* The producer waits its goodbye bound for us, frees its ring and exits. */
+    EXPECT(child_status(kid) == 0);
+    int after = batch_reads_right(b);
+    printf("a batch held past its producer's exit: %s\n", after == 0  ? "reads right"
+                                                          : after < 0 ? "cannot be read"
+                                                                      : "reads wrong bytes");
+    EXPECT(after == 0);
+    EXPECT(tsock_consumer_release(c, b) == 0);
+    tsock_consumer_destroy(c);
+    return failures ? 1 : 0;
+}
+
 /* ---- item 6 --------------------------------------------------------------------------------- */
 
 /* Consumer role: batches of 40 from a free-mode stream of 3 x 32 samples: 40, 40, then a
@@ -431,7 +490,9 @@ main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "--partial-consumer") == 0)
         return partial_consumer_main(argv[2]);
     if (argc != 2) {
-        fprintf(stderr, "usage: %s gather_beats|close_waits|stop_waits|partial_end\n", argv[0]);
+        fprintf(stderr,
+                "usage: %s gather_beats|close_waits|stop_waits|partial_end|held_past_exit\n",
+                argv[0]);
         return 2;
     }
     if (strcmp(argv[1], "gather_beats") == 0 && !tsock__dev_simulated()) {
@@ -467,6 +528,8 @@ main(int argc, char **argv)
         return case_stop_waits(endpoint, dir);
     if (strcmp(argv[1], "partial_end") == 0)
         return case_partial_end(endpoint);
+    if (strcmp(argv[1], "held_past_exit") == 0)
+        return case_held_past_exit(endpoint, dir);
     fprintf(stderr, "unknown case %s\n", argv[1]);
     return 2;
 }
