@@ -200,6 +200,13 @@ start_producer(const struct config *cfg, tsock_pipeline *pl, uint64_t samples, t
         what = "tsock_producer_set_sampler";
         rc = tsock_producer_set_sampler(p, samples, cfg->seed, cfg->epochs);
     }
+    if (rc == 0 && cfg->nodes > 1) {
+        what = "tsock_producer_set_nodes";
+        rc = tsock_producer_set_nodes(p, cfg->nodes, cfg->node_rank);
+        if (rc == 0 && !cfg->quiet)
+            fprintf(stderr, "tsock-producer: serving node %u of %u's share (%s)\n", cfg->node_rank,
+                    cfg->nodes, cfg->nodes_from);
+    }
     if (rc == 0) {
         what = cfg->device >= 0 ? "starting on the GPU" : "tsock_producer_start";
         rc = tsock_producer_start(p);

@@ -90,6 +90,11 @@ struct tsock_producer {
 
     int use_sampler;
     uint64_t sampler_samples, sampler_seed, sampler_epochs;
+    /* Several nodes: this producer's sampler runs over node_share's node_samples entries, its
+     * node's share of the dataset_samples (sampler_samples then equals node_samples). */
+    uint32_t nodes, node_rank;
+    uint64_t dataset_samples;
+    uint64_t *node_share; /* NULL on one node */
     struct tsock__sampler sampler;
     uint64_t *slot_ids; /* slot_count * batch_size sample ids */
     uint8_t *ids_wire;  /* one batch's ids as BATCH carries them (service thread's) */
