@@ -23,6 +23,10 @@ SHARE = (SAMPLES + NODES - 1) // NODES
 
 # The launchers' variables the producer reads; a test decides them itself, so the ones this
 # script may have inherited (a CI job under Slurm or torchrun) are dropped for every child.
+# Liveness is not under test here: generous heartbeats keep a loaded machine (or TSan) from
+# declaring a slow peer dead.
+HEARTBEAT = ["--heartbeat-ms", "250", "--heartbeat-timeout-ms", "20000"]
+
 LAUNCHER_VARS = ("SLURM_NNODES", "SLURM_NODEID", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 for _v in LAUNCHER_VARS:
     os.environ.pop(_v, None)
@@ -44,8 +48,7 @@ def node_producer(env, k, *extra, environ=None, epochs=2, seed=11):
     argv = [env.args.producer, "--dataset", "synthetic", "--endpoint",
             f"ipc://{env.path(f'node{k}.sock')}", "--samples", str(SAMPLES), "--image-size", "8",
             "--batch-size", str(BATCH), "--slots", "4", "--epochs", str(epochs), "--seed",
-            str(seed), "--wait-consumers", "1", "--heartbeat-ms", "100",
-            "--heartbeat-timeout-ms", "1000"] + list(extra)
+            str(seed), "--wait-consumers", "1"] + HEARTBEAT + list(extra)
     if environ is not None:
         old = dict(os.environ)
         os.environ.update(environ)
@@ -61,9 +64,9 @@ def node_producer(env, k, *extra, environ=None, epochs=2, seed=11):
 
 def node_consumer(env, k, ids_path, epochs=2):
     return env.consumer("--epochs", str(epochs), "--nodes", str(NODES), "--batch-size",
-                        str(BATCH), "--ids-out", ids_path,
+                        str(BATCH), "--ids-out", ids_path, *HEARTBEAT,
                         endpoint=f"ipc://{env.path(f'node{k}.sock')}", name=f"consumer-node{k}",
-                        samples=SAMPLES)
+                        samples=SAMPLES, hb=False)
 
 
 def serve_two_nodes(env, flags_for, environ_for=lambda k: None, epochs=2):
@@ -175,8 +178,9 @@ def test_nodes_bad_options(env):
 
     # A consumer told the wrong node count is refused with the sizes it saw.
     prod = node_producer(env, 0, "--nodes", str(NODES), "--node-rank", "0", epochs=1)
-    c = env.consumer("--epochs", "1", "--nodes", "3", endpoint=f"ipc://{env.path('node0.sock')}",
-                     name="wrong-nodes", samples=SAMPLES)
+    c = env.consumer("--epochs", "1", "--nodes", "3", *HEARTBEAT,
+                     endpoint=f"ipc://{env.path('node0.sock')}", name="wrong-nodes",
+                     samples=SAMPLES, hb=False)
     rc = c.wait(30)
     check(rc == 3, f"wrong --nodes: exit code {rc}, expected 3")
     check("the producer's epochs have 1024 samples, not 683" in c.json()["error"],
