@@ -13,7 +13,7 @@ import collections
 import os
 
 from itest import check, run
-from tsock_integration import Env, Proc, check_no_content_errors
+from tsock_integration import Env, Proc, check_no_content_errors, read_stats
 
 # Odd on purpose: two shares of 1024, one id padded onto node 1's.
 SAMPLES = 2047
@@ -72,8 +72,9 @@ def node_consumer(env, k, ids_path, epochs=2):
 def serve_two_nodes(env, flags_for, environ_for=lambda k: None, epochs=2):
     """Runs one producer per simulated node and one consumer on each; returns each node's
     {epoch: ids} after checking that every consumer ran clean and exact over its share."""
-    prods = [node_producer(env, k, *flags_for(k), environ=environ_for(k), epochs=epochs)
-             for k in range(NODES)]
+    stats = [env.path(f"stats{k}.json") for k in range(NODES)]
+    prods = [node_producer(env, k, *flags_for(k), "--stats-json", stats[k],
+                           environ=environ_for(k), epochs=epochs) for k in range(NODES)]
     paths = [env.path(f"ids{k}.txt") for k in range(NODES)]
     cons = [node_consumer(env, k, paths[k], epochs) for k in range(NODES)]
     nodes = []
@@ -91,8 +92,12 @@ def serve_two_nodes(env, flags_for, environ_for=lambda k: None, epochs=2):
               f"{c.name}: --ids-out has {sum(len(v) for v in ids.values())} lines for "
               f"{res['samples']} samples")
         nodes.append(ids)
-    for p in prods:
+    for k, p in enumerate(prods):
         check(p.wait(20) == 0, f"{p.name} exit code {p.p.poll()}")
+        st = read_stats(stats[k])
+        check(st["epochs"] == epochs and st["samples"] == epochs * SHARE,
+              f"{p.name}: {st['epochs']} epochs, {st['samples']} samples; expected {epochs} "
+              f"epochs of its share ({SHARE})")
     return nodes, prods
 
 
@@ -117,7 +122,7 @@ def test_two_nodes(env):
     nodes, prods = serve_two_nodes(env, lambda k: ["--nodes", str(NODES), "--node-rank", str(k)])
     check_union(nodes)
     for k, p in enumerate(prods):
-        check(f"serving node {k} of {NODES}" in p.stderr(),
+        check(f"serving the share of node {k} of {NODES}" in p.stderr(),
               f"{p.name} did not say which share it serves")
     # Consecutive epochs of a share are different orders of it.
     check(nodes[0][0] != nodes[0][1], "node 0 served the same order twice")
