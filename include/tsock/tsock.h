@@ -211,17 +211,19 @@ TSOCK_API int tsock_producer_set_sampler(tsock_producer *p, uint64_t samples, ui
                                          uint64_t epochs);
 
 /* Serves one node's share of the sampler's dataset, for jobs spread over `nodes` machines with
- * one producer each (docs/distributed.md). Node `node_rank` gets ceil(samples / nodes) sample
- * ids: those at positions node_rank, node_rank + nodes, ... of one permutation derived from the
- * sampler's (samples, seed) alone, positions past the end wrapping to the start (so a share
- * holds up to one id that another node also holds when nodes does not divide samples). Every
- * producer with the same samples, seed and nodes computes the same split, so the shares are
- * disjoint and together the whole dataset with no message between nodes. The sampler's epochs
- * are then epochs of the share: consumers see samples = the share's size, and sample ids stay
- * the dataset's. Default 1 node (the whole dataset). Needs tsock_producer_set_sampler. Caller's
- * thread, before start. Returns 0, -EINVAL (nodes == 0 or node_rank >= nodes), or
- * TSOCK_E_STATE after start; start fails with -EINVAL when the share would be empty or there is
- * no sampler. */
+ * one producer each (docs/distributed.md). Node `node_rank` gets M = ceil(samples / nodes)
+ * sample ids: those at positions node_rank, node_rank + nodes, ... of one permutation derived
+ * from the sampler's (samples, seed) alone, positions past the end wrapping to the start (so a
+ * share holds up to one id that another node also holds when nodes does not divide samples).
+ * Every producer with the same samples, seed and nodes computes the same split, so the shares
+ * are disjoint and together the whole dataset with no message between nodes. The sampler's
+ * epochs are then epochs of the share: tsock_slot_sample_ids gives the dataset's ids, while
+ * consumers see M as the dataset size (tsock_consumer_dataset_size) and a checkpointing
+ * consumer's saved state is a state over the share, which a producer serving a share of
+ * another size refuses (docs/semantics.md, "Resume"). Default 1 node (the whole dataset).
+ * Needs tsock_producer_set_sampler. Caller's thread, before start. Returns 0, -EINVAL
+ * (nodes == 0 or node_rank >= nodes), or TSOCK_E_STATE after start; start fails with -EINVAL
+ * (and a log line) when there is no sampler or more nodes than samples. */
 TSOCK_API int tsock_producer_set_nodes(tsock_producer *p, uint32_t nodes, uint32_t node_rank);
 
 /* ---- the ring on a GPU (CUDA backend) ---- */

@@ -9,7 +9,6 @@
 
 #include "core/layout.h"
 #include "core/sync.h"
-#include "dataset/groups.h"
 #include "engine/producer_internal.h"
 
 /* ---- creation and options ---------------------------------------------------------------- */
@@ -71,21 +70,10 @@ tsock_producer_set_sampler(tsock_producer *p, uint64_t samples, uint64_t seed, u
     if (p->state != TSOCK__P_CREATED)
         return TSOCK_E_STATE;
     p->use_sampler = 1;
-    p->sampler_samples = samples;
+    p->dataset_samples = samples;
+    p->sampler_samples = samples; /* a node's share's size once started with node shares */
     p->sampler_seed = seed;
     p->sampler_epochs = epochs;
-    return 0;
-}
-
-int
-tsock_producer_set_nodes(tsock_producer *p, uint32_t nodes, uint32_t node_rank)
-{
-    if (!p || nodes == 0 || node_rank >= nodes)
-        return -EINVAL;
-    if (p->state != TSOCK__P_CREATED)
-        return TSOCK_E_STATE;
-    p->nodes = nodes;
-    p->node_rank = node_rank;
     return 0;
 }
 
@@ -173,33 +161,6 @@ tsock_producer_endpoint(const tsock_producer *p)
 
 /* ---- start ------------------------------------------------------------------------------- */
 
-/* Several nodes: the sampler runs over this node's share, whose table maps its ids back to the
- * dataset's (see tsock_producer_set_nodes). */
-static int
-take_node_share(tsock_producer *p)
-{
-    /* A second start after a failed one must split the whole dataset again, not the share. */
-    if (p->dataset_samples == 0)
-        p->dataset_samples = p->sampler_samples;
-    p->sampler_samples = p->dataset_samples;
-    free(p->node_share);
-    p->node_share = NULL;
-    if (p->nodes <= 1)
-        return 0;
-    uint64_t m = tsock__groups_node_samples(p->dataset_samples, p->nodes);
-    if (m == 0 || m > SIZE_MAX / sizeof(uint64_t))
-        return -EINVAL;
-    p->node_share = malloc((size_t)m * sizeof(uint64_t));
-    if (!p->node_share)
-        return -ENOMEM;
-    int err = tsock__groups_node_share(p->dataset_samples, p->sampler_seed, p->nodes, p->node_rank,
-                                       p->node_share);
-    if (err < 0)
-        return err;
-    p->sampler_samples = m;
-    return 0;
-}
-
 /* The ring's bookkeeping, the sampler and the slot memory the backend makes. */
 static int
 allocate_ring(tsock_producer *p)
@@ -216,9 +177,6 @@ allocate_ring(tsock_producer *p)
         p->ids_wire = malloc((size_t)p->batch_size * 4);
         if (!p->slot_ids || !p->ids_wire)
             return -ENOMEM;
-        err = take_node_share(p);
-        if (err < 0)
-            return err;
         err = tsock__sampler_init(&p->sampler, p->sampler_samples, p->sampler_seed,
                                   p->sampler_epochs);
         if (err < 0)
@@ -244,13 +202,10 @@ tsock_producer_start(tsock_producer *p)
         return -EINVAL;
     if (p->state != TSOCK__P_CREATED || p->channel)
         return TSOCK_E_STATE;
-    if (p->nodes > 1 && !p->use_sampler) {
-        tsock__log(TSOCK_LOG_ERROR, "tsock_producer_set_nodes needs a sampler "
-                                    "(tsock_producer_set_sampler): a node share is a share of "
-                                    "the sampler's dataset");
-        return -EINVAL;
-    }
-    int err = allocate_ring(p);
+    /* First, so that a refused node share has allocated nothing else. */
+    int err = tsock__producer_nodes_start(p);
+    if (err == 0)
+        err = allocate_ring(p);
     if (err < 0)
         return err;
     p->state = TSOCK__P_RUNNING;
@@ -361,9 +316,7 @@ plan_slot(tsock_producer *p, struct tsock_slot *s)
     s->ids = p->slot_ids + (size_t)s->index * p->batch_size;
     s->planned = tsock__sampler_next(&p->sampler, p->batch_size, s->ids, &s->epoch,
                                      &s->index_in_epoch, &s->epoch_end);
-    if (p->node_share)
-        for (uint32_t i = 0; i < s->planned; i++)
-            s->ids[i] = p->node_share[s->ids[i]];
+    tsock__producer_nodes_map(p, s);
     return s->planned ? 0 : TSOCK_E_END;
 }
 
@@ -544,7 +497,7 @@ tsock_producer_destroy(tsock_producer *p)
         p->memory->ops->close(p->memory);
     if (p->use_sampler)
         tsock__sampler_free(&p->sampler);
-    free(p->node_share);
+    tsock__producer_nodes_free(p);
     free(p->slot_ids);
     free(p->ids_wire);
     free(p->queue);

@@ -11,8 +11,13 @@ of its share. Standard library only.
 """
 import collections
 import os
+import signal
+import struct
+import time
 
 from itest import check, run
+from resume_test import decode_state
+from resume_test import read_ids as read_ids_tolerant
 from tsock_integration import Env, Proc, check_no_content_errors, read_stats
 
 # Odd on purpose: two shares of 1024, one id padded onto node 1's.
@@ -69,13 +74,20 @@ def node_consumer(env, k, ids_path, epochs=2):
                         samples=SAMPLES, hb=False)
 
 
+_RUNS = 0
+
+
 def serve_two_nodes(env, flags_for, environ_for=lambda k: None, epochs=2):
     """Runs one producer per simulated node and one consumer on each; returns each node's
     {epoch: ids} after checking that every consumer ran clean and exact over its share."""
-    stats = [env.path(f"stats{k}.json") for k in range(NODES)]
+    # tsock-consume --ids-out appends (a resumed run goes on in the same file): fresh files
+    # for every run of the same test.
+    global _RUNS
+    _RUNS += 1
+    stats = [env.path(f"stats{k}-{_RUNS}.json") for k in range(NODES)]
     prods = [node_producer(env, k, *flags_for(k), "--stats-json", stats[k],
                            environ=environ_for(k), epochs=epochs) for k in range(NODES)]
-    paths = [env.path(f"ids{k}.txt") for k in range(NODES)]
+    paths = [env.path(f"ids{k}-{_RUNS}.txt") for k in range(NODES)]
     cons = [node_consumer(env, k, paths[k], epochs) for k in range(NODES)]
     nodes = []
     for k, c in enumerate(cons):
@@ -163,10 +175,12 @@ def test_nodes_bad_options(env):
          "not a multiple of LOCAL_WORLD_SIZE"),
         ([C, "--nodes", "2"], None, "--nodes: needs --samples"),
         ([C, "--nodes", "x", "--samples", "10"], None, "--nodes"),
-        ([C, "--ids-out", env.path("no/such/dir/ids.txt")], None, "--ids-out"),
         ([C, "--ids-out", ""], None, "--ids-out"),
+        # A file that cannot be opened is found before connecting: a failed run (3), not usage.
+        ([C, "--ids-out", env.path("no/such/dir/ids.txt")], None, "--ids-out", 3),
     ]
-    for argv, environ, needle in cases:
+    for argv, environ, needle, *want in cases:
+        want = want[0] if want else 2
         old = dict(os.environ)
         os.environ.update(environ or {})
         try:
@@ -176,7 +190,7 @@ def test_nodes_bad_options(env):
             os.environ.update(old)
         env.procs.append(p)
         rc = p.wait(10)
-        check(rc == 2, f"{argv[1:]} {environ}: exit code {rc}, expected 2")
+        check(rc == want, f"{argv[1:]} {environ}: exit code {rc}, expected {want}")
         check(needle in p.stderr(), f"{argv[1:]} {environ}: message {p.stderr()!r} lacks "
               f"{needle!r}")
         env.procs.remove(p)
@@ -193,10 +207,111 @@ def test_nodes_bad_options(env):
     prod.kill()
 
 
+# Resume: liveness matters here (the killed consumer's slots must come back within the run),
+# so the library's default heartbeats, which a loaded machine keeps.
+RESUME_HB = ["--heartbeat-ms", "250", "--heartbeat-timeout-ms", "3000"]
+
+
+def resume_producer(env, k, *flags):
+    return env.producer("--epochs", "0", "--seed", "11", *flags, *RESUME_HB,
+                        endpoint=f"ipc://{env.path(f'node{k}.sock')}", name=f"producer-node{k}",
+                        samples=SAMPLES, batch=BATCH, image=8, hb=False)
+
+
+def resume_consumer(env, k, *extra, name, nodes=NODES):
+    return env.consumer("--nodes", str(nodes), "--batch-size", str(BATCH), *RESUME_HB, *extra,
+                        endpoint=f"ipc://{env.path(f'node{k}.sock')}", name=name,
+                        samples=SAMPLES, hb=False)
+
+
+def test_nodes_resume_kill9(env):
+    """A checkpointing consumer of node 1 (whose share holds the padding id) is killed with
+    SIGKILL; a new one resumes from its state file. The state is over the node's share (its
+    dataset size is the share's), and the interrupted epoch over both runs is exactly the
+    share, apart from the documented window of the batch after the last save."""
+    k = 1
+    p = resume_producer(env, k, "--nodes", str(NODES), "--node-rank", str(k))
+    p.wait_stderr("serving", 10)
+    state, ids1, ids2 = env.path("state"), env.path("ids1"), env.path("ids2")
+    c1 = resume_consumer(env, k, "--epochs", "0", "--delay-ms", "5", "--save-state", state,
+                         "--ids-out", ids1, name="consumer1")
+    # Somewhere after its first epoch; which epoch the state ends up in does not matter.
+    stop_at = SHARE + SHARE // 3
+    deadline = time.monotonic() + 60
+    while sum(len(v) for v in read_ids_tolerant(ids1).values()) < stop_at:
+        check(time.monotonic() < deadline and c1.running(),
+              f"consumer1 did not receive {stop_at} samples")
+        time.sleep(0.02)
+    c1.p.send_signal(signal.SIGKILL)
+    c1.wait(5)
+    with open(state, "rb") as f:
+        data = f.read()
+    n = struct.unpack_from("<Q", data, 8)[0]
+    check(n == SHARE, f"the state's dataset size is {n}, not the node's share {SHARE}")
+    epoch, batch, delivered = decode_state(data)
+    check(epoch >= 1 and batch == BATCH, f"state of epoch {epoch}, batch {batch}")
+
+    c2 = resume_consumer(env, k, "--epochs", "1", "--resume", state, "--ids-out", ids2,
+                         name="consumer2")
+    res = c2.wait(60)
+    check(res == 0, f"consumer2 exit code {res}: {c2.stderr()}")
+    out = c2.json()
+    check(out["duplicates"] == 0 and out["content_errors"] == 0 and out["index_errors"] == 0,
+          f"consumer2 found errors: {out}")
+    p.signal(signal.SIGTERM)
+    p.wait(10)
+
+    # The killed run's last line may be torn; the resumed run ended cleanly.
+    first, second = read_ids_tolerant(ids1), read_ids(ids2)
+    share = set(first[0])
+    check(len(first[0]) == len(share) == SHARE, f"epoch 0 holds {len(first[0])} ids")
+    before, after = first.get(epoch, []), second.get(epoch, [])
+    check(len(after) == len(set(after)), "the resumed run received a sample twice")
+    check(len(after) == SHARE - len(delivered),
+          f"the resumed run received {len(after)} of epoch {epoch}, expected "
+          f"{SHARE - len(delivered)} (the share less the {len(delivered)} saved)")
+    check(set(before) | set(after) == share,
+          f"epoch {epoch} over both runs is not the node's share")
+    window = set(before) & set(after)
+    check(len(window) == len(before) - len(delivered) and len(window) <= batch,
+          f"{len(window)} samples seen by both runs; {len(before)} received, "
+          f"{len(delivered)} saved")
+    check(set(second.get(epoch + 1, [])) == share and len(second[epoch + 1]) == SHARE,
+          f"the resumed run's next epoch is not exactly the share")
+
+
+def test_nodes_resume_other_share(env):
+    """A state saved under another node count (another share size) is refused clearly, either
+    way round."""
+    cases = [(NODES, 1, SHARE, SAMPLES), (1, NODES, SAMPLES, SHARE)]
+    for i, (saved_under, resumed_under, n_saved, n_now) in enumerate(cases):
+        state = env.path(f"state{i}")
+        p = resume_producer(env, 0, "--nodes", str(saved_under), "--node-rank", "0")
+        p.wait_stderr("serving", 10)
+        c = resume_consumer(env, 0, "--epochs", "1", "--save-state", state, nodes=saved_under,
+                            name=f"saver{i}")
+        check(c.wait(60) == 0, f"saver{i}: {c.stderr()}")
+        p.signal(signal.SIGTERM)
+        p.wait(10)
+        p = resume_producer(env, 0, "--nodes", str(resumed_under), "--node-rank", "0")
+        p.wait_stderr("serving", 10)
+        r = resume_consumer(env, 0, "--epochs", "1", "--resume", state, nodes=resumed_under,
+                            name=f"resumer{i}")
+        rc = r.wait(30)
+        want = (f"the state is of a dataset of {n_saved} samples, the producer serves "
+                f"{n_now}")
+        check(rc == 1 and want in r.stderr(),
+              f"resumer{i}: exit {rc}, expected 1 and {want!r} in {r.stderr()!r}")
+        p.signal(signal.SIGTERM)
+        p.wait(10)
+
+
 TESTS = {
     "two_nodes": test_two_nodes,
     "nodes_from_environment": test_nodes_from_environment,
     "nodes_bad_options": test_nodes_bad_options,
+    "nodes_resume_kill9": test_nodes_resume_kill9,
+    "nodes_resume_other_share": test_nodes_resume_other_share,
 }
 
 if __name__ == "__main__":
