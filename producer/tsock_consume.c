@@ -90,6 +90,9 @@ usage(FILE *f)
             "  --batch-size N             samples per batch, any size; 0 = the producer's\n"
             "                             (default 0)\n"
             "  --drop-last                leave out the short last batch of each epoch\n"
+            "  --nodes N                  the producer serves one of N node shares\n"
+            "                             (tsock-producer --nodes N): --samples is the whole\n"
+            "                             dataset, an epoch ceil(samples / N) of its ids\n"
             "  --delay-ms N               hold each batch N ms, like a training step (default 0)\n"
             "  --join-after-ms N          wait N ms before connecting (default 0)\n"
             "  --pause-between-epochs-ms N\n"
@@ -178,6 +181,7 @@ struct config {
     int64_t save_every;     /* --save-every N */
     const char *resume;     /* --resume FILE */
     const char *ids_out;    /* --ids-out FILE */
+    int64_t nodes;          /* --nodes: the producer serves one of this many node shares */
 };
 
 /* --normalize[=M1,M2,M3,S1,S2,S3], as tsock-producer takes it. */
@@ -511,7 +515,7 @@ place_sampler(const tsock_batch *b, const struct config *cfg, struct epoch_track
     int end = tsock_batch_is_epoch_end(b);
 
     if (e->open && (e->short_end || epoch != e->epoch))
-        epoch_close_broken(e, r, (uint64_t)cfg->samples);
+        epoch_close_broken(e, r, r->dataset);
     if (!e->open) {
         /* Epochs are numbered 0, 1, 2, ... and each starts at its first batch; a resumed run's
          * first epoch is the rest of an interrupted one: numbered on, checked for duplicates. */
@@ -660,6 +664,7 @@ enum {
     OPT_SAVE_STATE,
     OPT_SAVE_EVERY,
     OPT_RESUME,
+    OPT_NODES,
     OPT_IDS_OUT,
     OPT_QUIET,
     OPT_VERBOSE,
@@ -696,6 +701,7 @@ parse_args(int argc, char **argv, struct config *cfg)
         {"save-state", required_argument, NULL, OPT_SAVE_STATE},
         {"save-every", required_argument, NULL, OPT_SAVE_EVERY},
         {"resume", required_argument, NULL, OPT_RESUME},
+        {"nodes", required_argument, NULL, OPT_NODES},
         {"ids-out", required_argument, NULL, OPT_IDS_OUT},
         {"quiet", no_argument, NULL, OPT_QUIET},
         {"verbose", no_argument, NULL, OPT_VERBOSE},
@@ -776,6 +782,7 @@ parse_args(int argc, char **argv, struct config *cfg)
                 cli_bad_usage("--resume: the file name must not be empty");
             cfg->resume = optarg;
             break;
+        case OPT_NODES: cfg->nodes = cli_parse_i64("nodes", optarg, 1, 65536); break;
         case OPT_IDS_OUT:
             if (optarg[0] == '\0')
                 cli_bad_usage("--ids-out: the file name must not be empty");
@@ -810,6 +817,9 @@ parse_args(int argc, char **argv, struct config *cfg)
         cli_bad_usage("--save-every needs --save-state");
     cli_check_heartbeat(cfg->heartbeat_ms, cfg->heartbeat_timeout_ms);
     cli_check_curve_client(cfg->curve_secret_key, cfg->curve_server_key);
+    if (cfg->nodes > 1 && cfg->samples == 0)
+        cli_bad_usage("--nodes: needs --samples N, the whole dataset's size (the producer only "
+                      "knows its node's share)");
 }
 
 static void
@@ -1014,10 +1024,19 @@ read_announced(tsock_consumer *c, const struct config *cfg, struct results *r, c
     r->dataset = tsock_consumer_dataset_size(c);
     r->batches_per_epoch = tsock_consumer_batches_per_epoch(c);
     r->batch_size = cfg->batch_size ? (uint32_t)cfg->batch_size : r->capacity;
-    if (r->dataset > 0 && r->dataset != (uint64_t)cfg->samples) {
-        snprintf(why, why_size,
-                 "--samples %" PRId64 " but the producer's dataset has %" PRIu64 " samples",
-                 cfg->samples, r->dataset);
+    /* With node shares the producer's epochs hold its node's share of the ids. */
+    uint64_t nodes = (uint64_t)cfg->nodes;
+    uint64_t want = ((uint64_t)cfg->samples + nodes - 1) / nodes;
+    if (r->dataset > 0 && r->dataset != want) {
+        if (nodes > 1)
+            snprintf(why, why_size,
+                     "--samples %" PRId64 " --nodes %" PRIu64
+                     " but the producer's epochs have %" PRIu64 " samples, not %" PRIu64,
+                     cfg->samples, nodes, r->dataset, want);
+        else
+            snprintf(why, why_size,
+                     "--samples %" PRId64 " but the producer's dataset has %" PRIu64 " samples",
+                     cfg->samples, r->dataset);
         return -1;
     }
     return 0;
@@ -1037,7 +1056,8 @@ main(int argc, char **argv)
                          .timeout_ms = 10000,
                          .connect_timeout_ms = 10000,
                          .grace_ms = -1,
-                         .latency_samples = 65536};
+                         .latency_samples = 65536,
+                         .nodes = 1};
     parse_args(argc, argv, &cfg);
     tsock_set_log(log_to_stderr, NULL, cfg.verbose ? TSOCK_LOG_DEBUG : TSOCK_LOG_WARN);
 
