@@ -322,13 +322,20 @@ stopping_producer_main(const char *endpoint, const char *go)
     return 0;
 }
 
+/* Starts the stopping producer role in a child; `go` receives the path that tells it to stop. */
+static pid_t
+spawn_stopping_producer(const char *endpoint, const char *dir, char *go, size_t go_size)
+{
+    snprintf(go, go_size, "%s/go", dir);
+    char *argv[] = {"gpu_engine", "--stopping-producer", (char *)endpoint, go, NULL};
+    return spawn_env(argv, NULL);
+}
+
 static int
 case_stop_waits(const char *endpoint, const char *dir)
 {
     char go[300];
-    snprintf(go, sizeof go, "%s/go", dir);
-    char *argv[] = {"gpu_engine", "--stopping-producer", (char *)endpoint, go, NULL};
-    pid_t kid = spawn_env(argv, NULL);
+    pid_t kid = spawn_stopping_producer(endpoint, dir, go, sizeof go);
     tsock_consumer *c = start_consumer(endpoint, 0);
     tsock__dev_stream_t stream;
     CUDA_OK(DEV->set_device(0));
@@ -391,9 +398,7 @@ static int
 case_held_past_exit(const char *endpoint, const char *dir)
 {
     char go[300];
-    snprintf(go, sizeof go, "%s/go", dir);
-    char *argv[] = {"gpu_engine", "--stopping-producer", (char *)endpoint, go, NULL};
-    pid_t kid = spawn_env(argv, NULL);
+    pid_t kid = spawn_stopping_producer(endpoint, dir, go, sizeof go);
     tsock_consumer *c = start_consumer(endpoint, 0);
     CUDA_OK(DEV->set_device(0));
     tsock_batch *b;
