@@ -13,6 +13,8 @@ groups_mismatch: a rank that disagrees with the joined ranks is refused, the fie
 groups_kill9 / groups_stopped_rank: kill -9 of one rank (its connection goes), or SIGSTOP (its
 heartbeats stop), ends its group's other ranks with the group-lost error within the heartbeat
 timeout; a solo consumer and another group finish their epochs exactly.
+groups_two_nodes: two producers with --nodes 2 serve a group of world 4, two ranks each: every
+group epoch is exact across the four ranks.
 Standard library only.
 """
 import os
@@ -78,8 +80,9 @@ def start_group(env, name, world, batch, *extra, epochs=2, hb_ms=HB_TIMEOUT_MS):
     return ranks
 
 
-def check_group(name, ranks, world, batch, drop_last, epochs=2):
-    """Waits for every rank and checks each group epoch across the ranks."""
+def check_group(name, ranks, world, batch, drop_last, epochs=2, nodes=1):
+    """Waits for every rank and checks each group epoch across the ranks. With node shares a
+    node's padding sample (up to nodes - 1 per epoch, docs/distributed.md) may come twice."""
     results = [wait_json(p, 60, f"{name} rank {r}") for r, (p, _) in enumerate(ranks)]
     per_rank = (N // world) if drop_last else -(-N // world)
     if drop_last:
@@ -106,8 +109,8 @@ def check_group(name, ranks, world, batch, drop_last, epochs=2):
         total = sum(len(s) for s in shares)
         check(union <= set(range(N)), f"{name} epoch {e}: ids outside the dataset")
         if drop_last:
-            check(total == len(union), f"{name} epoch {e}: the ranks' shares overlap")
-            check(N - len(union) < world * batch,
+            check(total - len(union) <= nodes - 1, f"{name} epoch {e}: the ranks' shares overlap")
+            check(N - len(union) < world * batch + nodes - 1,
                   f"{name} epoch {e}: {N - len(union)} samples left out, not fewer than "
                   f"{world * batch}")
         else:
@@ -245,6 +248,35 @@ def test_stopped_rank(env):
     lost_rank(env, signal.SIGSTOP)
 
 
+def test_two_nodes(env):
+    """Two producers with --nodes 2 (two simulated nodes, same seed) and a group of world 4,
+    ranks 0 and 1 on node 0, 2 and 3 on node 1: each group epoch is exact across all four
+    ranks (plus the node and rank padding), with and without drop_last; a rank attached to the
+    other node's producer is refused."""
+    eps = [f"ipc://{env.path(f'node{k}.sock')}" for k in (0, 1)]
+    prods = [producer(env, "--nodes", "2", "--node-rank", str(k), "--seed", "7", "--verbose",
+                      endpoint=eps[k], name=f"producer{k}") for k in (0, 1)]
+    for p in prods:
+        p.wait_stderr("serving", 10)
+    for name, batch, extra in (("pad", 20, ()), ("drop", 16, ("--drop-last",))):
+        ranks = []
+        for r in range(4):
+            ids = env.path(f"{name}-{r}.ids")
+            c = consumer(env, "--group", name, "--rank", str(r), "--world-size", "4",
+                         "--batch-size", str(batch), "--epochs", "2", "--nodes", "2",
+                         "--ids-out", ids, *extra, endpoint=eps[r // 2], name=f"{name}-{r}")
+            ranks.append((c, ids))
+        check_group(name, ranks, 4, batch, bool(extra), nodes=2)
+    stray = consumer(env, "--group", "stray", "--rank", "3", "--world-size", "4", "--nodes", "2",
+                     endpoint=eps[0], name="stray")
+    rc = stray.wait(20, "stray")
+    check(rc == 1 and "belongs to another node" in stray.stderr(),
+          f"a rank of node 1 on node 0's producer: exit {rc}, {stray.stderr()!r}")
+    for p in prods:
+        p.signal(signal.SIGTERM)
+        p.wait(10)
+
+
 TESTS = {
     "groups_pad": test_pad,
     "groups_drop_last": test_drop_last,
@@ -252,6 +284,7 @@ TESTS = {
     "groups_mismatch": test_mismatch,
     "groups_kill9": test_kill9,
     "groups_stopped_rank": test_stopped_rank,
+    "groups_two_nodes": test_two_nodes,
 }
 
 if __name__ == "__main__":
