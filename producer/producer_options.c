@@ -65,6 +65,12 @@ usage(FILE *f)
             "  --slots N                  slots in the ring, 2 or more (default 8)\n"
             "  --epochs N                 epochs to serve, 0 = forever (default 1)\n"
             "  --seed N                   seed of the shuffle and augmentations (default 0)\n"
+            "  --nodes N                  one producer per node: serve only this node's share\n"
+            "                             of the dataset, the same split on every node for the\n"
+            "                             same --seed (default: SLURM_NNODES, else torchrun's\n"
+            "                             WORLD_SIZE / LOCAL_WORLD_SIZE, else 1)\n"
+            "  --node-rank K              this node, 0..N-1 (default: SLURM_NODEID, else\n"
+            "                             torchrun's GROUP_RANK)\n"
             "  --wait-consumers N         publish nothing until N consumers joined (default 0)\n"
             "  --heartbeat-ms N           heartbeat interval (library default 250)\n"
             "  --heartbeat-timeout-ms N   silence after which a consumer is dropped and its\n"
@@ -115,6 +121,8 @@ enum {
     OPT_SLOTS,
     OPT_EPOCHS,
     OPT_SEED,
+    OPT_NODES,
+    OPT_NODE_RANK,
     OPT_WAIT_CONSUMERS,
     OPT_HEARTBEAT_MS,
     OPT_HEARTBEAT_TIMEOUT_MS,
@@ -151,6 +159,8 @@ static const struct option longopts[] = {
     {"slots", required_argument, NULL, OPT_SLOTS},
     {"epochs", required_argument, NULL, OPT_EPOCHS},
     {"seed", required_argument, NULL, OPT_SEED},
+    {"nodes", required_argument, NULL, OPT_NODES},
+    {"node-rank", required_argument, NULL, OPT_NODE_RANK},
     {"wait-consumers", required_argument, NULL, OPT_WAIT_CONSUMERS},
     {"heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT_MS},
     {"heartbeat-timeout-ms", required_argument, NULL, OPT_HEARTBEAT_TIMEOUT_MS},
@@ -170,6 +180,7 @@ static const struct option longopts[] = {
 
 /* Which of the options that only some datasets take were given, to reject the others. */
 struct seen {
+    int nodes, node_rank;   /* --nodes, --node-rank given */
     const char *image_only; /* an option of the image datasets */
     const char *gpu_only;   /* the first of --output, --layout, --normalize */
     int samples, image_size;
@@ -338,6 +349,14 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
     case OPT_SLOTS: cfg->slots = cli_parse_u64("slots", arg, 2, 1024); break;
     case OPT_EPOCHS: cfg->epochs = cli_parse_u64("epochs", arg, 0, UINT64_C(1) << 40); break;
     case OPT_SEED: cfg->seed = cli_parse_u64("seed", arg, 0, UINT64_MAX); break;
+    case OPT_NODES:
+        cfg->nodes = (uint32_t)cli_parse_u64("nodes", arg, 1, 65536);
+        seen->nodes = 1;
+        break;
+    case OPT_NODE_RANK:
+        cfg->node_rank = (uint32_t)cli_parse_u64("node-rank", arg, 0, 65535);
+        seen->node_rank = 1;
+        break;
     case OPT_WAIT_CONSUMERS:
         cfg->wait_consumers = cli_parse_u64("wait-consumers", arg, 0, 1024);
         break;
@@ -453,6 +472,73 @@ check_combination(struct config *cfg, const struct seen *seen)
                       ring);
 }
 
+/* An environment variable as a count, or -1 when unset; a set but malformed value is a usage
+ * error naming the variable, never silently one node. */
+static long
+env_count(const char *name, long min, long max)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0')
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno != 0 || *end != '\0' || n < min || n > max)
+        cli_bad_usage("%s=%s: expected an integer from %ld to %ld (or pass --nodes and "
+                      "--node-rank)",
+                      name, v, min, max);
+    return n;
+}
+
+/* The launcher's view of the nodes: Slurm's, else torchrun's (which has no node count of its
+ * own: WORLD_SIZE / LOCAL_WORLD_SIZE, every node running as many ranks). */
+static void
+nodes_from_environment(struct config *cfg)
+{
+    long nodes = env_count("SLURM_NNODES", 1, 65536);
+    if (nodes > 0) {
+        long id = env_count("SLURM_NODEID", 0, 65535);
+        if (id < 0 && nodes > 1)
+            cli_bad_usage("SLURM_NNODES=%ld but SLURM_NODEID is not set: pass --node-rank", nodes);
+        cfg->nodes = (uint32_t)nodes;
+        cfg->node_rank = id < 0 ? 0 : (uint32_t)id;
+        cfg->nodes_from = "SLURM_NNODES, SLURM_NODEID";
+        return;
+    }
+    long world = env_count("WORLD_SIZE", 1, 1L << 24);
+    long local = env_count("LOCAL_WORLD_SIZE", 1, 1L << 24);
+    long group = env_count("GROUP_RANK", 0, 65535);
+    if (world < 0 || local < 0 || group < 0)
+        return;
+    if (world % local != 0 || world / local > 65536)
+        cli_bad_usage("WORLD_SIZE=%ld is not a multiple of LOCAL_WORLD_SIZE=%ld: pass --nodes "
+                      "and --node-rank",
+                      world, local);
+    cfg->nodes = (uint32_t)(world / local);
+    cfg->node_rank = (uint32_t)group;
+    cfg->nodes_from = "WORLD_SIZE / LOCAL_WORLD_SIZE, GROUP_RANK";
+}
+
+static void
+resolve_nodes(struct config *cfg, const struct seen *seen)
+{
+    if (seen->node_rank && !seen->nodes)
+        cli_bad_usage("--node-rank: needs --nodes");
+    if (seen->nodes) {
+        if (cfg->nodes > 1 && !seen->node_rank)
+            cli_bad_usage("--nodes %u: needs --node-rank (0..%u)", cfg->nodes, cfg->nodes - 1);
+        cfg->nodes_from = "--nodes, --node-rank";
+    } else {
+        nodes_from_environment(cfg);
+    }
+    if (cfg->node_rank >= cfg->nodes)
+        cli_bad_usage("node rank %u (%s): must be below the %u nodes", cfg->node_rank,
+                      cfg->nodes_from, cfg->nodes);
+    if (cfg->dataset == DATASET_SYNTHETIC && cfg->nodes > cfg->samples)
+        cli_bad_usage("--nodes %u: more nodes than the %llu samples", cfg->nodes,
+                      (unsigned long long)cfg->samples);
+}
+
 void
 parse_options(int argc, char **argv, struct config *cfg)
 {
@@ -472,7 +558,8 @@ parse_options(int argc, char **argv, struct config *cfg)
                            .status_interval_s = 1.0,
                            .device = -1,
                            .output_dtype = TSOCK_UINT8,
-                           .layout = TSOCK_NHWC};
+                           .layout = TSOCK_NHWC,
+                           .nodes = 1};
     opterr = 0;
     for (;;) {
         int c = getopt_long(argc, argv, ":hqv", longopts, NULL);
@@ -494,6 +581,7 @@ parse_options(int argc, char **argv, struct config *cfg)
     if (optind < argc)
         cli_bad_usage("unexpected argument '%s' (every setting is an --option)", argv[optind]);
     check_combination(cfg, &seen);
+    resolve_nodes(cfg, &seen);
 }
 
 static int

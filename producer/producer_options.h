@@ -39,6 +39,11 @@ struct config {
     int normalize;            /* --normalize given */
     float mean[3], std[3];    /* its values; ImageNet's when --normalize has none */
     int quiet, verbose;
+    /* Several nodes: this producer serves node node_rank's share of nodes (1: the whole
+     * dataset); nodes_from names where the values came from (a flag or the launcher's
+     * environment), for the start message. */
+    uint32_t nodes, node_rank;
+    const char *nodes_from;
 };
 
 /* Parses the command line into cfg (defaults filled in), exiting with status 2 and a message

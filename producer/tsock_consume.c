@@ -90,6 +90,9 @@ usage(FILE *f)
             "  --batch-size N             samples per batch, any size; 0 = the producer's\n"
             "                             (default 0)\n"
             "  --drop-last                leave out the short last batch of each epoch\n"
+            "  --nodes N                  the producer serves one of N node shares\n"
+            "                             (tsock-producer --nodes N): --samples is the whole\n"
+            "                             dataset, an epoch ceil(samples / N) of its ids\n"
             "  --delay-ms N               hold each batch N ms, like a training step (default 0)\n"
             "  --join-after-ms N          wait N ms before connecting (default 0)\n"
             "  --pause-between-epochs-ms N\n"
@@ -182,11 +185,12 @@ struct config {
     int64_t latency_samples; /* --latency-samples: the reservoir's size */
     float norm[6];           /* --normalize: the producer's means and stds (float images) */
     int normalize;
-    const char *save_state;                /* --save-state FILE */
-    int64_t save_every;                    /* --save-every N */
-    const char *resume;                    /* --resume FILE */
-    const char *ids_out;                   /* --ids-out FILE */
-    const char *group;                     /* --group NAME: a rank of a data-parallel group */
+    const char *save_state; /* --save-state FILE */
+    int64_t save_every;     /* --save-every N */
+    const char *resume;     /* --resume FILE */
+    const char *ids_out;    /* --ids-out FILE */
+    int64_t nodes;          /* --nodes: the producer serves one of this many node shares */
+    const char *group;      /* --group NAME: a rank of a data-parallel group */
     int64_t rank, world, group_timeout_ms; /* --rank, --world-size, --group-timeout (-1: default) */
 };
 
@@ -523,7 +527,7 @@ place_sampler(const tsock_batch *b, const struct config *cfg, struct epoch_track
     int end = tsock_batch_is_epoch_end(b);
 
     if (e->open && (e->short_end || epoch != e->epoch))
-        epoch_close_broken(e, r, (uint64_t)cfg->samples);
+        epoch_close_broken(e, r, r->dataset);
     if (!e->open) {
         /* Epochs are numbered 0, 1, 2, ... and each starts at its first batch; a resumed run's
          * first epoch is the rest of an interrupted one: numbered on, checked for duplicates. */
@@ -672,6 +676,7 @@ enum {
     OPT_SAVE_STATE,
     OPT_SAVE_EVERY,
     OPT_RESUME,
+    OPT_NODES,
     OPT_IDS_OUT,
     OPT_GROUP,
     OPT_RANK,
@@ -712,6 +717,7 @@ parse_args(int argc, char **argv, struct config *cfg)
         {"save-state", required_argument, NULL, OPT_SAVE_STATE},
         {"save-every", required_argument, NULL, OPT_SAVE_EVERY},
         {"resume", required_argument, NULL, OPT_RESUME},
+        {"nodes", required_argument, NULL, OPT_NODES},
         {"ids-out", required_argument, NULL, OPT_IDS_OUT},
         {"group", required_argument, NULL, OPT_GROUP},
         {"rank", required_argument, NULL, OPT_RANK},
@@ -796,6 +802,7 @@ parse_args(int argc, char **argv, struct config *cfg)
                 cli_bad_usage("--resume: the file name must not be empty");
             cfg->resume = optarg;
             break;
+        case OPT_NODES: cfg->nodes = cli_parse_i64("nodes", optarg, 1, 65536); break;
         case OPT_IDS_OUT:
             if (optarg[0] == '\0')
                 cli_bad_usage("--ids-out: the file name must not be empty");
@@ -847,6 +854,9 @@ parse_args(int argc, char **argv, struct config *cfg)
                       cfg->world);
     cli_check_heartbeat(cfg->heartbeat_ms, cfg->heartbeat_timeout_ms);
     cli_check_curve_client(cfg->curve_secret_key, cfg->curve_server_key);
+    if (cfg->nodes > 1 && cfg->samples == 0)
+        cli_bad_usage("--nodes: needs --samples N, the whole dataset's size (the producer only "
+                      "knows its node's share)");
 }
 
 static void
@@ -1063,15 +1073,25 @@ read_announced(tsock_consumer *c, const struct config *cfg, struct results *r, c
      * --drop-last; ranks' shares together are checked by whoever reads their --ids-out. */
     r->epoch_n = r->dataset;
     if (cfg->group && r->dataset) {
-        uint64_t w = (uint64_t)cfg->world;
-        r->epoch_n = cfg->drop_last ? r->dataset / w : (r->dataset + w - 1) / w;
+        /* DistributedSampler's share is of the whole dataset (every node's): --samples. */
+        uint64_t n = (uint64_t)cfg->samples, w = (uint64_t)cfg->world;
+        r->epoch_n = cfg->drop_last ? n / w : (n + w - 1) / w;
     }
     r->batches_per_epoch = tsock_consumer_batches_per_epoch(c);
     r->batch_size = cfg->batch_size ? (uint32_t)cfg->batch_size : r->capacity;
-    if (r->dataset > 0 && r->dataset != (uint64_t)cfg->samples) {
-        snprintf(why, why_size,
-                 "--samples %" PRId64 " but the producer's dataset has %" PRIu64 " samples",
-                 cfg->samples, r->dataset);
+    /* With node shares the producer's epochs hold its node's share of the ids. */
+    uint64_t nodes = (uint64_t)cfg->nodes;
+    uint64_t want = ((uint64_t)cfg->samples + nodes - 1) / nodes;
+    if (r->dataset > 0 && r->dataset != want) {
+        if (nodes > 1)
+            snprintf(why, why_size,
+                     "--samples %" PRId64 " --nodes %" PRIu64
+                     " but the producer's epochs have %" PRIu64 " samples, not %" PRIu64,
+                     cfg->samples, nodes, r->dataset, want);
+        else
+            snprintf(why, why_size,
+                     "--samples %" PRId64 " but the producer's dataset has %" PRIu64 " samples",
+                     cfg->samples, r->dataset);
         return -1;
     }
     return 0;
@@ -1093,7 +1113,8 @@ main(int argc, char **argv)
                          .timeout_ms = 10000,
                          .connect_timeout_ms = 10000,
                          .grace_ms = -1,
-                         .latency_samples = 65536};
+                         .latency_samples = 65536,
+                         .nodes = 1};
     parse_args(argc, argv, &cfg);
     tsock_set_log(log_to_stderr, NULL, cfg.verbose ? TSOCK_LOG_DEBUG : TSOCK_LOG_WARN);
 

@@ -200,6 +200,13 @@ start_producer(const struct config *cfg, tsock_pipeline *pl, uint64_t samples, t
         what = "tsock_producer_set_sampler";
         rc = tsock_producer_set_sampler(p, samples, cfg->seed, cfg->epochs);
     }
+    if (rc == 0 && cfg->nodes > 1) {
+        what = "tsock_producer_set_nodes";
+        rc = tsock_producer_set_nodes(p, cfg->nodes, cfg->node_rank);
+        if (rc == 0 && !cfg->quiet)
+            fprintf(stderr, "tsock-producer: serving the share of node %u of %u (%s)\n",
+                    cfg->node_rank, cfg->nodes, cfg->nodes_from);
+    }
     if (rc == 0) {
         what = cfg->device >= 0 ? "starting on the GPU" : "tsock_producer_start";
         rc = tsock_producer_start(p);
@@ -249,7 +256,8 @@ struct server {
     const struct config *cfg;
     tsock_producer *p;
     tsock_pipeline *pl;
-    uint64_t samples; /* in the dataset */
+    uint64_t samples;       /* in the dataset */
+    uint64_t epoch_samples; /* in one epoch: the dataset, or this node's share of it */
     struct run_stats st;
     struct consumer_table table;
     struct reporter rep;
@@ -341,7 +349,7 @@ serve_one(struct server *s, uint64_t *cur_epoch, uint64_t *pos_in_epoch)
         *pos_in_epoch = 0;
     }
     *pos_in_epoch += n;
-    if (*pos_in_epoch == s->samples)
+    if (*pos_in_epoch == s->epoch_samples)
         s->st.epochs++;
     return 1;
 }
@@ -453,6 +461,7 @@ main(int argc, char **argv)
     int rc = start_producer(&cfg, s.pl, s.samples, &s.p);
     if (rc == 0)
         atomic_store(&g_serving, s.p);
+    s.epoch_samples = (s.samples + cfg.nodes - 1) / cfg.nodes; /* tsock_producer_set_nodes */
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc < 0) {
         tsock_pipeline_destroy(s.pl);

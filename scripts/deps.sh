@@ -67,9 +67,48 @@ assert int(PIL.__version__.split(".")[0]) >= 13' >/dev/null 2>&1; then
         python3 -m pip install -q --break-system-packages "${TSOCK_PIP_PACKAGES[@]}"
 }
 
+# The CUDA backend needs a CUDA >= 12.0 compiler and runtime to build (running needs a GPU only
+# for the real runtime; the simulated device runs anywhere). Where no nvcc is found, NVIDIA's
+# PyPI wheels of CUDA 13 (nvcc, NVVM, the runtime with its static library, CCCL's headers) are
+# installed into one prefix, TSOCK_CUDA_WHEELS (default ~/.cache/tsock/cuda), and CUDACXX and
+# CUDAToolkit_ROOT point CMake at it. When that fails too, tsock builds without the real
+# runtime and CMake says so in a warning; the test command's summary repeats it.
+TSOCK_CUDA_WHEELS_PACKAGES=("nvidia-cuda-nvcc==13.*" "nvidia-nvvm==13.*" "nvidia-cuda-crt==13.*"
+    "nvidia-cuda-runtime==13.*" "nvidia-cuda-cccl==13.*")
+
+tsock_install_cuda_toolkit()
+{
+    if [ -n "${CUDACXX:-}" ] || command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+        echo "deps: CUDA compiler present ($(command -v nvcc || echo "${CUDACXX:-/usr/local/cuda/bin/nvcc}"))"
+        return 0
+    fi
+    local prefix=${TSOCK_CUDA_WHEELS:-$HOME/.cache/tsock/cuda}
+    local top=$prefix/nvidia/cu13
+    if [ ! -x "$top/bin/nvcc" ] || [ ! -e "$top/lib64" ]; then
+        echo "deps: no CUDA compiler: pip installing NVIDIA's CUDA 13 wheels into $prefix"
+        # One pip call for all of them: with --target, each call replaces the top folder
+        # (nvidia/) that they share.
+        python3 -m pip install -q --no-deps --upgrade --target "$prefix" \
+            "${TSOCK_CUDA_WHEELS_PACKAGES[@]}" ||
+            python3 -m pip install -q --no-deps --upgrade --break-system-packages --target \
+                "$prefix" "${TSOCK_CUDA_WHEELS_PACKAGES[@]}" || {
+            echo "deps: WARNING: installing the CUDA wheels failed: tsock builds WITHOUT its CUDA" \
+                "runtime (no GPU support; the simulated device still runs)" >&2
+            return 0
+        }
+        chmod +x "$top"/bin/* "$top"/nvvm/bin/* 2>/dev/null
+        # The layout CMake's FindCUDAToolkit looks for: lib64, and an unversioned libcudart.so.
+        ln -sfn lib "$top/lib64"
+        ln -sf "$(cd "$top/lib" && ls libcudart.so.* | head -n 1)" "$top/lib/libcudart.so"
+    fi
+    export CUDACXX=$top/bin/nvcc CUDAToolkit_ROOT=$top
+    echo "deps: CUDA compiler from NVIDIA's wheels: $CUDACXX ($("$CUDACXX" --version | tail -n 1))"
+}
+
 # Run directly (not sourced): install now.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     set -euo pipefail
     tsock_install_deps
     tsock_install_python_deps
+    tsock_install_cuda_toolkit
 fi

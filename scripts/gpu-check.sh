@@ -2,7 +2,8 @@
 # Validates tsock's GPU path on a machine with an NVIDIA GPU, in one command, and writes one
 # report (docs/gpu.md says what has and has not run on real hardware; record the result there).
 #
-#   bash scripts/gpu-check.sh [--out DIR] [--quick]
+#   bash scripts/gpu-check.sh [--out DIR] [--quick] [--build DIR] [--no-install]
+#                             [--photos DIR] [--step-timeout S] [--collocation "ARGS"]
 #
 # Steps (each one's log under DIR/logs; a failed step is reported and the rest still run):
 #   1. checks the GPU is there (nvidia-smi) and installs what is missing: the build deps
@@ -11,26 +12,46 @@
 #      wheels nvidia-cuda-nvcc-cu12 + nvidia-cuda-runtime-cu12), and a torch built with CUDA
 #      when the installed one has none;
 #   2. builds (RelWithDebInfo, warnings as errors) and checks the build has the real runtime;
-#   3. ctest -L gpu (must run, not skip) and ctest -L gpusim;
+#   3. ctest -L gpu (must run, not skip), the Python binding's GPU tests with torch's CUDA
+#      tensors (tests/python/test_cuda.py, must run, not skip) and ctest -L gpusim;
 #   4. compute-sanitizer --tool memcheck, racecheck and synccheck on `gpu_ring content`;
 #   5. tsock-bench-gpu;
 #   6. the collocation benchmark with --device cuda: ResNet-18 and ResNet-50 jobs in mixed
 #      precision, shared (one tsock-producer --device cuda) versus independent (torchvision
 #      DataLoaders) loading, K = 1, 2, 4 jobs, at a fixed number of cores (--cpus, default: all);
 #   7. writes DIR/gpu-check-report.json and DIR/gpu-check-report.md.
-# --quick: K = 1, 2 and one epoch in step 6 (a smoke run).
+# --quick: K = 1, 2, one epoch, 400 images and one repeat in step 6 (a smoke run).
+# --build DIR: check an existing build of this checkout (configured with the CUDA toolkit)
+#   instead of building one: for a GPU machine that runs what was built elsewhere.
+# --no-install: install nothing (an offline machine): what is missing fails its step, said.
+# --photos DIR: the photographs step 6 crops its images from (default: mate-backgrounds').
+# --step-timeout S: a step still running after S seconds fails (default: none).
+# --collocation "ARGS": step 6's sizes instead of the defaults (e.g. "--ks 1,4 --epochs 2
+#   --images 3000 --repeat 1"); --quick's are "--ks 1,2 --epochs 1 --images 400 --repeat 1".
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$ROOT/build/gpu-check
-QUICK=0
+QUICK=0 BUILD= INSTALL=1 PHOTOS= STEP_TIMEOUT= COLLOC_ARGS=
+usage() {
+    echo "usage: $0 [--out DIR] [--quick] [--build DIR] [--no-install] [--photos DIR]" \
+        "[--step-timeout S] [--collocation ARGS]" >&2
+    exit 2
+}
 while [ $# -gt 0 ]; do
     case $1 in
     --out) OUT=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    *) echo "usage: $0 [--out DIR] [--quick]" >&2; exit 2 ;;
+    --build) BUILD=$(cd "$2" && pwd) || usage; shift 2 ;;
+    --no-install) INSTALL=0; shift ;;
+    --photos) PHOTOS=$2; shift 2 ;;
+    --step-timeout) STEP_TIMEOUT=$2; shift 2 ;;
+    --collocation) COLLOC_ARGS=$2; shift 2 ;;
+    *) usage ;;
     esac
 done
-BUILD=$OUT/build
+OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
+PREBUILT=0
+if [ -n "$BUILD" ]; then PREBUILT=1; else BUILD=$OUT/build; fi
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
 JOBS=$(nproc)
@@ -38,17 +59,36 @@ STEPS=() # "name|status|log|detail" per step, for the report
 
 record() { STEPS+=("$1|$2|$3|$4"); echo "== $1: $2 ${4:+($4)}"; }
 
-# step NAME LOG COMMAND...: runs it, logs its output, records PASS or FAIL.
+# step NAME LOG COMMAND...: runs it, logs its output, records PASS or FAIL. With
+# --step-timeout, a step still running after that long is stopped, all of it (each step runs
+# in its own process group), and fails.
 step() {
-    local name=$1 log=$LOGS/$2.log
+    local name=$1 log=$LOGS/$2.log rc watchdog=
     shift 2
     echo "== $name: $*"
-    if "$@" >"$log" 2>&1; then
+    set -m
+    "$@" >"$log" 2>&1 &
+    local pid=$!
+    if [ -n "$STEP_TIMEOUT" ]; then
+        (
+            sleep "$STEP_TIMEOUT"
+            echo "gpu-check: step '$name' still running after $STEP_TIMEOUT s: stopped" >>"$log"
+            kill -TERM -- -"$pid" 2>/dev/null
+            sleep 10
+            kill -KILL -- -"$pid" 2>/dev/null
+        ) &
+        watchdog=$!
+    fi
+    wait "$pid"
+    rc=$?
+    [ -n "$watchdog" ] && { kill -- -"$watchdog" && wait "$watchdog"; } 2>/dev/null
+    set +m
+    if [ "$rc" -eq 0 ]; then
         record "$name" PASS "$log" ""
         return 0
     fi
     tail -n 30 "$log"
-    record "$name" FAIL "$log" "exit $?"
+    record "$name" FAIL "$log" "exit $rc"
     return 1
 }
 
@@ -69,8 +109,12 @@ fi
 
 # shellcheck source=deps.sh
 source "$ROOT/scripts/deps.sh"
-step deps deps tsock_install_deps
-step python-deps python-deps tsock_install_python_deps
+if [ "$INSTALL" = 1 ]; then
+    step deps deps tsock_install_deps
+    step python-deps python-deps tsock_install_python_deps
+else
+    record deps SKIPPED "" "--no-install"
+fi
 
 install_toolkit() {
     if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
@@ -94,7 +138,7 @@ install_toolkit() {
     export CPATH=$base/cuda_runtime/include:${CPATH:-}
     export LIBRARY_PATH=$base/cuda_runtime/lib:${LIBRARY_PATH:-}
 }
-step toolkit toolkit install_toolkit
+[ "$INSTALL" = 1 ] && [ "$PREBUILT" = 0 ] && step toolkit toolkit install_toolkit
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
 
 torch_cuda() { python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; }
@@ -106,7 +150,11 @@ install_torch_cuda() {
             torch torchvision || return 1
     torch_cuda
 }
-step torch-cuda torch-cuda install_torch_cuda
+if [ "$INSTALL" = 1 ]; then
+    step torch-cuda torch-cuda install_torch_cuda
+else
+    step torch-cuda torch-cuda torch_cuda
+fi
 
 # ---- 2. build ---------------------------------------------------------------------------------
 build() {
@@ -114,7 +162,15 @@ build() {
         grep -q 'cuda=ON' <(cmake -S "$ROOT" -B "$BUILD" 2>&1) &&
         cmake --build "$BUILD" -j"$JOBS"
 }
-if ! step build build build; then
+# A build made elsewhere: it must have been configured with the CUDA toolkit.
+prebuilt() {
+    grep -q cudart "$BUILD/libtsock/CMakeFiles/tsock.dir/link.txt" &&
+        [ -x "$BUILD/tests/gpu/gpu_ring" ] && echo "using the build in $BUILD (cuda=ON)"
+}
+if [ "$PREBUILT" = 1 ]; then
+    step build build prebuilt ||
+        echo "gpu-check: $BUILD is not a build of tsock with the CUDA backend" >&2
+elif ! step build build build; then
     echo "gpu-check: the build failed or has no real CUDA runtime (cuda=OFF): see $LOGS/build.log" >&2
 fi
 
@@ -128,13 +184,27 @@ gpu_tests() {
     [ "$rc" -eq 0 ] && ! grep -q 'Skipped\|Not Run' "$out"
 }
 step ctest-gpu ctest-gpu gpu_tests
+python_gpu_tests() {
+    # The binding's CUDA tensors, with torch's own CUDA build; a skip here is a failure.
+    local out=$LOGS/pytest-cuda.out rc
+    TSOCK_LIBRARY=$BUILD/libtsock/libtsock.so TSOCK_BIN_DIR=$BUILD/producer \
+        python3 -m pytest "$ROOT/tests/python/test_cuda.py" -v -rs -p no:cacheprovider >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    # test_no_device_errors skips where a GPU is usable (it provokes "no device"); the GPU
+    # test itself must have run and passed.
+    [ "$rc" -eq 0 ] && grep -q 'test_cuda_tensors_from_a_gpu_ring PASSED' "$out"
+}
+step pytest-cuda pytest-cuda python_gpu_tests
 step ctest-gpusim ctest-gpusim ctest --test-dir "$BUILD" -L gpusim --output-on-failure -j2
 
 # ---- 4. compute-sanitizer ---------------------------------------------------------------------
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for tool in memcheck racecheck synccheck; do
     # --target-processes all: the consumers are child processes of gpu_ring.
-    step "compute-sanitizer $tool" "sanitizer-$tool" "$SAN" --tool "$tool" \
+    # Every CUDA call is many times slower under the sanitizer: the test's heartbeat timeout
+    # and waits are scaled up so that no healthy peer is declared lost.
+    step "compute-sanitizer $tool" "sanitizer-$tool" env TSOCK_TEST_TIME_SCALE=20 "$SAN" --tool "$tool" \
         --target-processes all --error-exitcode 9 "$BUILD/tests/gpu/gpu_ring" content
 done
 
@@ -143,11 +213,15 @@ bench() { "$BUILD/benchmarks/tsock-bench-gpu" --batches 1000 >"$OUT/bench-gpu.js
 step tsock-bench-gpu bench-gpu bench
 
 # ---- 6. collocation with --device cuda --------------------------------------------------------
-KS=1,2,4 EPOCHS=2
-[ "$QUICK" = 1 ] && KS=1,2 EPOCHS=1
+COLLOC=(--ks 1,2,4 --epochs 2)
+[ "$QUICK" = 1 ] && COLLOC=(--ks 1,2 --epochs 1 --images 400 --repeat 1)
+# shellcheck disable=SC2206 # the caller's words, split as a command line's
+[ -n "$COLLOC_ARGS" ] && COLLOC=($COLLOC_ARGS)
+[ -n "$PHOTOS" ] && COLLOC+=(--photos "$PHOTOS")
+[ "$INSTALL" = 0 ] && COLLOC+=(--no-install-photos)
 colloc() {
     python3 "$ROOT/benchmarks/collocation/run.py" --device cuda --models resnet18,resnet50 \
-        --ks "$KS" --epochs "$EPOCHS" --configs shared_py,torchvision \
+        "${COLLOC[@]}" --configs shared_py,torchvision \
         --bin-dir "$BUILD/producer" --library "$BUILD/libtsock/libtsock.so" \
         --out-dir "$OUT/collocation" --no-plots
 }
@@ -186,7 +260,7 @@ if report["collocation"]:
 with open(os.path.join(out, "gpu-check-report.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
 print("\n".join(lines))
-failed = [r for r in rows if r["status"] != "PASS"]
+failed = [r for r in rows if r["status"] == "FAIL"]
 sys.exit(1 if failed else 0)
 PY
 rc=$?

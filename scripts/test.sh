@@ -215,6 +215,7 @@ section "dependencies"
 source "$ROOT/scripts/deps.sh"
 tsock_install_deps
 tsock_install_python_deps
+tsock_install_cuda_toolkit
 
 section "checks: formatting, public headers as C++"
 check_step format "clang-format --dry-run -Werror (libtsock include producer tests benchmarks examples)" \
@@ -223,6 +224,14 @@ check_step headers "include/tsock/*.h alone as C++17 (g++ -Wall -Wextra -Werror)
 
 section "normal build (RelWithDebInfo): all tests"
 configure_build normal -DTSOCK_SANITIZE=
+# Said in the summary either way: a build without the CUDA runtime tests only the simulated
+# device, and the gpu.* tests then skip for that reason too.
+if grep -q cudart "$BUILD/normal/libtsock/CMakeFiles/tsock.dir/link.txt"; then
+    SUMMARY+=("$(printf '%-13s built with the CUDA runtime (%s)' cuda \
+        "$(grep -m1 '^CMAKE_CUDA_COMPILER:' "$BUILD/normal/CMakeCache.txt" | cut -d= -f2)")")
+else
+    SUMMARY+=("$(printf '%-13s WARNING: built WITHOUT the CUDA runtime (no toolkit found or usable; see the CMake warning): only the simulated device is tested' cuda)")
+fi
 run_ctest normal --
 check_step exports "build/normal libtsock.so exports only tsock_*" \
     check_exports "$BUILD/normal/libtsock/libtsock.so"

@@ -218,6 +218,22 @@ TSOCK_API int tsock_producer_set_insecure(tsock_producer *p, int open_to_network
 TSOCK_API int tsock_producer_set_sampler(tsock_producer *p, uint64_t samples, uint64_t seed,
                                          uint64_t epochs);
 
+/* Serves one node's share of the sampler's dataset, for jobs spread over `nodes` machines with
+ * one producer each (docs/distributed.md). Node `node_rank` gets M = ceil(samples / nodes)
+ * sample ids: those at positions node_rank, node_rank + nodes, ... of one permutation derived
+ * from the sampler's (samples, seed) alone, positions past the end wrapping to the start (so a
+ * share holds up to one id that another node also holds when nodes does not divide samples).
+ * Every producer with the same samples, seed and nodes computes the same split, so the shares
+ * are disjoint and together the whole dataset with no message between nodes. The sampler's
+ * epochs are then epochs of the share: tsock_slot_sample_ids gives the dataset's ids, while
+ * consumers see M as the dataset size (tsock_consumer_dataset_size) and a checkpointing
+ * consumer's saved state is a state over the share, which a producer serving a share of
+ * another size refuses (docs/semantics.md, "Resume"). Default 1 node (the whole dataset).
+ * Needs tsock_producer_set_sampler. Caller's thread, before start. Returns 0, -EINVAL
+ * (nodes == 0 or node_rank >= nodes), or TSOCK_E_STATE after start; start fails with -EINVAL
+ * (and a log line) when there is no sampler or more nodes than samples. */
+TSOCK_API int tsock_producer_set_nodes(tsock_producer *p, uint32_t nodes, uint32_t node_rank);
+
 /* ---- the ring on a GPU (CUDA backend) ---- */
 
 /* The number of CUDA devices this process sees, TSOCK_E_NO_DEVICE when there is none (no

@@ -54,8 +54,9 @@ check_restored(const tsock_consumer *c, const struct tsock__msg_welcome *w)
     const struct tsock__resume_state *s = &c->restore;
     if (s->samples != w->samples) {
         tsock__log(TSOCK_LOG_ERROR,
-                   "cannot resume: the state is of a dataset of %llu samples, the producer's "
-                   "has %llu",
+                   "cannot resume: the state is of a dataset of %llu samples, the producer "
+                   "serves %llu (its dataset, or with tsock-producer --nodes its node's share "
+                   "of one)",
                    (unsigned long long)s->samples, (unsigned long long)w->samples);
         return TSOCK_E_BAD_STATE;
     }

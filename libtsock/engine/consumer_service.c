@@ -159,6 +159,10 @@ on_batch(void *ctx, const struct tsock__peer_id *from, int peer, const struct ts
         release_now(c, b); /* sent before the producer saw our PAUSE: not ours to read */
         return;
     }
+    if (c->terminal_error == TSOCK_E_GROUP_LOST || c->terminal_error == TSOCK_E_GROUP_INCOMPLETE) {
+        release_now(c, b); /* sent before the producer ended our group: nobody will read it */
+        return;
+    }
     if (c->ring_closed) {
         /* A late BATCH after this session's ring was closed (the producer was declared lost
          * and everything was given back): nothing can be read from it any more. A BATCH

@@ -70,7 +70,8 @@ tsock_producer_set_sampler(tsock_producer *p, uint64_t samples, uint64_t seed, u
     if (p->state != TSOCK__P_CREATED)
         return TSOCK_E_STATE;
     p->use_sampler = 1;
-    p->sampler_samples = samples;
+    p->dataset_samples = samples;
+    p->sampler_samples = samples; /* a node's share's size once started with node shares */
     p->sampler_seed = seed;
     p->sampler_epochs = epochs;
     return 0;
@@ -201,7 +202,10 @@ tsock_producer_start(tsock_producer *p)
         return -EINVAL;
     if (p->state != TSOCK__P_CREATED || p->channel)
         return TSOCK_E_STATE;
-    int err = allocate_ring(p);
+    /* First, so that a refused node share has allocated nothing else. */
+    int err = tsock__producer_nodes_start(p);
+    if (err == 0)
+        err = allocate_ring(p);
     if (err < 0)
         return err;
     p->state = TSOCK__P_RUNNING;
@@ -312,6 +316,7 @@ plan_slot(tsock_producer *p, struct tsock_slot *s)
     s->ids = p->slot_ids + (size_t)s->index * p->batch_size;
     s->planned = tsock__sampler_next(&p->sampler, p->batch_size, s->ids, &s->epoch,
                                      &s->index_in_epoch, &s->epoch_end);
+    tsock__producer_nodes_map(p, s);
     return s->planned ? 0 : TSOCK_E_END;
 }
 
@@ -495,6 +500,7 @@ tsock_producer_destroy(tsock_producer *p)
     if (p->use_sampler)
         tsock__sampler_free(&p->sampler);
     tsock__pgroup_free_all(p);
+    tsock__producer_nodes_free(p);
     free(p->slot_ids);
     free(p->ids_wire);
     free(p->queue);

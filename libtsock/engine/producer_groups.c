@@ -39,6 +39,19 @@ free_group_slot(const tsock_producer *p)
     return -1; /* cannot happen: every group has a member, and members are consumers */
 }
 
+/* The producer's node split (producer_nodes.c; 0 nodes set means one). */
+static uint32_t
+node_count(const tsock_producer *p)
+{
+    return p->nodes > 1 ? p->nodes : 1;
+}
+
+static uint32_t
+node_index(const tsock_producer *p)
+{
+    return p->nodes > 1 ? p->node_rank : 0;
+}
+
 /* "600 s", "1.5 s": the timeout as the messages say it. */
 static void
 format_seconds(uint32_t ms, char *buf, size_t size)
@@ -116,9 +129,10 @@ new_group(tsock_producer *p, const struct tsock__msg_hello *h, uint32_t batch, c
         return -ENOMEM;
     }
     const char *what = NULL;
-    int err = tsock__group_init(&pg->g, h->group, h->world, 1, 0, batch, h->drop_last, &what);
+    int err = tsock__group_init(&pg->g, h->group, h->world, node_count(p), node_index(p), batch,
+                                h->drop_last, &what);
     struct tsock__rank_plan plan;
-    if (err == 0 && tsock__rank_plan_init(&plan, p->sampler_samples, p->sampler_samples, h->world,
+    if (err == 0 && tsock__rank_plan_init(&plan, p->dataset_samples, p->sampler_samples, h->world,
                                           pg->g.local_world, 0, batch, h->drop_last) < 0) {
         what = "with drop_last, a rank's share of an epoch holds no full batch";
         err = TSOCK_E_REJECTED;
@@ -155,7 +169,8 @@ tsock__pgroup_admit(tsock_producer *p, int index, const struct tsock__msg_hello 
     const char *what = NULL;
     uint32_t local = 0;
     if (pg->started && h->world == pg->g.world &&
-        tsock__groups_place(h->rank, h->world, 1, 0, &local, NULL) == 0 && !pg->g.member[local]) {
+        tsock__groups_place(h->rank, h->world, node_count(p), node_index(p), &local, NULL) == 0 &&
+        !pg->g.member[local]) {
         /* Its rank left a running group: a newcomer's window would start elsewhere. */
         snprintf(why, why_size,
                  "group '%s': rank %u: the group's epochs have started; a rank that left "

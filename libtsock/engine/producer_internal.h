@@ -108,8 +108,18 @@ struct tsock_producer {
     int use_sampler;
     uint64_t sampler_samples, sampler_seed, sampler_epochs;
     struct tsock__sampler sampler;
-    uint64_t *slot_ids; /* slot_count * batch_size sample ids */
-    uint8_t *ids_wire;  /* one batch's ids as BATCH carries them (service thread's) */
+    /* slot_count * batch_size ids the sampler drew: sample ids, or with node shares positions
+     * in this node's share. BATCH carries these to checkpointing consumers (each below
+     * WELCOME's samples), so their saved states are over what this producer serves. */
+    uint64_t *slot_ids;
+    /* Several nodes (producer_nodes.c): the sampler runs over node_share's sampler_samples
+     * entries, this node's share of dataset_samples; slot_dataset_ids holds what the slots'
+     * sampler ids map to, which tsock_slot_sample_ids gives the application. */
+    uint32_t nodes, node_rank;
+    uint64_t dataset_samples;
+    uint64_t *node_share;       /* NULL on one node */
+    uint64_t *slot_dataset_ids; /* NULL on one node; laid out as slot_ids */
+    uint8_t *ids_wire;          /* one batch's ids as BATCH carries them (service thread's) */
     struct tsock_slot current;
     int filling;
     uint64_t free_position; /* free mode: samples published so far */
@@ -173,6 +183,13 @@ void tsock__pgroup_leave(tsock_producer *p, int index, int lost);
 int tsock__pgroup_expire(tsock_producer *p, uint64_t now);
 /* Destroy: every group record. */
 void tsock__pgroup_free_all(tsock_producer *p);
+/* producer_nodes.c: at start, before the ring, this node's share (nothing on one node; -EINVAL
+ * and a log line without a sampler or with more nodes than samples); per planned slot, the
+ * dataset's ids of its sampler ids (s->ids then points at them); at destroy, the share's memory.
+ */
+int tsock__producer_nodes_start(tsock_producer *p);
+void tsock__producer_nodes_map(tsock_producer *p, struct tsock_slot *s);
+void tsock__producer_nodes_free(tsock_producer *p);
 
 /* producer_stats.c (mu held) */
 void tsock__producer_snapshot(const tsock_producer *p, struct tsock__stats_producer *s);

@@ -134,10 +134,11 @@ fill_welcome(const tsock_producer *p, const struct tsock__consumer_rec *c, struc
     w->heartbeat_ms = (uint32_t)p->hb_interval_ms;
     w->device = p->memory->ops->wire_device;
     w->samples = p->use_sampler ? p->sampler_samples : 0;
-    /* One node until node shares exist: the dataset is the sampler's whole epoch. */
-    w->dataset = w->samples;
-    w->nodes = 1;
-    w->node_rank = 0;
+    /* The whole dataset and this node's place in the split (producer_nodes.c): a rank of a
+     * group computes its share of the whole from them (dataset/groups.h). */
+    w->dataset = p->use_sampler ? p->dataset_samples : 0;
+    w->nodes = p->nodes > 1 ? p->nodes : 1;
+    w->node_rank = p->nodes > 1 ? p->node_rank : 0;
     w->attach_len = (uint32_t)p->memory->ops->export_blob(p->memory, &w->attach);
     w->tensor_count = (uint32_t)p->shape.layout.count;
     for (int t = 0; t < p->shape.layout.count; t++) {

@@ -5,7 +5,8 @@
  *   gpu_engine gather_beats  item 2: a consumer whose gather never completes (its device
  *                            stalls) keeps heartbeating: the producer does not lose it.
  *   gpu_engine close_waits   item 3: a consumer destroyed right after a stream-ordered release,
- *                            and with a batch never released, whose reads are still queued,
+ *                            and with batches never released, whose reads are still queued on
+ *                            the default stream and on a non-blocking side stream,
  *                            says BYE only after those reads ran: the producer never refills a
  *                            slot under them (the simulated device aborts a write under a
  *                            queued read of another live process).
@@ -15,6 +16,13 @@
  *                            memory another live process has queued work on).
  *   gpu_engine partial_end   item 6: the partial gather that ends a stream is device memory,
  *                            labelled so, with the right bytes.
+ *   gpu_engine held_past_exit  a batch its consumer still holds when the producer stops, frees
+ *                            its ring and exits still reads right: the driver keeps exported
+ *                            memory while an importer has it open, as docs/gpu.md promises a
+ *                            consumer that holds a batch past the producer's goodbye bound or
+ *                            reconnects while holding one. The simulated device models that
+ *                            (the bytes stay until the last process closes them); only a run
+ *                            on a GPU shows the driver does it.
  *
  * gather_beats needs the simulated device's stall control and skips elsewhere; the others run
  * on a real GPU too. */
@@ -229,25 +237,31 @@ closing_consumer_main(const char *endpoint)
     CUDA_OK(DEV->set_device(0));
     CUDA_OK(DEV->stream_create(&stream));
     void *copy;
-    CUDA_OK(DEV->malloc(&copy, 2 * (size_t)BATCH * WIDTH));
-    tsock_batch *a, *b;
-    if (tsock_consumer_next(c, 30000, &a) < 0 || tsock_consumer_next(c, 30000, &b) < 0)
+    CUDA_OK(DEV->malloc(&copy, 3 * (size_t)BATCH * WIDTH));
+    tsock_batch *a, *b, *d;
+    if (tsock_consumer_next(c, 30000, &a) < 0 || tsock_consumer_next(c, 30000, &b) < 0 ||
+        tsock_consumer_next(c, 30000, &d) < 0)
         return 4;
     size_t bytes = tsock_batch_tensor_bytes(a, 0);
     EXPECT(tsock_batch_wait(a, stream) == 0);
     CUDA_OK(DEV->memcpy_async(copy, tsock_batch_tensor_data(a, 0), bytes, TSOCK__DEV_D2D, stream));
     EXPECT(tsock_consumer_release_on_stream(c, a, stream) == 0);
+    /* b is read on the legacy default stream, d on the non-blocking side stream (as torch's
+     * side streams are): neither is released, and destroy must wait for both. */
     EXPECT(tsock_batch_wait(b, NULL) == 0);
     CUDA_OK(DEV->memcpy_async((uint8_t *)copy + bytes, tsock_batch_tensor_data(b, 0), bytes,
                               TSOCK__DEV_D2D, NULL));
-    tsock_consumer_destroy(c); /* b never released */
+    EXPECT(tsock_batch_wait(d, stream) == 0);
+    CUDA_OK(DEV->memcpy_async((uint8_t *)copy + 2 * bytes, tsock_batch_tensor_data(d, 0), bytes,
+                              TSOCK__DEV_D2D, stream));
+    tsock_consumer_destroy(c);
     CUDA_OK(DEV->stream_sync(stream));
     CUDA_OK(DEV->stream_sync(NULL));
-    uint8_t *host = malloc(2 * bytes);
-    CUDA_OK(DEV->memcpy_async(host, copy, 2 * bytes, TSOCK__DEV_D2H, NULL));
+    uint8_t *host = malloc(3 * bytes);
+    CUDA_OK(DEV->memcpy_async(host, copy, 3 * bytes, TSOCK__DEV_D2H, NULL));
     CUDA_OK(DEV->stream_sync(NULL));
-    /* Both copies read their batches before the producer could refill the slots. */
-    for (size_t k = 0; k < 2 * (size_t)BATCH; k++)
+    /* The three copies read their batches before the producer could refill the slots. */
+    for (size_t k = 0; k < 3 * (size_t)BATCH; k++)
         for (size_t j = 0; j < WIDTH; j++)
             if (host[k * WIDTH + j] != pattern(k, j)) {
                 fprintf(stderr, "closing consumer: sample %zu byte %zu refilled under a read\n", k,
@@ -308,13 +322,20 @@ stopping_producer_main(const char *endpoint, const char *go)
     return 0;
 }
 
+/* Starts the stopping producer role in a child; `go` receives the path that tells it to stop. */
+static pid_t
+spawn_stopping_producer(const char *endpoint, const char *dir, char *go, size_t go_size)
+{
+    snprintf(go, go_size, "%s/go", dir);
+    char *argv[] = {"gpu_engine", "--stopping-producer", (char *)endpoint, go, NULL};
+    return spawn_env(argv, NULL);
+}
+
 static int
 case_stop_waits(const char *endpoint, const char *dir)
 {
     char go[300];
-    snprintf(go, sizeof go, "%s/go", dir);
-    char *argv[] = {"gpu_engine", "--stopping-producer", (char *)endpoint, go, NULL};
-    pid_t kid = spawn_env(argv, NULL);
+    pid_t kid = spawn_stopping_producer(endpoint, dir, go, sizeof go);
     tsock_consumer *c = start_consumer(endpoint, 0);
     tsock__dev_stream_t stream;
     CUDA_OK(DEV->set_device(0));
@@ -345,6 +366,56 @@ case_stop_waits(const char *endpoint, const char *dir)
                 break;
             }
     free(host);
+    tsock_consumer_destroy(c);
+    return failures ? 1 : 0;
+}
+
+/* ---- a batch held past its producer's exit ---------------------------------------------- */
+
+/* Reads the first tensor of b back to the host; 0 when every byte is the pattern. */
+static int
+batch_reads_right(tsock_batch *b)
+{
+    size_t bytes = tsock_batch_tensor_bytes(b, 0);
+    uint8_t *host = malloc(bytes);
+    int dev = DEV->memcpy_async(host, tsock_batch_tensor_data(b, 0), bytes, TSOCK__DEV_D2H, NULL);
+    if (dev == TSOCK__DEV_OK)
+        dev = DEV->stream_sync(NULL);
+    if (dev != TSOCK__DEV_OK) {
+        fprintf(stderr, "reading the held batch: %s\n", DEV->error_text(DEV->last_raw()));
+        free(host);
+        return -1;
+    }
+    int wrong = 0;
+    for (size_t k = 0; k < bytes / WIDTH && !wrong; k++)
+        for (size_t j = 0; j < WIDTH && !wrong; j++)
+            wrong = host[k * WIDTH + j] != pattern(k, j);
+    free(host);
+    return wrong;
+}
+
+static int
+case_held_past_exit(const char *endpoint, const char *dir)
+{
+    char go[300];
+    pid_t kid = spawn_stopping_producer(endpoint, dir, go, sizeof go);
+    tsock_consumer *c = start_consumer(endpoint, 0);
+    CUDA_OK(DEV->set_device(0));
+    tsock_batch *b;
+    EXPECT(tsock_consumer_next(c, 30000, &b) == 0);
+    EXPECT(tsock_batch_wait(b, NULL) == 0);
+    EXPECT(batch_reads_right(b) == 0);
+    touch(go);
+    tsock_batch *none;
+    EXPECT(tsock_consumer_next(c, 30000, &none) == TSOCK_E_PRODUCER_STOPPED);
+    /* The producer waits its goodbye bound for us, frees its ring and exits. */
+    EXPECT(child_status(kid) == 0);
+    int after = batch_reads_right(b);
+    printf("a batch held past its producer's exit: %s\n", after == 0  ? "reads right"
+                                                          : after < 0 ? "cannot be read"
+                                                                      : "reads wrong bytes");
+    EXPECT(after == 0);
+    EXPECT(tsock_consumer_release(c, b) == 0);
     tsock_consumer_destroy(c);
     return failures ? 1 : 0;
 }
@@ -424,7 +495,9 @@ main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "--partial-consumer") == 0)
         return partial_consumer_main(argv[2]);
     if (argc != 2) {
-        fprintf(stderr, "usage: %s gather_beats|close_waits|stop_waits|partial_end\n", argv[0]);
+        fprintf(stderr,
+                "usage: %s gather_beats|close_waits|stop_waits|partial_end|held_past_exit\n",
+                argv[0]);
         return 2;
     }
     if (strcmp(argv[1], "gather_beats") == 0 && !tsock__dev_simulated()) {
@@ -460,6 +533,8 @@ main(int argc, char **argv)
         return case_stop_waits(endpoint, dir);
     if (strcmp(argv[1], "partial_end") == 0)
         return case_partial_end(endpoint);
+    if (strcmp(argv[1], "held_past_exit") == 0)
+        return case_held_past_exit(endpoint, dir);
     fprintf(stderr, "unknown case %s\n", argv[1]);
     return 2;
 }

@@ -130,12 +130,23 @@ spawn(char *const argv[])
 
 /* ---- roles ------------------------------------------------------------------------------- */
 
+/* Time bounds, times TSOCK_TEST_TIME_SCALE (default 1): under compute-sanitizer every CUDA
+ * call is many times slower, and a heartbeat timeout meant for a normal run declares a healthy
+ * peer lost (gpu-check.sh sets 20 there). */
+static int
+scaled(int ms)
+{
+    const char *v = getenv("TSOCK_TEST_TIME_SCALE");
+    int k = v ? atoi(v) : 1;
+    return k > 1 && k < 1000 ? ms * k : ms;
+}
+
 /* Fills and publishes one slot: data[j] = pattern(id, j), index = id. */
 static int
 produce_one(tsock_producer *p, size_t sample_bytes)
 {
     tsock_slot *s;
-    int err = tsock_producer_acquire(p, 10000, &s);
+    int err = tsock_producer_acquire(p, scaled(10000), &s);
     if (err < 0)
         return err;
     uint32_t n = tsock_slot_planned(s);
@@ -159,7 +170,7 @@ start_producer(const char *endpoint, int hwc, uint64_t epochs, int convert, uint
         exit(1);
     tsock_layout_destroy(l);
     tsock_producer_set_device(p, ring_device());
-    tsock_producer_set_heartbeat(p, 100, 5000);
+    tsock_producer_set_heartbeat(p, 100, scaled(5000));
     tsock_producer_set_sampler(p, SAMPLES, 11, epochs);
     if (convert) {
         tsock_producer_set_output(p, "data", TSOCK_FLOAT16, TSOCK_NCHW);
@@ -227,9 +238,9 @@ consumer_main(const char *endpoint, uint32_t batch_size, long max_batches)
 {
     tsock_consumer *c;
     tsock_consumer_create(&c, endpoint);
-    tsock_consumer_set_heartbeat(c, 100, 5000);
+    tsock_consumer_set_heartbeat(c, 100, scaled(5000));
     tsock_consumer_set_batch_size(c, batch_size);
-    int err = tsock_consumer_start(c, 20000);
+    int err = tsock_consumer_start(c, scaled(20000));
     if (err < 0) {
         fprintf(stderr, "consumer start: %s\n", tsock_strerror(err));
         return 1;
@@ -247,7 +258,7 @@ consumer_main(const char *endpoint, uint32_t batch_size, long max_batches)
     memset(seen, 0, sizeof seen);
     tsock_batch *b;
     while ((max_batches < 0 || batches < max_batches) &&
-           (err = tsock_consumer_next(c, 20000, &b)) == 0) {
+           (err = tsock_consumer_next(c, scaled(20000), &b)) == 0) {
         int end = tsock_batch_is_epoch_end(b);
         samples_in_epoch += tsock_batch_samples(b);
         content_errors += check_batch(c, b, stream, host, ids, seen);
@@ -259,6 +270,9 @@ consumer_main(const char *endpoint, uint32_t batch_size, long max_batches)
             epochs++;
         }
     }
+    if (max_batches < 0 && err != TSOCK_E_END)
+        fprintf(stderr, "consumer %d: the stream ended with %s\n", (int)getpid(),
+                tsock_strerror(err));
     if (max_batches < 0)
         EXPECT(err == TSOCK_E_END && epochs == EPOCHS);
     printf("consumer %d (batch %u): %ld batches, %ld epochs, %ld content errors\n", (int)getpid(),
@@ -287,13 +301,13 @@ producer_main(const char *endpoint)
     tsock_producer *p = NULL;
     tsock_producer_create(&p, endpoint, l, 1, 64);
     tsock_producer_set_device(p, 0);
-    tsock_producer_set_heartbeat(p, 100, 5000);
+    tsock_producer_set_heartbeat(p, 100, scaled(5000));
     if (tsock_producer_start(p) < 0)
         return 1;
-    tsock_producer_wait_consumers(p, 1, 20000);
+    tsock_producer_wait_consumers(p, 1, scaled(20000));
     for (;;) {
         tsock_slot *s;
-        if (tsock_producer_acquire(p, 10000, &s) == 0) {
+        if (tsock_producer_acquire(p, scaled(10000), &s) == 0) {
             memset(tsock_slot_data(s, 0), 1, 64);
             tsock_producer_publish(p, s, 1);
         }
@@ -312,7 +326,7 @@ case_content(const char *endpoint)
         kids[i] = spawn(argv);
     }
     tsock_producer *p = start_producer(endpoint, 0, EPOCHS, 0, SLOTS);
-    EXPECT(tsock_producer_wait_consumers(p, CONSUMERS, 30000) == CONSUMERS);
+    EXPECT(tsock_producer_wait_consumers(p, CONSUMERS, scaled(30000)) == CONSUMERS);
     int err;
     while ((err = produce_one(p, WIDTH)) == 0)
         ;
@@ -337,10 +351,10 @@ convert_consumer_main(const char *endpoint)
 {
     tsock_consumer *c;
     tsock_consumer_create(&c, endpoint);
-    if (tsock_consumer_start(c, 20000) < 0)
+    if (tsock_consumer_start(c, scaled(20000)) < 0)
         return 1;
     tsock_batch *b;
-    int err = tsock_consumer_next(c, 20000, &b);
+    int err = tsock_consumer_next(c, scaled(20000), &b);
     if (err < 0)
         return 1;
     EXPECT(tsock_batch_tensor_dtype(b, 0) == TSOCK_FLOAT16);
@@ -386,7 +400,7 @@ case_convert(const char *endpoint)
     char *argv[] = {"gpu_ring", "--convert-consumer", (char *)endpoint, NULL};
     pid_t kid = spawn(argv);
     tsock_producer *p = start_producer(endpoint, 1, 1, 1, SLOTS);
-    EXPECT(tsock_producer_wait_consumers(p, 1, 30000) == 1);
+    EXPECT(tsock_producer_wait_consumers(p, 1, scaled(30000)) == 1);
     /* Item 12: another user of the runtime left a launch error behind; the publish clears it. */
     if (tsock__dev_simulated())
         tsock__dev_sim_set_stale_error();
@@ -413,7 +427,7 @@ case_memory(const char *endpoint)
     char *argv[] = {"gpu_ring", "--consumer", (char *)endpoint, "0", "1050", NULL};
     pid_t kid = spawn(argv);
     tsock_producer *p = start_producer(endpoint, 0, 0, 0, SLOTS);
-    EXPECT(tsock_producer_wait_consumers(p, 1, 30000) == 1);
+    EXPECT(tsock_producer_wait_consumers(p, 1, scaled(30000)) == 1);
     size_t at_start = 0;
     for (int i = 0; i < 1050; i++) {
         EXPECT(produce_one(p, WIDTH) == 0);
@@ -441,11 +455,11 @@ case_death(const char *endpoint)
     pid_t kid = spawn(argv);
     tsock_consumer *c;
     tsock_consumer_create(&c, endpoint);
-    tsock_consumer_set_heartbeat(c, 100, 5000);
-    EXPECT(tsock_consumer_start(c, 30000) == 0);
+    tsock_consumer_set_heartbeat(c, 100, scaled(5000));
+    EXPECT(tsock_consumer_start(c, scaled(30000)) == 0);
     tsock_batch *b;
     for (int i = 0; i < 20; i++) {
-        EXPECT(tsock_consumer_next(c, 10000, &b) == 0);
+        EXPECT(tsock_consumer_next(c, scaled(10000), &b) == 0);
         tsock_batch_wait(b, NULL);
         tsock_consumer_release(c, b);
     }
@@ -453,7 +467,7 @@ case_death(const char *endpoint)
     kill(kid, SIGKILL);
     waitpid(kid, NULL, 0);
     int err;
-    while ((err = tsock_consumer_next(c, 10000, &b)) == 0)
+    while ((err = tsock_consumer_next(c, scaled(10000), &b)) == 0)
         tsock_consumer_release(c, b);
     EXPECT(err == TSOCK_E_PRODUCER_LOST);
     /* The consumer closes the ring once nothing refers to it; the driver then frees it. */
@@ -521,7 +535,7 @@ case_capture(const char *endpoint)
         kids[i] = spawn(argv);
     }
     tsock_producer *p = start_producer(endpoint, 0, EPOCHS, 0, 2);
-    EXPECT(tsock_producer_wait_consumers(p, 2, 30000) == 2);
+    EXPECT(tsock_producer_wait_consumers(p, 2, scaled(30000)) == 2);
     int err;
     while ((err = produce_one(p, WIDTH)) == 0)
         ;
@@ -537,7 +551,7 @@ static int
 stall_producer_main(const char *endpoint)
 {
     tsock_producer *p = start_producer(endpoint, 0, 0, 0, SLOTS);
-    tsock_producer_wait_consumers(p, 1, 20000);
+    tsock_producer_wait_consumers(p, 1, scaled(20000));
     for (;;)
         if (produce_one(p, WIDTH) < 0)
             return 1;
@@ -572,8 +586,8 @@ case_stall(const char *endpoint, const char *dir)
     pid_t kid = spawn_env(argv, env);
     tsock_consumer *c;
     tsock_consumer_create(&c, endpoint);
-    tsock_consumer_set_heartbeat(c, 100, 5000);
-    EXPECT(tsock_consumer_start(c, 30000) == 0);
+    tsock_consumer_set_heartbeat(c, 100, scaled(5000));
+    EXPECT(tsock_consumer_start(c, scaled(30000)) == 0);
     tsock__dev_stream_t stream;
     CUDA_OK(DEV->set_device(0));
     CUDA_OK(DEV->stream_create(&stream));
@@ -625,7 +639,7 @@ case_guard(const char *endpoint)
     char *argv[] = {"gpu_ring", "--consumer", (char *)endpoint, "24", "-1", NULL};
     pid_t kid = spawn_env(argv, env);
     tsock_producer *p = start_producer(endpoint, 0, EPOCHS, 0, SLOTS);
-    EXPECT(tsock_producer_wait_consumers(p, 1, 30000) == 1);
+    EXPECT(tsock_producer_wait_consumers(p, 1, scaled(30000)) == 1);
     int err;
     while ((err = produce_one(p, WIDTH)) == 0)
         ;

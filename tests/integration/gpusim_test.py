@@ -95,9 +95,40 @@ def test_e2e_kill_producer(env):
     check(not sim_objects(), f"simulated device memory left behind: {sim_objects()}")
 
 
+def test_e2e_group(env):
+    """A group of three ranks on a GPU ring: each rank's blocks are views of device slots or
+    gathers on the device (the padding sample copied into place there), every element checked;
+    the ranks' shares together are each epoch once, plus the padding."""
+    n = 2000  # 667 per rank: one padding sample for two of the three ranks
+    prod = env.producer("--epochs", "0", *GPU_OUTPUT, samples=n, hb=False)
+    prod.wait_stderr("serving", 20)
+    ranks = [env.consumer("--group", "gpu", "--rank", str(r), "--world-size", "3",
+                          "--batch-size", "20", "--epochs", "2", "--normalize", "--timeout-ms",
+                          "60000", "--ids-out", env.path(f"rank{r}.ids"), samples=n,
+                          name=f"rank{r}", hb=False) for r in range(3)]
+    for c in ranks:
+        rc = c.wait(120)
+        res = c.json()
+        check(rc == 0, f"{c.name} exit code {rc}: {res.get('error')}")
+        check_no_content_errors(res, c.name)
+        check(res["epochs"] == 2 and res["samples"] == 2 * 667 and res["missing"] == 0 and
+              res["duplicates"] == 0, f"{c.name}: {res}")
+    for e in range(2):
+        shares = []
+        for r in range(3):
+            with open(env.path(f"rank{r}.ids")) as f:
+                shares.append([int(l.split()[1]) for l in f if int(l.split()[0]) == e])
+        union = set().union(*map(set, shares))
+        check(union == set(range(n)) and sum(map(len, shares)) == 3 * 667,
+              f"epoch {e}: {n - len(union)} samples missing, {sum(map(len, shares))} received")
+    prod.signal(signal.SIGTERM)
+    prod.wait(20)
+
+
 TESTS = {
     "e2e_kill_consumer": test_e2e_kill_consumer,
     "e2e_kill_producer": test_e2e_kill_producer,
+    "e2e_group": test_e2e_group,
 }
 
 

@@ -69,6 +69,9 @@ def test_strerror_and_error_classes(tsock):
         -errno.ETIMEDOUT: tsock.Timeout,
         tsock.E_PROTOCOL: tsock.TsockError,
         -errno.EINVAL: tsock.TsockError,
+        tsock.E_GROUP_INCOMPLETE: tsock.GroupIncomplete,
+        tsock.E_GROUP_MISMATCH: tsock.GroupMismatch,
+        tsock.E_GROUP_LOST: tsock.GroupLost,
     }
     for code, cls in cases.items():
         e = tsock._lib.error(code, "tsock_consumer_next")
@@ -82,6 +85,15 @@ def test_strerror_and_error_classes(tsock):
     assert tsock._lib.error(-errno.EINVAL).name == "EINVAL"
     assert tsock._lib.error(-errno.EINVAL).errno == errno.EINVAL
     assert tsock._lib.error(tsock.E_STATE).errno is None
+    # The group codes follow TSOCK_E_BAD_STATE, each with its own text.
+    assert (tsock.E_GROUP_INCOMPLETE, tsock.E_GROUP_MISMATCH, tsock.E_GROUP_LOST) == (
+        -10020, -10021, -10022)
+    assert "group incomplete" in tsock.strerror(tsock.E_GROUP_INCOMPLETE)
+    assert "group mismatch" in tsock.strerror(tsock.E_GROUP_MISMATCH)
+    assert "group lost" in tsock.strerror(tsock.E_GROUP_LOST)
+    assert tsock.strerror(-10023) == "unknown error code"
+    assert tsock._lib.error(tsock.E_GROUP_LOST).name == "TSOCK_E_GROUP_LOST"
+    assert isinstance(tsock._lib.error(tsock.E_GROUP_MISMATCH), ValueError)
 
 
 def test_invalid_arguments_raise_with_codes(tsock, endpoint):

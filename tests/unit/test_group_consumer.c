@@ -32,15 +32,17 @@ produce_forever(void *arg)
         uint32_t n = tsock_slot_planned(slot);
         const uint64_t *ids = tsock_slot_sample_ids(slot);
         int64_t *index = tsock_slot_data(slot, 0);
+        if (!ids) /* free mode: a batch of whatever the application chooses */
+            n = BATCH;
         for (uint32_t i = 0; i < n; i++)
-            index[i] = (int64_t)ids[i];
+            index[i] = ids ? (int64_t)ids[i] : (int64_t)i;
         tsock_producer_publish(p, slot, n);
     }
     return NULL;
 }
 
 static tsock_producer *
-start_producer(pthread_t *thread)
+start_producer_with(pthread_t *thread, int sampler)
 {
     char dir[] = "/tmp/tsock-groups-XXXXXX";
     if (!mkdtemp(dir))
@@ -52,11 +54,18 @@ start_producer(pthread_t *thread)
     tsock_producer *p = NULL;
     CHECK_EQ(tsock_producer_create(&p, endpoint, layout, BATCH, SLOTS), 0);
     tsock_layout_destroy(layout);
-    CHECK_EQ(tsock_producer_set_sampler(p, SAMPLES, 11, 0), 0);
+    if (sampler)
+        CHECK_EQ(tsock_producer_set_sampler(p, SAMPLES, 11, 0), 0);
     CHECK_EQ(tsock_producer_start(p), 0);
     atomic_store(&stop_producer, 0);
     pthread_create(thread, NULL, produce_forever, p);
     return p;
+}
+
+static tsock_producer *
+start_producer(pthread_t *thread)
+{
+    return start_producer_with(thread, 1);
 }
 
 static void
@@ -116,6 +125,42 @@ test_restore_then_group(void)
     CHECK_EQ(tsock_consumer_restore_state(c, state, len), 0);
     CHECK_EQ(tsock_consumer_set_group(c, "g", 0, 1), 0);
     CHECK_EQ(tsock_consumer_start(c, 5000), -ENOTSUP);
+    tsock_consumer_destroy(c);
+    stop(p, thread);
+}
+
+/* Refusals at start: a producer without a sampler (no exact epochs to share), and drop_last
+ * with a batch larger than a rank's share (no batch at all). */
+static void
+test_refusals(void)
+{
+    pthread_t thread;
+    tsock_producer *p = start_producer_with(&thread, 0);
+    tsock_consumer *c = NULL;
+    CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
+    CHECK_EQ(tsock_consumer_set_group(c, "free", 0, 2), 0);
+    CHECK_EQ(tsock_consumer_start(c, 5000), TSOCK_E_REJECTED);
+    tsock_consumer_destroy(c);
+    stop(p, thread);
+
+    p = start_producer(&thread);
+    CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
+    CHECK_EQ(tsock_consumer_set_group(c, "big", 0, WORLD), 0);
+    CHECK_EQ(tsock_consumer_set_batch_size(c, SAMPLES / WORLD + 1), 0);
+    CHECK_EQ(tsock_consumer_set_drop_last(c, 1), 0);
+    CHECK_EQ(tsock_consumer_start(c, 5000), TSOCK_E_REJECTED);
+    tsock_consumer_destroy(c);
+    /* The same without drop_last is a valid group: each rank's one batch is padded. */
+    CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
+    CHECK_EQ(tsock_consumer_set_group(c, "big", 0, 1), 0);
+    CHECK_EQ(tsock_consumer_set_batch_size(c, SAMPLES + 1), 0);
+    CHECK_EQ(tsock_consumer_start(c, 5000), 0);
+    CHECK_EQ(tsock_consumer_batches_per_epoch(c), 1);
+    tsock_batch *b = NULL;
+    CHECK_EQ(tsock_consumer_next(c, 5000, &b), 0);
+    CHECK_EQ(tsock_batch_samples(b), SAMPLES);
+    CHECK(tsock_batch_is_epoch_end(b));
+    CHECK_EQ(tsock_consumer_release(c, b), 0);
     tsock_consumer_destroy(c);
     stop(p, thread);
 }
@@ -234,6 +279,7 @@ main(void)
 {
     test_setters();
     test_restore_then_group();
+    test_refusals();
     run_group(BATCH, 0); /* blocks are producer batches: views, the tail padded */
     run_group(50, 0);    /* blocks across producer batches: gathers */
     run_group(50, 1);    /* drop_last */

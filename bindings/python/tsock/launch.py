@@ -135,7 +135,9 @@ def ensure_producer(dataset, root=None, endpoint=None, program=None, timeout=120
     ``--no-flip``), detached in its own session so that it outlives the rank, its output in
     ``<socket>.log``, and waits until it answers. Safe to call from every local rank at once:
     exactly one starts the producer. The program is `program`, else ``$TSOCK_PRODUCER``, else
-    ``$TSOCK_BIN_DIR/tsock-producer``, else ``tsock-producer`` on PATH.
+    ``$TSOCK_BIN_DIR/tsock-producer``, else ``tsock-producer`` on PATH. The producer reads
+    ``--nodes``/``--node-rank`` from Slurm's or torchrun's environment when they are not given,
+    and then serves only this node's share of the dataset; ``nodes=1`` serves all of it.
 
     Raises FileNotFoundError when there is no program, :class:`tsock.Timeout` when no producer
     answered within `timeout` seconds, and RuntimeError with the end of its log when the

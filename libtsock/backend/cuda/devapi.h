@@ -82,6 +82,9 @@ struct tsock__devapi {
     int (*stream_destroy)(tsock__dev_stream_t s);
     int (*stream_sync)(tsock__dev_stream_t s);
     int (*stream_wait)(tsock__dev_stream_t s, tsock__dev_event_t e);
+    /* Waits until all work this process queued on the current device has run, on every
+     * stream, torch's non-blocking side streams included (cudaDeviceSynchronize). */
+    int (*device_sync)(void);
 
     int (*event_create)(tsock__dev_event_t *e, unsigned flags);
     int (*event_destroy)(tsock__dev_event_t e);

@@ -235,6 +235,12 @@ stream_sync(tsock__dev_stream_t s)
 }
 
 static int
+device_sync(void)
+{
+    return map(cudaDeviceSynchronize());
+}
+
+static int
 stream_wait(tsock__dev_stream_t s, tsock__dev_event_t e)
 {
     return map(cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0));
@@ -370,6 +376,7 @@ const struct tsock__devapi tsock__devapi_real = {
     .stream_destroy = stream_destroy,
     .stream_sync = stream_sync,
     .stream_wait = stream_wait,
+    .device_sync = device_sync,
     .event_create = event_create,
     .event_destroy = event_destroy,
     .event_record = event_record,

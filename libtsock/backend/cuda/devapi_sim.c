@@ -289,6 +289,17 @@ stream_sync(tsock__dev_stream_t stream)
     return ret(TSOCK__DEV_OK);
 }
 
+static int
+device_sync(void)
+{
+    tsock__sim_settings();
+    need_context();
+    if (capture_blocks())
+        return ret(TSOCK__DEV_CAPTURE);
+    tsock__sim_wait_idle();
+    return ret(TSOCK__DEV_OK);
+}
+
 struct tsock__dev_event {
     struct seg *seg;
     int imported;
@@ -615,6 +626,7 @@ const struct tsock__devapi tsock__devapi_sim = {
     .stream_destroy = stream_destroy,
     .stream_sync = stream_sync,
     .stream_wait = stream_wait,
+    .device_sync = device_sync,
     .event_create = event_create,
     .event_destroy = event_destroy,
     .event_record = event_record,

@@ -122,6 +122,30 @@ maybe_stall(void)
         pause();
 }
 
+/* Operations queued and not yet run, over all of this process's streams (device_sync). */
+static pthread_mutex_t idle_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t idle_cv = PTHREAD_COND_INITIALIZER;
+static uint64_t unfinished;
+
+static void
+count_unfinished(int delta)
+{
+    pthread_mutex_lock(&idle_mu);
+    unfinished += (uint64_t)(int64_t)delta;
+    if (!unfinished)
+        pthread_cond_broadcast(&idle_cv);
+    pthread_mutex_unlock(&idle_mu);
+}
+
+void
+tsock__sim_wait_idle(void)
+{
+    pthread_mutex_lock(&idle_mu);
+    while (unfinished)
+        pthread_cond_wait(&idle_cv, &idle_mu);
+    pthread_mutex_unlock(&idle_mu);
+}
+
 static void *
 executor(void *arg)
 {
@@ -146,6 +170,7 @@ executor(void *arg)
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
         free(op);
+        count_unfinished(-1);
     }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -216,6 +241,7 @@ void
 tsock__sim_enqueue(tsock__dev_stream_t stream, struct op *op)
 {
     struct tsock__dev_stream *s = tsock__sim_resolve(stream);
+    count_unfinished(1);
     pthread_mutex_lock(&s->mu);
     op->seq = ++s->queued;
     if (s->tail)

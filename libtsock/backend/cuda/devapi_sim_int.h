@@ -119,5 +119,9 @@ struct tsock__dev_stream *tsock__sim_stream_new(void);
 struct tsock__dev_stream *tsock__sim_resolve(tsock__dev_stream_t s);
 struct op *tsock__sim_op_new(enum op_kind kind);
 void tsock__sim_enqueue(tsock__dev_stream_t stream, struct op *op);
+/* Waits until no operation queued by this process is left on any stream. Stronger than
+ * cudaDeviceSynchronize, which waits only for the work queued before the call: the same when
+ * no other thread keeps queuing, which holds where tsock calls it (a consumer closing). */
+void tsock__sim_wait_idle(void);
 
 #endif

@@ -11,12 +11,9 @@ cuda_remove_orphan(const uint8_t *blob, size_t blob_len)
     return 0; /* device memory and IPC handles die with the process that made them */
 }
 
-/* Issue 12, item 3 (branch wt-gpuengine): a consumer closing with batches never released waits
- * for the work queued on their device before it says BYE. Kept small and here, as the device
- * API belongs to backend/cuda's owner. GAP: the device API has no device-wide synchronise
- * (cudaDeviceSynchronize), so this waits for the device's legacy default stream, which covers
- * blocking streams but not torch's non-blocking side streams; a `device_sync` entry in devapi.h
- * should replace it. */
+/* Issue 12, item 3: a consumer closing with batches never released waits for all the work its
+ * process queued on their device, on every stream (torch's non-blocking side streams too), before
+ * it says BYE and the producer may overwrite the slots that work still reads. */
 static int
 cuda_device_sync(int device)
 {
@@ -24,7 +21,7 @@ cuda_device_sync(int device)
     int err = tsock__cuda_enter(device, &g);
     if (err < 0)
         return err;
-    int e = tsock__dev()->stream_sync(NULL);
+    int e = tsock__dev()->device_sync();
     tsock__cuda_leave(&g);
     return e == TSOCK__DEV_OK ? 0 : tsock__cuda_fail(e, "waiting for the device (closing)");
 }
