@@ -32,7 +32,6 @@ import importlib.util
 import json
 import os
 import resource
-import statistics
 import sys
 import tempfile
 import time

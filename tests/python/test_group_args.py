@@ -6,7 +6,6 @@ library; torch.distributed is initialised for real (gloo, in child processes).""
 import json
 import os
 import socket
-import sys
 import warnings
 
 import pytest
