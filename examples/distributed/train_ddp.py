@@ -178,7 +178,10 @@ def main():
         producer.stop()
     dist.destroy_process_group()
     if args.json:
-        print(json.dumps(result), flush=True)
+        # One write: the ranks of a torchrun agent share its stdout, and a pipe keeps a write
+        # of up to 4 KiB whole, where print's separate writes of text and newline interleave.
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), (json.dumps(result) + "\n").encode())
     return 0
 
 

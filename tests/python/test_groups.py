@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from tsock_testutil import start_producer
+from tsock_testutil import start_producer, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -77,6 +77,34 @@ def distributed_sampler_counts(samples, world, batch, drop_last):
     assert len(per_rank) == 1, per_rank  # DistributedSampler's own promise
     del torch
     return per_rank.pop()
+
+
+def start_agent(procs, argv):
+    """A torchrun agent; kill_agents() ends it and its workers."""
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=clean_env())
+    procs.append(p)
+    return p
+
+
+def kill_agents(agents):
+    """Kills what is left of torchrun agents: their workers (which torchrun starts in
+    sessions of their own, out of reach of the agent's process group), then the agents."""
+    for p in agents:
+        children = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == p.pid:  # the parent pid
+                children.append(int(entry))
+        for pid in children + [p.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def start_child(procs, args, env):
@@ -214,6 +242,47 @@ def test_killed_rank_interrupts_its_group_only(groups, programs, procs, endpoint
         assert sorted(ids) == list(range(samples))
 
 
+def test_restarted_group_begins_a_fresh_exact_epoch(groups, programs, procs, endpoint,
+                                                    tmp_path):
+    """What torchrun's elastic agent does when a rank crashes: the job's processes die
+    (here both kill -9, in the middle of the group's epoch) and new ones start as the same
+    ranks of the same group. They form the group anew and read a fresh, exact epoch 0.
+
+    (The agent itself is not used here: on this machine torch 2.15's gloo set-up in a
+    restarted attempt sometimes never connects or is refused, which would make the test
+    about torch; the restart it performs is exactly this.)"""
+    samples, world, batch = 64, 2, 4
+    start_producer(programs, procs, endpoint, batch_size=batch, samples=samples, epochs=0,
+                   slots=4, wait_consumers=0,
+                   extra=["--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1000"])
+    go = str(tmp_path / "go")
+    first = [start_child(procs, [endpoint, 1, "--group", "job", "--rank", r, "--world-size",
+                                 world, "--batch-size", batch, "--hold-after", 3, "--go", go],
+                         clean_env())
+             for r in range(world)]
+    for p in first:  # both inside the group's epoch
+        for line in p.stdout:
+            if line.strip() == "holding":
+                break
+        else:
+            pytest.fail(f"a rank ended before holding a batch:\n{p.stderr.read()[-3000:]}")
+    for p in first:
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    # The new ranks come once the producer has declared the old ones lost: a rank number
+    # still joined would be refused (GroupMismatch), and the agent would simply restart again.
+    wait_until(lambda: groups.query_stats(endpoint)["producer"]["lost"] >= world, 60,
+               "the producer to declare the killed ranks lost")
+    second = [start_child(procs, [endpoint, 1, "--group", "job", "--rank", r, "--world-size",
+                                  world, "--batch-size", batch], clean_env())
+              for r in range(world)]
+    results = [result_of(p) for p in second]
+    for res, err in results:
+        assert res["error"] is None, (res["error"], err[-2000:])
+        assert res["epoch_numbers"] == [0]  # the new group's own first epoch
+    check_group_epoch([res["ids"][0] for res, _ in results], samples, samples // world, False)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -273,16 +342,14 @@ def test_two_nodes_ddp_with_torchrun(groups, nodes, procs, tmp_path, producers):
                     endpoints[k], "--backend", "gloo", "--group", "ddp", "--epochs",
                     str(epochs), "--batch-size", str(batch), "--ids-out", str(ids_dir),
                     "--json", "--group-timeout", "120", *extra]  # a barrier never met fails
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=clean_env())
-            procs.append(p)
-            agents.append(p)
+            agents.append(start_agent(procs, argv))
         reports = []
         for k, p in enumerate(agents):
             out, err = p.communicate(timeout=300)
             assert p.returncode == 0, f"torchrun agent of node {k} failed:\n{err[-4000:]}"
             reports += [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     finally:
+        kill_agents(agents)
         if producers == "ensure_producer":
             stop_answering_producers(groups, endpoints)
     assert sorted(r["rank"] for r in reports) == list(range(world)), reports  # all finished
