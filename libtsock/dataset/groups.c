@@ -204,6 +204,24 @@ tsock__group_join(struct tsock__group *g, uint32_t rank, uint32_t world, uint32_
 }
 
 int
+tsock__group_check_resume(const struct tsock__group *g, uint64_t resume, const char **why)
+{
+    if (g == NULL)
+        return fail(why, "no group", -EINVAL);
+    if (resume == g->resume)
+        return 0;
+    if (resume == 0 || g->resume == 0)
+        return fail(why,
+                    "the restored state differs from the group's other ranks (fresh ranks "
+                    "mixed with ranks restored from a saved state)",
+                    -EINVAL);
+    return fail(why,
+                "the restored state differs from the group's other ranks (saved at another "
+                "step or by another group)",
+                -EINVAL);
+}
+
+int
 tsock__group_complete(const struct tsock__group *g)
 {
     return g != NULL && g->joined == g->local_world;

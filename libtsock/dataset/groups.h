@@ -82,7 +82,8 @@ struct tsock__group {
     uint32_t local_world;
     uint32_t batch;
     int drop_last;
-    uint32_t joined;                         /* ranks joined so far */
+    uint64_t resume; /* the fingerprint of the state its ranks restored; 0: they start fresh */
+    uint32_t joined; /* ranks joined so far */
     uint64_t member[TSOCK__GROUP_MAX_LOCAL]; /* by local rank: peer id, 0 = not joined */
 };
 
@@ -101,6 +102,12 @@ int tsock__group_init(struct tsock__group *g, const char *name, uint32_t world, 
  * -EEXIST (that rank has joined already). */
 int tsock__group_join(struct tsock__group *g, uint32_t rank, uint32_t world, uint32_t batch,
                       int drop_last, uint64_t peer, const char **why);
+
+/* Checks, before tsock__group_join, that a rank restored the same saved state as the group's
+ * (g->resume, its first rank's: 0 when that rank started fresh). Ranks that restore states
+ * saved at different steps, or fresh ranks mixed with restored ones, would not complete the
+ * group's epoch exactly. Returns 0, or -EINVAL with *why naming the restored state. */
+int tsock__group_check_resume(const struct tsock__group *g, uint64_t resume, const char **why);
 
 /* Whether every local rank has joined. */
 int tsock__group_complete(const struct tsock__group *g);

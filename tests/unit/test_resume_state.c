@@ -160,7 +160,7 @@ test_rules(void)
     memcpy(b, buf, len);
     CHECK(decode_why(b, len) == NULL);
     BROKEN(b[0] = 'X');                           /* magic */
-    BROKEN(store_le(b + 4, 2, 2));                /* another version */
+    BROKEN(store_le(b + 4, 3, 2));                /* another version */
     BROKEN(store_le(b + 6, 2, 2));                /* unknown flag */
     BROKEN(store_le(b + 8, 0, 8));                /* n = 0 */
     BROKEN(store_le(b + 8, (1ull << 32) + 1, 8)); /* n past the sampler's bound */
@@ -174,7 +174,7 @@ test_rules(void)
     BROKEN(b[48] = TSOCK__STATE_SET_NONE);        /* no set with a count */
     /* Version and checksum are named as such. */
     memcpy(b, buf, len);
-    store_le(b + 4, 2, 2);
+    store_le(b + 4, 3, 2);
     CHECK(strstr(decode_why(b, len), "version") != NULL);
     memcpy(b, buf, len);
     b[20] ^= 1;
