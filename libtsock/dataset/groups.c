@@ -100,6 +100,20 @@ tsock__rank_plan_init(struct tsock__rank_plan *p, uint64_t samples, uint64_t win
     return p->batches == 0 ? -EINVAL : 0;
 }
 
+int
+tsock__rank_plan_init_rest(struct tsock__rank_plan *p, uint64_t samples, uint64_t window,
+                           uint64_t consumed, uint32_t world, uint32_t local_world, uint32_t local,
+                           uint32_t batch, int drop_last)
+{
+    if (local_world == 0 || world % local_world != 0 || consumed >= window)
+        return -EINVAL;
+    uint64_t nodes = world / local_world;
+    if (nodes * consumed >= samples)
+        return -EINVAL;
+    return tsock__rank_plan_init(p, samples - nodes * consumed, window - consumed, world,
+                                 local_world, local, batch, drop_last);
+}
+
 /* The last batch without drop_last: this rank's block of the tail, then its padding sample. */
 static uint32_t
 tail_batch(const struct tsock__rank_plan *p, uint64_t *pos)

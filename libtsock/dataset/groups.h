@@ -64,6 +64,20 @@ int tsock__rank_plan_init(struct tsock__rank_plan *p, uint64_t samples, uint64_t
                           uint32_t world, uint32_t local_world, uint32_t local, uint32_t batch,
                           int drop_last);
 
+/* The plan of a restored group epoch (docs/semantics.md, "Resume"): the group's ranks saved
+ * after `consumed` samples of every node's window (the same step on every node), and the epoch
+ * goes on over the window with those samples left out, re-dealt among `world` ranks (any
+ * number, the same node count): the plan of a dataset of samples - nodes·consumed samples over
+ * a window of window - consumed, whose positions count the samples left. Every node's filtered
+ * window then has ceil((samples - nodes·consumed) / nodes) samples, as tsock__rank_plan_init
+ * requires, and with the world it was saved with the plan is exactly the rest of the
+ * uninterrupted epoch's (its per_rank is T minus the rank's samples so far). Returns 0, or
+ * -EINVAL for counts out of range (consumed >= window included) or a plan with no batch
+ * (drop_last with fewer samples left than world · batch). */
+int tsock__rank_plan_init_rest(struct tsock__rank_plan *p, uint64_t samples, uint64_t window,
+                               uint64_t consumed, uint32_t world, uint32_t local_world,
+                               uint32_t local, uint32_t batch, int drop_last);
+
 /* Fills pos[0 .. k-1] with the window positions (0 <= pos < window) of the rank's batch
  * `index` (0 <= index < batches) and returns k (1..batch), or 0 when index is out of range.
  * Positions ascend except a padding sample, which comes last; it is a position of another

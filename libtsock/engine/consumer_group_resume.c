@@ -127,20 +127,16 @@ tsock__group_window_done(tsock_consumer *c)
 
 /* ---- restoring ------------------------------------------------------------------------- */
 
-/* The plan of the restored epoch: the window without U, in a group of this run's world size,
- * as if the dataset had N - nodes·|U| samples (every node's group consumed |U| of its share
- * when its ranks saved at the same step, so each node's filtered window is M - |U| =
- * ceil((N - nodes·|U|) / nodes), which is what tsock__rank_plan_init requires). Returns 0, or
- * -EINVAL when no rank gets a batch (drop_last, fewer remaining samples than ranks · batch). */
+/* The plan of the restored epoch: the window without U, in a group of this run's world size
+ * (dataset/groups.c). Returns 0, or -EINVAL when no rank gets a batch (drop_last, fewer
+ * remaining samples than ranks · batch). */
 static int
 restored_plan(tsock_consumer *c, struct tsock__rank_plan *rp)
 {
-    const struct tsock__msg_welcome *w = &c->welcome;
     const struct tsock__rank_plan *full = &c->group_full_plan;
-    uint64_t used = c->restore.delivered;
-    return tsock__rank_plan_init(rp, w->dataset - (uint64_t)w->nodes * used, w->samples - used,
-                                 c->group_world, full->local_world, full->local, full->batch,
-                                 full->drop_last);
+    return tsock__rank_plan_init_rest(rp, full->samples, full->window, c->restore.delivered,
+                                      c->group_world, full->local_world, full->local, full->batch,
+                                      full->drop_last);
 }
 
 void
