@@ -1,5 +1,5 @@
 /* Saving and restoring the position of a rank of a data-parallel group (docs/semantics.md,
- * "Groups"; docs/distributed.md).
+ * "Resuming a group"; docs/distributed.md).
  *
  * A rank receives every BATCH of its group's window with its ids and releases the other ranks'
  * blocks as it reads past them, so it knows the ids of every rank's blocks. Ranks checkpoint at

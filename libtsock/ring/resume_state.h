@@ -22,7 +22,7 @@
  * Version 1 is version 2 without groups: it still decodes (a solo consumer's state saved by
  * the previous library), and decode keeps the version so that re-encoding gives the same bytes.
  * For a rank, the set is its GROUP's: every sample of the group epoch's batches that the
- * group's ranks consumed up to the rank's step (docs/semantics.md, "Groups").
+ * group's ranks consumed up to the rank's step (docs/semantics.md, "Resuming a group").
  */
 #ifndef TSOCK_RESUME_STATE_H
 #define TSOCK_RESUME_STATE_H
