@@ -245,6 +245,60 @@ def test_two_nodes(env):
           f"{len(shares[0])} samples each")
 
 
+def test_twice(env):
+    """A restored group saves again inside its restored epoch and is restored once more, with
+    yet another world size: 3 ranks stopped at step 27, 2 ranks restored and stopped after 4
+    more steps, 4 ranks restored from those states. The second state's set is the first one's
+    plus the 2 ranks' first 4 batches; the third run's restored epoch is exactly the rest."""
+    p = producer(env, batch=32, slots=8)
+    p.wait_stderr("serving", 10)
+    states, ids1, _ = first_run(env, 1, False)
+    _, _, used1, block1 = decode_state(open(states[0], "rb").read(), rank=True)
+    run2 = []
+    for r in range(2):
+        c = consumer(env, "--group", "g2", "--rank", str(r), "--world-size", "2", "--batch-size",
+                     str(BATCH), "--epochs", "0", "--resume", states[r], "--save-state",
+                     env.path(f"state2-{r}"), "--stall-after", "4", "--ids-out",
+                     env.path(f"run2-{r}.ids"), name=f"run2-{r}")
+        run2.append(c)
+    for c in run2:
+        c.wait_stderr("stalled after", 60)
+    for c in run2:
+        c.p.send_signal(signal.SIGKILL)
+        c.wait(5)
+    blobs = [open(env.path(f"state2-{r}"), "rb").read() for r in range(2)]
+    check(blobs[0] == blobs[1], "the restored ranks' states differ")
+    epoch, _, used2, block2 = decode_state(blobs[0], rank=True)
+    took = set()
+    for r in range(2):
+        took |= set(read_ids(env.path(f"run2-{r}.ids")).get(1, [])[:4 * BATCH])
+    check(epoch == 1 and block2["index"] == block1["index"] + 4 and block2["world"] == 2,
+          f"second state: epoch {epoch}, {block2}")
+    check(used2 == used1 | took and not used1 & took,
+          "the second state's set is not the first plus the restored ranks' batches")
+    run3 = []
+    for r in range(4):
+        ids = env.path(f"run3-{r}.ids")
+        c = consumer(env, "--group", "g3", "--rank", str(r), "--world-size", "4", "--batch-size",
+                     str(BATCH), "--epochs", "1", "--resume", env.path(f"state2-{r % 2}"),
+                     "--ids-out", ids, name=f"run3-{r}")
+        run3.append((c, ids))
+    for r, (c, _) in enumerate(run3):
+        res = wait_json(c, 60, f"run 3 rank {r}")
+        check(c.p.returncode == 0 and res["duplicates"] == 0, f"run 3 rank {r}: {res}")
+    third = [read_ids(ids) for _, ids in run3]
+    shares = [t.get(1, []) for t in third]
+    rest = set(range(N)) - used2
+    want = per_rank_count(len(rest), 4, BATCH, False)
+    union = set().union(*map(set, shares))
+    check(all(len(s) == want for s in shares), f"run 3 counts {[len(s) for s in shares]}")
+    check(union == rest and sum(map(len, shares)) - len(rest) < 4,
+          "the third run's restored epoch is not exactly the rest")
+    check(set().union(*(set(t.get(2, [])) for t in third)) == set(range(N)), "epoch 2 inexact")
+    p.signal(signal.SIGTERM)
+    p.wait(10)
+
+
 def test_refused(env):
     """Ranks restored from states of different steps, fresh ranks mixed with restored ones, a
     group's state in a solo consumer, a solo state in a rank: each refused, and said why."""
@@ -299,6 +353,7 @@ TESTS = {
     "group_resume_drop_last": test_drop_last,
     "group_resume_empty_epoch": test_empty_epoch,
     "group_resume_two_nodes": test_two_nodes,
+    "group_resume_twice": test_twice,
     "group_resume_refused": test_refused,
 }
 
