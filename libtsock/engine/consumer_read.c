@@ -348,12 +348,12 @@ tsock__consumer_group_settle(tsock_consumer *c)
     }
 }
 
-/* Whether rank batch `index` ends with a padding sample: the tail batch of a rank that is one
+/* Whether rank batch `index` of plan p (counted from the plan's start: a restored epoch's plan
+ * starts at the restore) ends with a padding sample: the tail batch of a rank that is one
  * short (dataset/groups.c, tail_batch). */
 static int
 has_padding(const struct tsock__rank_plan *p, uint64_t index)
 {
-    /* index counts from the start of the plan (a restored epoch's plan starts at its restore) */
     uint64_t r = p->tail % p->local_world;
     return !p->drop_last && index >= p->full_rounds && r != 0 && p->local >= r;
 }
