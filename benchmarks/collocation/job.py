@@ -18,6 +18,11 @@ is really read) and then held for --delay-ms by sleeping: a training step that c
 already (the producer converts); torchvision batches are pinned, copied and normalised here.
 --model none with --device cuda keeps the sleep.
 
+--group NAME --rank R --world-size W (benchmarks/groups/run.py): this job is rank R of a
+data-parallel job of W ranks: with tsock, a rank of the group NAME on the producer; with
+torchvision, a DataLoader over DistributedSampler(num_replicas=W, rank=R), set_epoch(e) each
+epoch.
+
 Prints one JSON object: samples, batches and epochs received; the CLOCK_MONOTONIC times of the
 first and the last batch (comparable between processes); seconds spent waiting for batches;
 and CPU seconds: `startup_cpu_s` (interpreter start and imports, up to the moment the loader
@@ -89,6 +94,9 @@ def main():
     ap.add_argument("--name", default="job")
     ap.add_argument("--ready-file", help="create this file once the imports are done")
     ap.add_argument("--go-file", help="then wait for this file before building the loader")
+    ap.add_argument("--group", default=None, help="a rank of this data-parallel group")
+    ap.add_argument("--rank", type=int, default=None)
+    ap.add_argument("--world-size", type=int, default=None)
     args = ap.parse_args()
 
     import torch  # both loaders hand out torch tensors
@@ -110,14 +118,20 @@ def main():
     startup_self, startup_children = cpu_now()
     startup_cpu = startup_self + startup_children
 
+    sampler = None
     if args.loader == "tsock":
-        loader = tsock.DataLoader(args.endpoint, timeout=60.0, name=args.name)
+        loader = tsock.DataLoader(args.endpoint, timeout=60.0, name=args.name,
+                                  group=args.group, rank=args.rank, world_size=args.world_size)
     else:
         torch.manual_seed(args.seed)
         tf = transforms.Compose([transforms.RandomResizedCrop(224),
                                  transforms.RandomHorizontalFlip(), transforms.PILToTensor()])
         ds = datasets.ImageFolder(args.root, transform=tf)
-        loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True,
+        if args.world_size is not None:
+            sampler = torch.utils.data.DistributedSampler(
+                ds, num_replicas=args.world_size, rank=args.rank, shuffle=True, seed=args.seed)
+        loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size,
+                                             shuffle=sampler is None, sampler=sampler,
                                              num_workers=args.workers,
                                              persistent_workers=args.persistent_workers,
                                              pin_memory=args.device == "cuda")
@@ -128,7 +142,9 @@ def main():
     checksum = 0
     wait_s = wait_after_first_s = 0.0
     first_t = last_t = None
-    for _ in range(args.epochs):
+    for epoch in range(args.epochs):
+        if sampler is not None:
+            sampler.set_epoch(epoch)
         it = iter(loader)
         while True:
             t0 = time.monotonic()

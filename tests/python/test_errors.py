@@ -125,3 +125,25 @@ def test_log_callback_receives_library_lines(tsock, endpoint):
     with tsock.Producer(endpoint, batch_size=2) as producer:
         producer.start((np.zeros((2, 1), np.uint8),))
     assert len(lines) == count  # discarded again after set_log(None)
+
+
+def test_warnings_and_errors_are_kept_for_exceptions(tsock, programs, procs, endpoint):
+    # Without any set_log callback the binding keeps the library's last warnings and errors,
+    # so that an exception can carry the sentence that explains it (a group's missing ranks).
+    import signal
+
+    from tsock_testutil import start_producer
+
+    tsock.set_log(None)
+    prod = start_producer(programs, procs, endpoint, batch_size=4, samples=64, epochs=0)
+    consumer = tsock.Consumer(endpoint, timeout=20, heartbeat=(0.05, 0.5))
+    mark = tsock._lib.log_mark()
+    prod.send_signal(signal.SIGKILL)
+    with pytest.raises(tsock.ProducerLost):
+        while True:
+            consumer.next(timeout=30).release()
+    consumer.close()
+    line = tsock._lib.recent_log("no word from the producer", after=mark)
+    assert line is not None and "ms" in line, list(tsock._lib._recent)
+    assert tsock._lib.recent_log("no word from the producer",
+                                 after=tsock._lib.log_mark()) is None

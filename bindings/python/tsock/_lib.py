@@ -11,6 +11,7 @@ Where the library comes from, in order:
  3. the system: ``ctypes.util.find_library("tsock")``, then ``libtsock.so.0``.
 """
 import atexit
+import collections
 import ctypes
 import ctypes.util
 import os
@@ -88,6 +89,28 @@ def _declare(name, restype, argtypes):
     fn.argtypes = argtypes
 
 
+#: Names of the C functions this binding can use but the loaded library lacks (see
+#: :func:`require`).
+missing = set()
+
+
+def _declare_optional(name, restype, argtypes):
+    """Declares a function of a newer library version that only some features need: a library
+    without it still loads, and :func:`require` names it when a feature asks for it."""
+    try:
+        _declare(name, restype, argtypes)
+    except VersionMismatch:
+        missing.add(name)
+
+
+def require(name, feature):
+    """Raises NotImplementedError naming `feature` when the library lacks C function `name`."""
+    if name in missing:
+        raise NotImplementedError(
+            f"{feature} needs the C function {name}, which libtsock at {path} (version "
+            f"{version}) does not have: use a libtsock built with that feature")
+
+
 # Log callback: void (*)(void *user, int level, const char *message).
 LOG_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_char_p)
 
@@ -150,6 +173,10 @@ _declare("tsock_consumer_slot_count", c_uint32, [c_void_p])
 _declare("tsock_consumer_dataset_size", c_uint64, [c_void_p])
 _declare("tsock_consumer_batches_per_epoch", c_uint64, [c_void_p])
 _declare("tsock_consumer_destroy", None, [c_void_p])
+# Data-parallel groups (docs/distributed.md): optional, so that a library without them still
+# serves solo consumers.
+_declare_optional("tsock_consumer_set_group", c_int, [c_void_p, c_char_p, c_uint32, c_uint32])
+_declare_optional("tsock_consumer_set_group_timeout", c_int, [c_void_p, c_uint32])
 
 # ---- statistics of a running producer ----
 _declare("tsock_stats_query", c_int, [P(c_void_p), c_char_p, c_int])
@@ -217,9 +244,13 @@ def strerror(code):
     return text.decode("utf-8", "replace")
 
 
-def error(code, function=None):
-    """The exception for a negative return value `code` of C function `function`."""
-    return errors.error_class(code)(code, strerror(code), function)
+def error(code, function=None, detail=None):
+    """The exception for a negative return value `code` of C function `function`; `detail`
+    (the library's log line that explains it, say) is appended to the message."""
+    message = strerror(code)
+    if detail:
+        message = f"{message}: {detail}"
+    return errors.error_class(code)(code, message, function)
 
 
 def check(rc, function):
@@ -230,37 +261,67 @@ def check(rc, function):
 
 
 # ---- logging ----
+#
+# One callback for the life of the process: it hands lines to the user's function (set_log)
+# and keeps the last warnings and errors, so that an exception can carry the sentence the
+# library logged about it (the missing ranks of a group, the field a producer refused). Lines
+# at WARN and ERROR are rare; the library calls back only for levels up to the maximum set.
 
-_log_state = {"callback": None}
+LOG_WARN = 1
+_log_state = {"user": None, "level": -1, "seq": 0}
+_recent = collections.deque(maxlen=64)  # (sequence number, text) of warnings and errors
+
+
+def _trampoline(_user, level, message):
+    try:
+        text = message.decode("utf-8", "replace")
+        if level <= LOG_WARN:
+            _log_state["seq"] += 1
+            _recent.append((_log_state["seq"], text))
+        fn = _log_state["user"]
+        if fn is not None and level <= _log_state["level"]:
+            fn(level, text)
+    except Exception:  # an exception cannot cross into C; drop it
+        pass
+
+
+_LOG_CALLBACK = LOG_FN(_trampoline)  # kept alive as long as C may call it
 
 
 def set_log(fn, max_level):
-    """Installs fn(level:int, message:str) as the library's log callback (None: discard).
+    """Installs fn(level:int, message:str) as the user's log function (None: discard).
 
     The callback runs on the library's internal threads too; it must be quick and thread-safe.
     """
     if fn is None:
-        lib.tsock_set_log(LOG_FN(), None, 0)
-        _log_state["callback"] = None
-        return
+        _log_state["user"], _log_state["level"] = None, -1
+    else:
+        _log_state["user"], _log_state["level"] = fn, int(max_level)
+    lib.tsock_set_log(_LOG_CALLBACK, None, max(_log_state["level"], LOG_WARN))
 
-    def trampoline(_user, level, message):
-        try:
-            fn(level, message.decode("utf-8", "replace"))
-        except Exception:  # an exception cannot cross into C; drop it
-            pass
 
-    cb = LOG_FN(trampoline)
-    _log_state["callback"] = cb  # kept alive as long as C may call it
-    lib.tsock_set_log(cb, None, int(max_level))
+def log_mark():
+    """The sequence number of the last warning or error kept (see :func:`recent_log`)."""
+    return _log_state["seq"]
+
+
+def recent_log(*needles, after=0):
+    """The most recent warning or error line logged after mark `after` that contains one of
+    `needles`, or None."""
+    for seq, text in reversed(list(_recent)):
+        if seq <= after:
+            return None
+        if any(n in text for n in needles):
+            return text
+    return None
 
 
 def _unset_log_at_exit():
     # Library threads must not call into an interpreter that is shutting down.
-    if _log_state["callback"] is not None:
-        lib.tsock_set_log(LOG_FN(), None, 0)
+    lib.tsock_set_log(LOG_FN(), None, 0)
 
 
+lib.tsock_set_log(_LOG_CALLBACK, None, LOG_WARN)
 atexit.register(_unset_log_at_exit)
 
 

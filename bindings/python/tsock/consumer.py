@@ -7,12 +7,13 @@ next batch is requested, or at ``close()``). Never modify a batch in place; copy
 import ctypes
 import errno
 import math
+import numbers
 import threading
 import time
 import warnings
 import weakref
 
-from . import _lib, _views, errors, security
+from . import _group, _lib, _views, errors, security
 from ._lib import lib
 
 
@@ -239,6 +240,9 @@ class Consumer:
     `checkpointing=True` makes :meth:`save_state` work (needs a producer sampler); `state` (bytes from
     :meth:`save_state`) restores a saved position and implies it: the consumer receives exactly
     the rest of the interrupted epoch, then normal epochs (docs/semantics.md, "Resume").
+    `group`, `rank`, `world_size`, `group_timeout`: this consumer is rank `rank` of the
+    data-parallel group `group` of `world_size` ranks, resolved as :class:`DataLoader` does
+    (``self.group`` is the result, None for a solo consumer).
 
     :meth:`next` returns a :class:`Batch`; :meth:`release` gives it back. Most training code
     wants :class:`DataLoader` instead.
@@ -246,15 +250,26 @@ class Consumer:
 
     def __init__(self, endpoint=None, timeout=10.0, name=None, heartbeat=None, batch_size=None,
                  drop_last=False, epoch_grace=None, reconnect=None, device=None, curve=None,
-                 checkpointing=False, state=None):
+                 checkpointing=False, state=None, group=None, rank=None, world_size=None,
+                 group_timeout=None):
         self._h = None
         curve_secret, curve_server = security.key_pair(curve, "curve")
+        membership = _group.resolve(group, rank, world_size, group_timeout)
+        self.group = membership
+        self._log_mark = _lib.log_mark()
+        if membership is not None:
+            if checkpointing or state is not None:
+                raise ValueError("a rank of a group cannot save or restore its position yet "
+                                 "(checkpointing=True, state=, load_state_dict): the library "
+                                 "does not support it for groups; leave them out")
+            _lib.require("tsock_consumer_set_group", "group=")
         if state is not None and not isinstance(state, (bytes, bytearray)):
             raise TypeError(f"state must be bytes from save_state(), not {type(state).__name__}")
         cuda_index = _cuda_index(device)
         self._views_count = 0
         self._gathers_count = 0
         self._pending = 0  # an error code met by _poll, raised by the next _next
+        self._pushback = None  # a batch _interruption_cause polled, handed out by the next _next
         if batch_size is not None:
             if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size <= 0:
                 raise ValueError(f"batch_size must be a positive integer or None, not "
@@ -306,6 +321,16 @@ class Consumer:
             if cuda_index is not None:
                 _lib.check(lib.tsock_consumer_set_device(self._h, cuda_index),
                            "tsock_consumer_set_device")
+            if membership is not None:
+                _lib.check(lib.tsock_consumer_set_group(self._h, membership.name.encode(),
+                                                        membership.rank,
+                                                        membership.world_size),
+                           "tsock_consumer_set_group")
+                if membership.timeout_ms is not None:
+                    _lib.require("tsock_consumer_set_group_timeout", "group_timeout=")
+                    _lib.check(lib.tsock_consumer_set_group_timeout(self._h,
+                                                                    membership.timeout_ms),
+                               "tsock_consumer_set_group_timeout")
             if state is not None:
                 _lib.check(lib.tsock_consumer_restore_state(self._h, bytes(state), len(state)),
                            "tsock_consumer_restore_state")
@@ -324,7 +349,8 @@ class Consumer:
                     "one): this producer publishes its own batches (free mode), where the "
                     "library cannot know an epoch's last batch in advance; pass "
                     "drop_last=False") from _lib.error(rc, "tsock_consumer_start")
-            _lib.check(rc, "tsock_consumer_start")
+            if rc < 0:
+                raise self._error(rc, "tsock_consumer_start")
         except BaseException:
             self.close()
             raise
@@ -375,10 +401,14 @@ class Consumer:
         h = self._h
         if h is None:
             raise ValueError("the consumer is closed")
+        batch = self._pushback
+        if batch is not None:
+            self._pushback = None
+            return batch
         rc = self._pending
         if rc:  # an error a poll met (some, like TSOCK_E_EPOCH_INTERRUPTED, come once)
             self._pending = 0
-            raise _lib.error(rc, "tsock_consumer_next")
+            raise self._error(rc, "tsock_consumer_next")
         total = _ms(timeout)
         chunk = _WAIT_CHUNK_MS if total < 0 else min(total, _WAIT_CHUNK_MS)
         rc = lib.tsock_consumer_next(h, chunk, self._next_ref)
@@ -386,7 +416,7 @@ class Consumer:
             if rc in _AGAIN and chunk != total:  # keep waiting, in chunks
                 rc = self._wait_more(total - chunk if total >= 0 else -1)
             if rc < 0:
-                raise _lib.error(rc, "tsock_consumer_next")
+                raise self._error(rc, "tsock_consumer_next")
         ptr = self._next_out.value
         if self.layout is None:
             self.layout = self._read_layout(ptr)
@@ -394,9 +424,42 @@ class Consumer:
         self._held[ptr] = batch
         return batch
 
+    # Codes whose explanation the library logs rather than returns: the exception carries it.
+    _EXPLAINED = tuple(getattr(errors, name) for name in (
+        "E_GROUP_INCOMPLETE", "E_GROUP_LOST", "E_GROUP_MISMATCH", "E_REJECTED")
+        if hasattr(errors, name))
+
+    def _error(self, rc, function):
+        """The exception for return code `rc`, with the line the library logged about it
+        (for a group: the missing or lost ranks, or the field the producer refused)."""
+        detail = None
+        if rc in self._EXPLAINED:
+            needles = ["the producer refused this consumer"]
+            if self.group is not None:
+                needles.append(f"group '{self.group.name}'")
+            detail = _lib.recent_log(*needles, after=self._log_mark)
+        return _lib.error(rc, function, detail)
+
+    def _interruption_cause(self):
+        """After TSOCK_E_EPOCH_INTERRUPTED in a group: the library reports TSOCK_E_GROUP_LOST
+        on the very next call when a lost rank was the cause. Returns that exception (with
+        the lost ranks), or None when the cause was something else (the producer went away);
+        a batch met instead is kept for the next call."""
+        batch = self._poll()
+        if batch is not None:
+            self._pushback = batch
+            return None
+        rc = self._pending
+        if rc and rc == getattr(errors, "E_GROUP_LOST", None):
+            return self._error(rc, "tsock_consumer_next")
+        return None
+
     def _poll(self):
         """The next batch if one is there already, else None (errors included: the blocking
         next() that follows reports them)."""
+        if self._pushback is not None:
+            batch, self._pushback = self._pushback, None
+            return batch
         if self._h is None or self._pending:
             return None
         rc = lib.tsock_consumer_next(self._h, 0, self._next_ref)
@@ -692,6 +755,24 @@ class DataLoader:
         checkpointing: make :meth:`state_dict` work (needs a producer sampler, which
             tsock-producer always has). The producer then sends this job each batch's sample
             ids (4 bytes a sample) and the job keeps a bitmap of the current epoch's.
+        group: the name of the data-parallel group (DDP job) this process is a rank of
+            (1 to 64 bytes of UTF-8, no control characters), or None for a job of its own.
+            The ranks of a group share each epoch as DistributedSampler does: disjoint
+            shards, together every sample once, the tail padded by repeating samples (or
+            dropped with drop_last), the same number of batches on every rank. Each rank
+            connects to its own node's producer.
+        rank, world_size: this process's rank and the group's size. None: from
+            torch.distributed when it is initialised, else torchrun's RANK and WORLD_SIZE,
+            else Slurm's SLURM_PROCID and SLURM_NTASKS; an argument given wins over them.
+            ValueError when nothing gives them, or 0 <= rank < world_size does not hold.
+        group_timeout: seconds the ranks wait for each other at the group's start (None: the
+            library's 600 s); then tsock.GroupIncomplete names the missing ranks.
+
+    Groups: ``len()`` is the per-rank batch count, the same on every rank. An epoch a rank
+    cannot finish (another rank of the group died: tsock.GroupLost, or the producer went away:
+    tsock.EpochInterrupted) raises instead of ending the ``for`` loop early, since ranks that
+    stopped at different batches would leave DDP's collectives waiting. ``set_epoch(e)`` is
+    accepted for DistributedSampler compatibility and changes nothing (see :meth:`set_epoch`).
 
     Checkpoints, like torchdata's StatefulDataLoader: ``loader.state_dict()`` (between two
     batches, typically beside ``model.state_dict()`` in the dict given to ``torch.save``) is a
@@ -719,9 +800,12 @@ class DataLoader:
     def __init__(self, endpoint=None, batch_size=None, device=None, drop_last=False,
                  timeout=10.0, return_ids=False, name=None, samples=None, names=None,
                  output=None, heartbeat=None, epoch_grace=None, reconnect=None, curve=None,
-                 checkpointing=False):
+                 checkpointing=False, group=None, rank=None, world_size=None,
+                 group_timeout=None):
         self._consumer = None
         _ms(timeout)  # validates it before anything is imported or connected
+        # Resolved once, so a reconnection (load_state_dict) keeps the same rank.
+        membership = _group.resolve(group, rank, world_size, group_timeout)
         self._device = _resolve_device(device)
         if output is None:
             output = "torch" if _views.get_torch() is not None else "numpy"
@@ -748,6 +832,18 @@ class DataLoader:
                                    drop_last=drop_last, epoch_grace=epoch_grace,
                                    reconnect=reconnect, device=device,
                                    checkpointing=checkpointing, curve=curve)
+        if membership is not None:
+            self._consumer_args.update(group=membership.name, rank=membership.rank,
+                                       world_size=membership.world_size,
+                                       group_timeout=group_timeout)
+        #: The group's name, None for a job of its own.
+        self.group = None if membership is None else membership.name
+        #: This process's rank in the group and the group's size (None without a group).
+        self.rank = None if membership is None else membership.rank
+        self.world_size = None if membership is None else membership.world_size
+        #: Where rank and world_size came from: "arguments", "torch.distributed", "torchrun
+        #: environment (RANK, WORLD_SIZE)", "Slurm environment (SLURM_PROCID, SLURM_NTASKS)".
+        self.group_source = None if membership is None else membership.source
         self._consumer = Consumer(**self._consumer_args)
         self._iterated = False   # a batch was yielded: too late for load_state_dict
         self.batch_size = self._consumer.batch_size
@@ -761,6 +857,8 @@ class DataLoader:
         self.partial_epoch = False  # free mode: the epoch began before this consumer joined
         self.last_epoch_interrupted = False  # the last epoch was cut short (reconnect)
         self.interrupted_epochs = 0  # how many epochs were cut short so far
+        self._requested_epoch = None  # set_epoch's value, checked when the next epoch starts
+        self._epoch_warned = False
 
     # ---- iteration ----
 
@@ -773,6 +871,40 @@ class DataLoader:
         self.last_epoch_interrupted = False
         self._iterated = True
         return _EpochIterator(self, self._generation)
+
+    def set_epoch(self, epoch):
+        """Accepted for compatibility with ``DistributedSampler.set_epoch``; changes nothing.
+
+        A DistributedSampler needs it to shuffle each epoch differently on every rank alike.
+        tsock's ranks need nothing of the kind: each epoch's order is fixed by the producer's
+        seed and the group's own epoch count (``loader.epoch``, from 0 at the group's start),
+        the same on every rank by construction. The value is recorded (``requested_epoch``)
+        and compared with the epoch the next ``for`` loop yields; when they differ (a job
+        resumed at epoch 5 calls ``set_epoch(5)`` while its loader starts at 0) a
+        UserWarning says so once, since the two numbers then name different epochs. Raises
+        TypeError / ValueError for anything but an int >= 0."""
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
+            raise TypeError(f"set_epoch() takes an int, not {type(epoch).__name__}")
+        if epoch < 0:
+            raise ValueError(f"set_epoch() takes an epoch number >= 0, not {epoch}")
+        self._requested_epoch = int(epoch)
+
+    @property
+    def requested_epoch(self):
+        """The last value given to :meth:`set_epoch` (None: never called)."""
+        return self._requested_epoch
+
+    def _check_requested_epoch(self, epoch):
+        wanted = self._requested_epoch
+        if wanted is None or wanted == epoch or self._epoch_warned:
+            return
+        self._epoch_warned = True
+        warnings.warn(
+            f"tsock.DataLoader.set_epoch({wanted}) while the loader's next epoch is its epoch "
+            f"{epoch}: set_epoch changes nothing in tsock (each epoch's order comes from the "
+            f"producer's seed and the loader's own epoch count, the same on every rank), so "
+            f"the two numbers name different epochs. This warning is shown once.",
+            UserWarning, stacklevel=4)
 
     # ---- checkpoints ----
 
@@ -848,8 +980,20 @@ class DataLoader:
                         self._in_epoch = False
                         raise StopIteration from None  # the stream ended inside an epoch
                     except errors.EpochInterrupted:
-                        # The producer went away and another took over (reconnect on).
+                        # The producer went away and another took over (reconnect on), or
+                        # another rank of this group was lost.
                         self.interrupted_epochs += 1
+                        if self.group is not None:
+                            # Ranks cut short at different batches would leave DDP's
+                            # collectives waiting: a group's interruption always raises, as
+                            # tsock.GroupLost when a lost rank caused it.
+                            self.last_epoch_interrupted = True
+                            self._in_epoch = False
+                            it._done = True
+                            cause = self._consumer._interruption_cause()
+                            if cause is not None:
+                                raise cause from None
+                            raise
                         if first:
                             continue  # nothing of that epoch was handed out: read the next
                         self.last_epoch_interrupted = True
@@ -864,6 +1008,7 @@ class DataLoader:
                     # Only free mode has epochs that began before this consumer joined.
                     self.partial_epoch = (batch._index != 0
                                           and self._consumer.batches_per_epoch == 0)
+                    self._check_requested_epoch(batch._epoch)
                 self.epoch = batch._epoch
             self._in_epoch = not batch.epoch_end
             if batch.epoch_end:
