@@ -135,6 +135,9 @@ usage(FILE *f)
             "  --resume FILE              restore the position saved in FILE: the interrupted\n"
             "                             epoch goes on with exactly the samples it lacked,\n"
             "                             numbered on; FILE may also be --save-state's\n"
+            "  --stall-after N            after the N-th batch (released, and saved when\n"
+            "                             due) say so on stderr and read nothing more until a\n"
+            "                             signal: a job stopped at a known step, for tests\n"
             "  --ids-out FILE             append one line 'EPOCH ID' per sample received; a\n"
             "                             batch's lines are on disk before any saved state\n"
             "                             covers the batch\n"
@@ -187,6 +190,7 @@ struct config {
     int normalize;
     const char *save_state; /* --save-state FILE */
     int64_t save_every;     /* --save-every N */
+    int64_t stall_after;    /* --stall-after N: 0 = never */
     const char *resume;     /* --resume FILE */
     const char *ids_out;    /* --ids-out FILE */
     int64_t nodes;          /* --nodes: the producer serves one of this many node shares */
@@ -675,6 +679,7 @@ enum {
     OPT_NORMALIZE,
     OPT_SAVE_STATE,
     OPT_SAVE_EVERY,
+    OPT_STALL_AFTER,
     OPT_RESUME,
     OPT_NODES,
     OPT_IDS_OUT,
@@ -716,6 +721,7 @@ parse_args(int argc, char **argv, struct config *cfg)
         {"normalize", optional_argument, NULL, OPT_NORMALIZE},
         {"save-state", required_argument, NULL, OPT_SAVE_STATE},
         {"save-every", required_argument, NULL, OPT_SAVE_EVERY},
+        {"stall-after", required_argument, NULL, OPT_STALL_AFTER},
         {"resume", required_argument, NULL, OPT_RESUME},
         {"nodes", required_argument, NULL, OPT_NODES},
         {"ids-out", required_argument, NULL, OPT_IDS_OUT},
@@ -796,6 +802,9 @@ parse_args(int argc, char **argv, struct config *cfg)
             break;
         case OPT_SAVE_EVERY:
             cfg->save_every = cli_parse_i64("save-every", optarg, 1, INT64_C(1) << 40);
+            break;
+        case OPT_STALL_AFTER:
+            cfg->stall_after = cli_parse_i64("stall-after", optarg, 1, INT64_C(1) << 40);
             break;
         case OPT_RESUME:
             if (optarg[0] == '\0')
@@ -1268,6 +1277,14 @@ main(int argc, char **argv)
             failed_call = "saving --save-state";
             error_code = rc;
             break;
+        }
+        if (cfg.stall_after && r.batches == (uint64_t)cfg.stall_after) {
+            /* A training job stopped at a known step (tests kill it there): its heartbeats go
+             * on, so its producer and its group wait for it as for a slow step. */
+            fprintf(stderr, PROG ": stalled after %" PRIu64 " batches (--stall-after)\n",
+                    r.batches);
+            while (!g_signal)
+                sleep_ms(100);
         }
         /* Validation, checkpointing: the library pauses this consumer once the grace is over. */
         if (epoch_end && cfg.pause_ms > 0 && more_epochs_wanted(&cfg, &r))

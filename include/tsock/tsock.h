@@ -492,9 +492,17 @@ TSOCK_API int tsock_consumer_set_drop_last(tsock_consumer *c, int drop_last);
  * it); both are final. Start fails with TSOCK_E_GROUP_MISMATCH (the log says which field) when
  * the producer refuses the rank: world size, batch size or drop_last differ from the ranks
  * already joined, or that rank has joined already; with TSOCK_E_REJECTED (logged) when the
- * producer has no sampler, or with drop_last a rank's share holds no full batch. A rank's
- * position cannot be saved or restored yet: tsock_consumer_save_state and
- * tsock_consumer_restore_state return -ENOTSUP (logged) for it. */
+ * producer has no sampler, or with drop_last a rank's share holds no full batch, or when the
+ * ranks restored different saved states ("the restored state differs ...": they must all
+ * restore states saved at the same step, or none).
+ *
+ * A rank saves and restores its position as any consumer does (below), and its state is its
+ * group's: the samples the group's ranks consumed in the epoch up to this rank's step, the
+ * same bytes on every rank that saved at that step. Restored into ranks of any world size (the
+ * same node count), the group's interrupted epoch goes on with exactly the samples the group
+ * had not consumed, dealt among the ranks with DistributedSampler's padding or drop_last over
+ * that rest; with the world size it was saved with, every rank gets exactly the batches it
+ * would have got (docs/semantics.md, "Resuming a group"). */
 
 /* Makes this consumer rank `rank` of group `name` of `world_size` ranks, before start. `name`
  * is 1 to 64 bytes of UTF-8 without control characters (copied). Caller's thread. Returns 0,
@@ -614,7 +622,14 @@ TSOCK_API int tsock_consumer_set_checkpointing(tsock_consumer *c, int on);
  * the caller's thread. Sets *len to the state's size and returns 0; returns -ENOSPC (with *len
  * the size needed: call with cap 0 to ask) when cap is too small, -EINVAL, or TSOCK_E_STATE
  * when the consumer is not started or not checkpointable, or the stream ended inside an epoch
- * (nothing is left to resume). The caller owns buf. */
+ * (nothing is left to resume). The caller owns buf.
+ *
+ * A rank of a group first reads past the other ranks' blocks of its last step (their ids are
+ * part of its group's position; it releases them), waiting for the producer to send them if
+ * it has not yet: the rest of one group batch, which the producer decodes for the other ranks
+ * anyway. Release the batches you hold before saving: a caller holding every slot would wait
+ * for good. The wait ends with the consumer's error if the producer or the group is lost, or
+ * with TSOCK_E_CANCELLED (tsock_consumer_cancel). */
 TSOCK_API int tsock_consumer_save_state(tsock_consumer *c, void *buf, size_t cap, size_t *len);
 
 /* Restores a position saved by tsock_consumer_save_state, before start; implies
@@ -623,7 +638,9 @@ TSOCK_API int tsock_consumer_save_state(tsock_consumer *c, void *buf, size_t cap
  * unknown or other-version state. Start then checks them against the producer and fails with
  * TSOCK_E_BAD_STATE (logged) when the dataset size or the batch layout (tensor names, dtypes,
  * shapes) differs, when this consumer's batch size or drop_last differs from the saved ones,
- * or when the producer has no sampler. The restored consumer joins like any late joiner and
+ * when the producer has no sampler, when a group rank's state is restored into a solo
+ * consumer or the reverse, or when a rank's state is restored against another node's producer.
+ * The restored consumer joins like any late joiner and
  * takes its remaining samples from the shared stream as it passes: it waits at most one
  * producer epoch's worth of stream for them, and the producer decodes nothing more for it.
  * Returns 0, -EINVAL, -ENOMEM, TSOCK_E_BAD_STATE, or TSOCK_E_STATE after start. */

@@ -100,6 +100,20 @@ tsock__rank_plan_init(struct tsock__rank_plan *p, uint64_t samples, uint64_t win
     return p->batches == 0 ? -EINVAL : 0;
 }
 
+int
+tsock__rank_plan_init_rest(struct tsock__rank_plan *p, uint64_t samples, uint64_t window,
+                           uint64_t consumed, uint32_t world, uint32_t local_world, uint32_t local,
+                           uint32_t batch, int drop_last)
+{
+    if (local_world == 0 || world % local_world != 0 || consumed >= window)
+        return -EINVAL;
+    uint64_t nodes = world / local_world;
+    if (nodes * consumed >= samples)
+        return -EINVAL;
+    return tsock__rank_plan_init(p, samples - nodes * consumed, window - consumed, world,
+                                 local_world, local, batch, drop_last);
+}
+
 /* The last batch without drop_last: this rank's block of the tail, then its padding sample. */
 static uint32_t
 tail_batch(const struct tsock__rank_plan *p, uint64_t *pos)
@@ -201,6 +215,24 @@ tsock__group_join(struct tsock__group *g, uint32_t rank, uint32_t world, uint32_
     g->member[local] = peer;
     g->joined++;
     return g->joined == g->local_world;
+}
+
+int
+tsock__group_check_resume(const struct tsock__group *g, uint64_t resume, const char **why)
+{
+    if (g == NULL)
+        return fail(why, "no group", -EINVAL);
+    if (resume == g->resume)
+        return 0;
+    if (resume == 0 || g->resume == 0)
+        return fail(why,
+                    "the restored state differs from the group's other ranks (fresh ranks "
+                    "mixed with ranks restored from a saved state)",
+                    -EINVAL);
+    return fail(why,
+                "the restored state differs from the group's other ranks (saved at another "
+                "step or by another group)",
+                -EINVAL);
 }
 
 int

@@ -64,6 +64,20 @@ int tsock__rank_plan_init(struct tsock__rank_plan *p, uint64_t samples, uint64_t
                           uint32_t world, uint32_t local_world, uint32_t local, uint32_t batch,
                           int drop_last);
 
+/* The plan of a restored group epoch (docs/semantics.md, "Resume"): the group's ranks saved
+ * after `consumed` samples of every node's window (the same step on every node), and the epoch
+ * goes on over the window with those samples left out, re-dealt among `world` ranks (any
+ * number, the same node count): the plan of a dataset of samples - nodes·consumed samples over
+ * a window of window - consumed, whose positions count the samples left. Every node's filtered
+ * window then has ceil((samples - nodes·consumed) / nodes) samples, as tsock__rank_plan_init
+ * requires, and with the world it was saved with the plan is exactly the rest of the
+ * uninterrupted epoch's (its per_rank is T minus the rank's samples so far). Returns 0, or
+ * -EINVAL for counts out of range (consumed >= window included) or a plan with no batch
+ * (drop_last with fewer samples left than world · batch). */
+int tsock__rank_plan_init_rest(struct tsock__rank_plan *p, uint64_t samples, uint64_t window,
+                               uint64_t consumed, uint32_t world, uint32_t local_world,
+                               uint32_t local, uint32_t batch, int drop_last);
+
 /* Fills pos[0 .. k-1] with the window positions (0 <= pos < window) of the rank's batch
  * `index` (0 <= index < batches) and returns k (1..batch), or 0 when index is out of range.
  * Positions ascend except a padding sample, which comes last; it is a position of another
@@ -82,7 +96,8 @@ struct tsock__group {
     uint32_t local_world;
     uint32_t batch;
     int drop_last;
-    uint32_t joined;                         /* ranks joined so far */
+    uint64_t resume; /* the fingerprint of the state its ranks restored; 0: they start fresh */
+    uint32_t joined; /* ranks joined so far */
     uint64_t member[TSOCK__GROUP_MAX_LOCAL]; /* by local rank: peer id, 0 = not joined */
 };
 
@@ -101,6 +116,12 @@ int tsock__group_init(struct tsock__group *g, const char *name, uint32_t world, 
  * -EEXIST (that rank has joined already). */
 int tsock__group_join(struct tsock__group *g, uint32_t rank, uint32_t world, uint32_t batch,
                       int drop_last, uint64_t peer, const char **why);
+
+/* Checks, before tsock__group_join, that a rank restored the same saved state as the group's
+ * (g->resume, its first rank's: 0 when that rank started fresh). Ranks that restore states
+ * saved at different steps, or fresh ranks mixed with restored ones, would not complete the
+ * group's epoch exactly. Returns 0, or -EINVAL with *why naming the restored state. */
+int tsock__group_check_resume(const struct tsock__group *g, uint64_t resume, const char **why);
 
 /* Whether every local rank has joined. */
 int tsock__group_complete(const struct tsock__group *g);

@@ -170,11 +170,6 @@ tsock_consumer_start(tsock_consumer *c, int timeout_ms)
         return TSOCK_E_STATE;
     if (tsock__consumer_cancelled(c))
         return consume_cancel(c, TSOCK_E_CANCELLED); /* before anything: still startable */
-    if (tsock__group_member(c) && c->restored) {
-        tsock__log(TSOCK_LOG_ERROR, "a rank of a group cannot resume a saved state (not "
-                                    "supported yet)");
-        return -ENOTSUP;
-    }
     c->started = 1;
     int err = tsock__session_open(c, timeout_ms);
     if (err == 0)
@@ -194,6 +189,24 @@ tsock_consumer_start(tsock_consumer *c, int timeout_ms)
     pthread_mutex_unlock(&c->mu);
     c->ready_to_read = 1;
     return 0;
+}
+
+/* A rank's state is its group's consumed set up to the step its caller has, which includes
+ * the other ranks' blocks of that step: the reader passes them first, waiting for them if the
+ * producer has not sent them yet (consumer_group_resume.c). */
+int
+tsock_consumer_save_state(tsock_consumer *c, void *buf, size_t cap, size_t *len)
+{
+    if (!c || !len || (!buf && cap))
+        return -EINVAL;
+    pthread_mutex_lock(&c->mu);
+    int err = 0;
+    if (tsock__group_member(c) && c->checkpointing && c->ready_to_read)
+        err = tsock__consumer_group_settle(c);
+    if (err == 0)
+        err = tsock__resume_save(c, buf, cap, len);
+    pthread_mutex_unlock(&c->mu);
+    return err;
 }
 
 /* ---- next and release -------------------------------------------------------------------- */
@@ -382,7 +395,12 @@ tsock_consumer_dataset_size(const tsock_consumer *c)
 uint64_t
 tsock_consumer_batches_per_epoch(const tsock_consumer *c)
 {
-    return c && c->ready_to_read ? tsock__epoch_plan_batches_per_epoch(&c->plan) : 0;
+    if (!c || !c->ready_to_read)
+        return 0;
+    /* A rank's normal epochs: a restored epoch of another world size has its own count. */
+    if (tsock__group_member(c))
+        return c->group_full_plan.batches;
+    return tsock__epoch_plan_batches_per_epoch(&c->plan);
 }
 
 /* Batches the caller never released may still be read by work queued on its streams: wait

@@ -66,6 +66,8 @@ tsock__group_fill_hello(const tsock_consumer *c, struct tsock__msg_hello *h)
     h->batch = c->batch_size; /* 0: the producer's, which it resolves */
     h->drop_last = c->drop_last != 0;
     h->timeout_ms = c->group_timeout_ms ? c->group_timeout_ms : DEFAULT_GROUP_TIMEOUT_MS;
+    /* Only before the state is applied: a later session's window starts a fresh group epoch. */
+    h->resume = c->restored == 1 ? c->restore_fp : 0;
 }
 
 void

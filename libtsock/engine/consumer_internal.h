@@ -13,6 +13,10 @@
  *   consumer_group.c    a rank of a data-parallel group: its setters, its HELLO block, its
  *                       rank plan, the end of its group (called by the API, the reader and the
  *                       service; calls none of them)
+ *   consumer_group_resume.c  a rank's saved position: its group's consumed set, and the
+ *                       restored epoch's plan (called by the resume path and the reader;
+ *                       calls none of them; saving a rank first asks the reader to read past
+ *                       the rest of its group's step)
  *   batch.c             the public tsock_batch accessors
  *
  * Two threads touch a consumer: the caller's (next, release) and the service thread, which
@@ -160,6 +164,16 @@ struct tsock_consumer {
     int group_pad_done;      /* the padding sample of the batch being built is copied */
     char group_failure[320]; /* why the group is over, logged when next() first reports it */
     int group_failure_logged;
+    /* A rank's saved position (consumer_group_resume.c): c->delivered is the set U of ids its
+     * group consumed in the group epoch; ids read ahead of the group's step wait here. */
+    uint64_t group_consumed; /* |U| */
+    uint32_t *group_ahead;   /* ids passed at or past the group's step */
+    uint32_t group_ahead_n, group_ahead_cap;
+    int group_save_error;                    /* a failed allocation: saving fails with it */
+    uint64_t restore_fp;                     /* the restored state's fingerprint (HELLO) */
+    struct tsock__rank_plan group_full_plan; /* the normal epochs' plan */
+    uint64_t group_index_base;               /* batches of the restored epoch before the restore */
+    int group_filtering; /* in the restored window: ids of U are skipped (window_left counts) */
 };
 
 /* ---- consumer_slots.c (mu held) ---- */
@@ -236,6 +250,8 @@ void tsock__resume_note_taken(tsock_consumer *c, const struct tsock__hold_batch 
                               uint32_t n);
 /* Batch b was handed to the caller (the plan has advanced). */
 void tsock__resume_note_delivered(tsock_consumer *c, const tsock_batch *b);
+/* tsock_consumer_save_state's work, mu held (a rank has settled its group's step first). */
+int tsock__resume_save(tsock_consumer *c, void *buf, size_t cap, size_t *len);
 /* Destroy: what the above allocated. */
 void tsock__resume_free(tsock_consumer *c);
 
@@ -261,7 +277,35 @@ void tsock__group_report(tsock_consumer *c, int err);
 /* Destroy. */
 void tsock__group_free(tsock_consumer *c);
 
+/* ---- consumer_group_resume.c (mu held unless said) ---- */
+
+/* Reader: n samples with these ids are passed (taken or discarded) at the group epoch's
+ * positions group_pos .. group_pos + n - 1; they join the group's consumed set. */
+void tsock__group_note_passed(tsock_consumer *c, const uint32_t *ids, uint32_t n);
+/* Reader, in a restored window: whether `id` was consumed before the restore (skip it). */
+int tsock__group_saved(const tsock_consumer *c, uint32_t id);
+/* The position the rank must have read past before its state is complete. */
+uint64_t tsock__group_saved_to(const tsock_consumer *c);
+/* Batch b was handed to the caller. */
+void tsock__group_note_delivered(tsock_consumer *c, const tsock_batch *b);
+/* The restored window has passed entirely (reader): normal windows from now on. */
+void tsock__group_window_done(tsock_consumer *c);
+/* Caller's thread at start, after tsock__group_start: applies a restored state. */
+void tsock__group_resume_start(tsock_consumer *c);
+/* Service thread at WELCOME: a restored state fits this rank and its producer's node. Returns
+ * 0 or TSOCK_E_BAD_STATE, logged. */
+int tsock__group_check_restored(const tsock_consumer *c, const struct tsock__msg_welcome *w);
+/* The state to save (every field but the layout). Returns 0 or a negative code. */
+int tsock__group_describe(tsock_consumer *c, struct tsock__resume_state *s);
+/* Destroy. */
+void tsock__group_resume_free(tsock_consumer *c);
+
 /* ---- consumer_read.c (mu held) ---- */
+
+/* A rank about to save: reads past the rest of its group's step (other ranks' blocks of the
+ * group batch its caller has, whose ids complete the group's consumed set), waiting for them
+ * as needed. Returns 0, the consumer's terminal error, or TSOCK_E_CANCELLED. */
+int tsock__consumer_group_settle(tsock_consumer *c);
 
 /* Waits for the consumer's next batch until `deadline`. */
 int tsock__consumer_wait_batch(tsock_consumer *c, uint64_t deadline, tsock_batch **batch);

@@ -250,21 +250,106 @@ build(tsock_consumer *c)
 
 /* ---- a rank of a group ------------------------------------------------------------------ */
 
-/* Discards the queue up to window position `to` (other ranks' blocks, drop_last's tail).
- * Returns 1 once there, 0 when the queue ran out first. */
+/* The ids of the head batch's samples from its current offset. */
+static const uint32_t *
+head_ids(const tsock_consumer *c, const struct tsock__hold_batch *h, uint32_t offset)
+{
+    return c->slot_ids + (size_t)h->slot * c->slot_ids_cap + offset;
+}
+
+/* Discards n stream samples at the head, sending the releases that frees. */
+static uint64_t
+group_drop(tsock_consumer *c, uint64_t n)
+{
+    uint32_t pending = tsock__hold_table_pending(&c->holds);
+    uint64_t done = tsock__hold_table_discard(&c->holds, n);
+    if (tsock__hold_table_pending(&c->holds) > pending)
+        tsock__channel_wake(c->channel); /* a release to send */
+    return done;
+}
+
+/* Samples at the head of the queue that are the group epoch's next positions, in one piece:
+ * the head batch's rest, or in a restored window the run up to the next id consumed before
+ * the restore, after discarding the ones at the head. 0 when the queue ran out. */
+static uint32_t
+group_run(tsock_consumer *c)
+{
+    for (;;) {
+        uint32_t offset;
+        const struct tsock__hold_batch *h = tsock__hold_table_head(&c->holds, &offset);
+        if (!h)
+            return 0;
+        uint32_t available = h->samples - offset;
+        if (!c->group_filtering || c->group_skip_rest)
+            return available;
+        const uint32_t *ids = head_ids(c, h, offset);
+        uint32_t run = 0;
+        while (run < available && !tsock__group_saved(c, ids[run]))
+            run++;
+        if (run > 0)
+            return run;
+        while (run < available && tsock__group_saved(c, ids[run]))
+            run++;
+        c->window_left -= run < c->window_left ? run : c->window_left;
+        group_drop(c, run);
+    }
+}
+
+/* Notes n samples at the head as passed at the group epoch's next positions. */
+static void
+group_pass(tsock_consumer *c, uint32_t n)
+{
+    uint32_t offset;
+    const struct tsock__hold_batch *h = tsock__hold_table_head(&c->holds, &offset);
+    tsock__group_note_passed(c, c->checkpointing ? head_ids(c, h, offset) : NULL, n);
+}
+
+/* Discards the queue up to the group epoch's position `to` (other ranks' blocks, drop_last's
+ * tail). Returns 1 once there, 0 when the queue ran out first. */
 static int
 group_discard_to(tsock_consumer *c, uint64_t to)
 {
-    if (c->group_pos < to) {
-        uint32_t pending = tsock__hold_table_pending(&c->holds);
-        c->group_pos += tsock__hold_table_discard(&c->holds, to - c->group_pos);
-        if (tsock__hold_table_pending(&c->holds) > pending)
-            tsock__channel_wake(c->channel); /* a release to send */
+    while (c->group_pos < to) {
+        uint32_t run = group_run(c);
+        if (run == 0)
+            break;
+        uint32_t n = to - c->group_pos < run ? (uint32_t)(to - c->group_pos) : run;
+        group_pass(c, n);
+        c->group_pos += group_drop(c, n);
     }
     return c->group_pos >= to;
 }
 
-/* Whether rank batch `index` ends with a padding sample: the tail batch of a rank that is one
+/* The end of a group epoch: the rest of its window goes. A restored window is M stream
+ * samples whatever was filtered out of it. Returns 1 once done. */
+static int
+group_skip_window(tsock_consumer *c)
+{
+    if (!c->group_filtering)
+        return group_discard_to(c, c->rank_plan.window);
+    c->window_left -= group_drop(c, c->window_left);
+    if (c->window_left > 0)
+        return 0;
+    tsock__group_window_done(c);
+    return 1;
+}
+
+int
+tsock__consumer_group_settle(tsock_consumer *c)
+{
+    for (;;) {
+        if (c->group_skip_rest || group_discard_to(c, tsock__group_saved_to(c)))
+            return 0;
+        if (c->terminal_error)
+            return c->terminal_error;
+        if (tsock__consumer_cancelled(c))
+            return TSOCK_E_CANCELLED;
+        tsock__cond_wait_until(&c->cond, &c->mu, TSOCK__NO_DEADLINE);
+    }
+}
+
+/* Whether rank batch `index` of plan p (counted from the plan's start: a restored epoch's plan
+ * starts at the restore) ends with a padding sample: the tail batch of a rank that is one
  * short (dataset/groups.c, tail_batch). */
 static int
 has_padding(const struct tsock__rank_plan *p, uint64_t index)
@@ -279,7 +364,7 @@ has_padding(const struct tsock__rank_plan *p, uint64_t index)
 static int
 group_take_padding(tsock_consumer *c, uint64_t at, uint32_t k)
 {
-    if (!group_discard_to(c, at))
+    if (!group_discard_to(c, at) || group_run(c) == 0)
         return 0;
     uint32_t offset;
     const struct tsock__hold_batch *h = tsock__hold_table_head(&c->holds, &offset);
@@ -308,13 +393,14 @@ build_rank(tsock_consumer *c)
 {
     const struct tsock__rank_plan *rp = &c->rank_plan;
     if (c->group_skip_rest) {
-        if (!group_discard_to(c, rp->window))
+        if (!group_skip_window(c))
             return 0;
         tsock__group_reset(c); /* the next group epoch starts at the next window */
     }
     uint64_t *pos = c->group_positions;
-    uint32_t k = tsock__rank_plan_batch(rp, c->plan.index, pos);
-    uint32_t pad = (uint32_t)has_padding(rp, c->plan.index), own = k - pad;
+    uint64_t index = c->plan.index - c->group_index_base;
+    uint32_t k = tsock__rank_plan_batch(rp, index, pos);
+    uint32_t pad = (uint32_t)has_padding(rp, index), own = k - pad;
     if (pad && !c->group_pad_done) {
         int done = group_take_padding(c, pos[k - 1], k);
         if (done <= 0)
@@ -323,7 +409,7 @@ build_rank(tsock_consumer *c)
     if (own > 0 && !(c->building && c->building->samples > 0) && !group_discard_to(c, pos[0]))
         return 0;
     while (!c->building || c->building->samples < own) {
-        uint32_t available = tsock__hold_table_available(&c->holds);
+        uint32_t available = group_run(c);
         if (available == 0)
             return 0;
         uint32_t need = own - (c->building ? c->building->samples : 0);

@@ -52,6 +52,9 @@ static int
 check_restored(const tsock_consumer *c, const struct tsock__msg_welcome *w)
 {
     const struct tsock__resume_state *s = &c->restore;
+    int err = tsock__group_check_restored(c, w);
+    if (err < 0)
+        return err;
     if (s->samples != w->samples) {
         tsock__log(TSOCK_LOG_ERROR,
                    "cannot resume: the state is of a dataset of %llu samples, the producer "
@@ -147,6 +150,10 @@ tsock__resume_on_batch(tsock_consumer *c, const struct tsock__msg_batch *b)
 void
 tsock__resume_start(tsock_consumer *c)
 {
+    if (tsock__group_member(c)) {
+        tsock__group_resume_start(c);
+        return;
+    }
     if (!c->checkpointing)
         return;
     c->delivered_epoch = c->plan.epoch;
@@ -236,6 +243,10 @@ tsock__resume_note_taken(tsock_consumer *c, const struct tsock__hold_batch *h, u
 {
     if (!c->checkpointing)
         return;
+    if (tsock__group_member(c)) {
+        tsock__group_note_passed(c, head_ids(c, h, offset), n);
+        return;
+    }
     if (c->taken_n + n <= c->taken_cap) {
         memcpy(c->taken + c->taken_n, head_ids(c, h, offset), (size_t)n * sizeof *c->taken);
         c->taken_n += n;
@@ -254,6 +265,10 @@ clear_delivered(tsock_consumer *c, uint64_t epoch)
 void
 tsock__resume_note_delivered(tsock_consumer *c, const tsock_batch *b)
 {
+    if (tsock__group_member(c)) {
+        tsock__group_note_delivered(c, b);
+        return;
+    }
     if (!c->checkpointing || !c->delivered)
         return;
     if (c->delivered_epoch != b->epoch) /* an epoch was cut since the last batch */
@@ -278,6 +293,7 @@ tsock__resume_free(tsock_consumer *c)
     free(c->delivered);
     free(c->taken);
     free(c->restore_ids);
+    tsock__group_resume_free(c);
 }
 
 /* ---- the public calls -------------------------------------------------------------------- */
@@ -300,11 +316,6 @@ tsock_consumer_restore_state(tsock_consumer *c, const void *state, size_t len)
         return -EINVAL;
     if (c->started)
         return TSOCK_E_STATE;
-    if (tsock__group_member(c)) {
-        tsock__log(TSOCK_LOG_ERROR, "a rank of a group cannot resume a saved state (not "
-                                    "supported yet)");
-        return -ENOTSUP;
-    }
     struct tsock__resume_state s;
     uint32_t *ids = NULL;
     const char *why = NULL;
@@ -316,6 +327,9 @@ tsock_consumer_restore_state(tsock_consumer *c, const void *state, size_t len)
     free(c->restore_ids);
     c->restore = s;
     c->restore_ids = ids;
+    /* A rank's HELLO carries it so that the producer refuses ranks restored from states
+     * saved at different steps (docs/distributed.md). */
+    c->restore_fp = s.group ? tsock__state_group_fingerprint(&s, ids) : 0;
     c->restored = 1;
     c->checkpointing = 1;
     return 0;
@@ -325,10 +339,13 @@ tsock_consumer_restore_state(tsock_consumer *c, const void *state, size_t len)
 static int
 describe(tsock_consumer *c, struct tsock__resume_state *s)
 {
-    if (tsock__group_member(c))
-        return -ENOTSUP; /* a rank's position is its group's: not saved yet */
     if (!c->checkpointing || !c->ready_to_read || !c->delivered)
         return TSOCK_E_STATE;
+    if (tsock__group_member(c)) {
+        int err = tsock__group_describe(c, s);
+        s->layout = layout_fingerprint(&c->welcome);
+        return err;
+    }
     *s = (struct tsock__resume_state){
         .samples = c->delivered_n,
         .epoch = c->plan.epoch,
@@ -344,11 +361,8 @@ describe(tsock_consumer *c, struct tsock__resume_state *s)
 }
 
 int
-tsock_consumer_save_state(tsock_consumer *c, void *buf, size_t cap, size_t *len)
+tsock__resume_save(tsock_consumer *c, void *buf, size_t cap, size_t *len)
 {
-    if (!c || !len || (!buf && cap))
-        return -EINVAL;
-    pthread_mutex_lock(&c->mu);
     struct tsock__resume_state s;
     int err = describe(c, &s);
     long n = 0;
@@ -356,7 +370,6 @@ tsock_consumer_save_state(tsock_consumer *c, void *buf, size_t cap, size_t *len)
         *len = tsock__state_size(&s);
         n = tsock__state_encode(&s, buf, cap);
     }
-    pthread_mutex_unlock(&c->mu);
     if (err < 0)
         return err;
     /* -EINVAL from the encoder: the delivered count is not whole batches, which happens only

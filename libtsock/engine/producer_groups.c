@@ -142,6 +142,7 @@ new_group(tsock_producer *p, const struct tsock__msg_hello *h, uint32_t batch, c
         free(pg);
         return err == TSOCK_E_REJECTED ? err : TSOCK_E_GROUP_MISMATCH;
     }
+    pg->g.resume = h->resume;
     pg->timeout_ms = h->timeout_ms;
     pg->deadline_ns = tsock__now_ns() + (uint64_t)h->timeout_ms * 1000000u;
     p->groups[slot] = pg;
@@ -178,7 +179,9 @@ tsock__pgroup_admit(tsock_producer *p, int index, const struct tsock__msg_hello 
                  h->group, h->rank);
         return TSOCK_E_GROUP_MISMATCH;
     }
-    int joined = tsock__group_join(&pg->g, h->rank, h->world, batch, h->drop_last,
+    int joined = tsock__group_check_resume(&pg->g, h->resume, &what);
+    if (joined == 0)
+        joined = tsock__group_join(&pg->g, h->rank, h->world, batch, h->drop_last,
                                    (uint64_t)index + 1, &what);
     if (joined < 0) {
         snprintf(why, why_size, "group '%s': rank %u: %s", h->group, h->rank, what);

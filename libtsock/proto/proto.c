@@ -180,7 +180,7 @@ check_hello(const struct tsock__msg_hello *h)
         return -1;
     if (!(h->flags & TSOCK__HELLO_HAS_GROUP))
         return h->group[0] == '\0' && h->rank == 0 && h->world == 0 && h->batch == 0 &&
-                       h->drop_last == 0 && h->timeout_ms == 0
+                       h->drop_last == 0 && h->timeout_ms == 0 && h->resume == 0
                    ? 0
                    : -1;
     if (tsock__wire_check_str(h->group, sizeof h->group, 1, &len) != 0)
@@ -263,6 +263,7 @@ put_hello(struct tsock__wire_writer *w, const struct tsock__msg_hello *h)
     tsock__wire_put_le(w, h->batch, 4);
     tsock__wire_put_le(w, h->drop_last, 1);
     tsock__wire_put_le(w, h->timeout_ms, 4);
+    tsock__wire_put_le(w, h->resume, 8);
 }
 
 static void
@@ -377,6 +378,7 @@ get_hello(struct tsock__wire_reader *r, struct tsock__msg_hello *h)
     h->batch = (uint32_t)tsock__wire_get_le(r, 4);
     h->drop_last = (uint8_t)tsock__wire_get_le(r, 1);
     h->timeout_ms = (uint32_t)tsock__wire_get_le(r, 4);
+    h->resume = tsock__wire_get_le(r, 8);
 }
 
 static void

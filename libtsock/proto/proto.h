@@ -77,11 +77,13 @@ struct tsock__msg_hello {
     /* With TSOCK__HELLO_HAS_GROUP (every field zero without): rank `rank` (< world) of group
      * `group` (1..64 bytes) of `world` ranks, taking `batch` samples per batch (0: the
      * producer's batch size), with or without drop_last (0 or 1), waiting at most `timeout_ms`
-     * for the group's other ranks. */
+     * for the group's other ranks; `resume` is the fingerprint of the state the rank restored
+     * (ring/resume_state.h), 0 for a rank that starts fresh: the group's ranks must agree. */
     char group[TSOCK__PROTO_MAX_GROUP_NAME + 1];
     uint32_t rank, world, batch;
     uint8_t drop_last;
     uint32_t timeout_ms;
+    uint64_t resume;
 };
 
 struct tsock__tensor_desc {

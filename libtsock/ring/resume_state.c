@@ -47,6 +47,28 @@ tsock__state_fingerprint(uint64_t h, const void *p, size_t n)
     return h;
 }
 
+uint64_t
+tsock__state_group_fingerprint(const struct tsock__resume_state *s, const uint32_t *ids)
+{
+    uint8_t head[52];
+    uint64_t fields[5] = {s->samples, s->epoch, s->index, s->delivered,
+                          (uint64_t)s->world << 32 | s->batch};
+    for (int f = 0; f < 5; f++)
+        for (int k = 0; k < 8; k++)
+            head[8 * f + k] = (uint8_t)(fields[f] >> (8 * k));
+    uint32_t more[3] = {s->nodes, s->node_rank, (uint32_t)s->drop_last};
+    for (int f = 0; f < 3; f++)
+        for (int k = 0; k < 4; k++)
+            head[40 + 4 * f + k] = (uint8_t)(more[f] >> (8 * k));
+    uint64_t h = tsock__state_fingerprint(TSOCK__FP_START, head, sizeof head);
+    for (uint64_t i = 0; i < s->delivered; i++) {
+        uint8_t id[4] = {(uint8_t)ids[i], (uint8_t)(ids[i] >> 8), (uint8_t)(ids[i] >> 16),
+                         (uint8_t)(ids[i] >> 24)};
+        h = tsock__state_fingerprint(h, id, 4);
+    }
+    return h ? h : 1;
+}
+
 /* ---- the set's two encodings ------------------------------------------------------------- */
 
 static size_t
@@ -120,7 +142,24 @@ check_header(const struct tsock__resume_state *s)
         return "batch size 0";
     if (s->delivered >= s->samples || s->delivered % s->batch != 0)
         return "delivered count is not whole batches of a part of the epoch";
+    if (s->version != 1 && s->version != TSOCK__STATE_VERSION)
+        return "unknown version";
+    if (!s->group)
+        return s->world || s->nodes || s->node_rank || s->index ? "group fields of a solo state"
+                                                                : NULL;
+    if (s->version == 1)
+        return "state of a group rank in version 1";
+    if (s->world < 1 || s->nodes < 1 || s->node_rank >= s->nodes || s->world % s->nodes != 0)
+        return "group world size or node out of range";
+    if ((s->index == 0) != (s->delivered == 0) || s->index > s->delivered / s->batch)
+        return "group step does not match the group's delivered count";
     return NULL;
+}
+
+static size_t
+group_bytes(const struct tsock__resume_state *s)
+{
+    return s->group ? TSOCK__STATE_GROUP_SIZE : 0;
 }
 
 size_t
@@ -128,7 +167,7 @@ tsock__state_size(const struct tsock__resume_state *s)
 {
     size_t payload;
     choose(s, &payload);
-    return TSOCK__STATE_HEADER_SIZE + payload + 4;
+    return TSOCK__STATE_HEADER_SIZE + group_bytes(s) + payload + 4;
 }
 
 /* ---- encoding ---------------------------------------------------------------------------- */
@@ -181,9 +220,15 @@ popcount(const uint8_t *bits, uint64_t samples)
 }
 
 long
-tsock__state_encode(const struct tsock__resume_state *s, uint8_t *buf, size_t cap)
+tsock__state_encode(const struct tsock__resume_state *in, uint8_t *buf, size_t cap)
 {
-    if (!s || (!buf && cap) || check_header(s) || (s->delivered && !s->bits))
+    if (!in)
+        return -EINVAL;
+    struct tsock__resume_state copy = *in;
+    const struct tsock__resume_state *s = &copy;
+    if (!copy.version)
+        copy.version = TSOCK__STATE_VERSION;
+    if ((!buf && cap) || check_header(s) || (s->delivered && !s->bits))
         return -EINVAL;
     if (s->delivered && popcount(s->bits, s->samples) != s->delivered)
         return -EINVAL;
@@ -191,20 +236,26 @@ tsock__state_encode(const struct tsock__resume_state *s, uint8_t *buf, size_t ca
         return -EINVAL; /* bits past n */
     size_t payload;
     enum tsock__state_encoding enc = choose(s, &payload);
-    size_t total = TSOCK__STATE_HEADER_SIZE + payload + 4;
+    size_t total = TSOCK__STATE_HEADER_SIZE + group_bytes(s) + payload + 4;
     if (cap < total)
         return -EMSGSIZE;
     uint8_t *p = buf;
     p = put_le(p, TSOCK__STATE_MAGIC, 4);
-    p = put_le(p, TSOCK__STATE_VERSION, 2);
+    p = put_le(p, (uint64_t)s->version, 2);
     p = put_le(p, s->drop_last ? TSOCK__STATE_DROP_LAST : 0, 2);
     p = put_le(p, s->samples, 8);
     p = put_le(p, s->epoch, 8);
     p = put_le(p, s->batch, 4);
-    p = put_le(p, 0, 4); /* no group */
+    p = put_le(p, group_bytes(s), 4);
     p = put_le(p, s->layout, 8);
     p = put_le(p, s->delivered, 8);
     *p++ = (uint8_t)enc;
+    if (s->group) {
+        p = put_le(p, s->world, 4);
+        p = put_le(p, s->nodes, 4);
+        p = put_le(p, s->node_rank, 4);
+        p = put_le(p, s->index, 8);
+    }
     if (enc == TSOCK__STATE_SET_BITMAP) {
         memcpy(p, s->bits, payload);
         p += payload;
@@ -289,23 +340,36 @@ read_header(const uint8_t *buf, size_t len, struct tsock__resume_state *s, int *
         return "truncated (shorter than a header)";
     if (get_le(buf, 4) != TSOCK__STATE_MAGIC)
         return "not a tsock consumer state (bad magic)";
-    if (get_le(buf + 4, 2) != TSOCK__STATE_VERSION)
-        return "state of another version (this library reads version 1)";
+    uint64_t version = get_le(buf + 4, 2);
+    if (version != 1 && version != TSOCK__STATE_VERSION)
+        return "state of another version (this library reads versions 1 and 2)";
     uint64_t flags = get_le(buf + 6, 2);
     if (flags & ~(uint64_t)TSOCK__STATE_DROP_LAST)
         return "unknown flags";
     if (tsock__crc32(0, buf, len - 4) != (uint32_t)get_le(buf + len - 4, 4))
         return "checksum mismatch (corrupt or truncated)";
     memset(s, 0, sizeof *s);
+    s->version = (int)version;
     s->drop_last = (flags & TSOCK__STATE_DROP_LAST) != 0;
     s->samples = get_le(buf + 8, 8);
     s->epoch = get_le(buf + 16, 8);
     s->batch = (uint32_t)get_le(buf + 24, 4);
-    if (get_le(buf + 28, 4) != 0)
-        return "state of a group rank (groups are not supported by this library)";
+    uint64_t group = get_le(buf + 28, 4);
+    if (group != 0 && (version == 1 || group != TSOCK__STATE_GROUP_SIZE))
+        return version == 1 ? "state of a group rank in version 1" : "group block of a wrong size";
+    if (len < TSOCK__STATE_HEADER_SIZE + group + 4)
+        return "truncated (shorter than its group block)";
     s->layout = get_le(buf + 32, 8);
     s->delivered = get_le(buf + 40, 8);
     *enc = buf[48];
+    if (group) {
+        const uint8_t *g = buf + TSOCK__STATE_HEADER_SIZE;
+        s->group = 1;
+        s->world = (uint32_t)get_le(g, 4);
+        s->nodes = (uint32_t)get_le(g + 4, 4);
+        s->node_rank = (uint32_t)get_le(g + 8, 4);
+        s->index = get_le(g + 12, 8);
+    }
     return check_header(s);
 }
 
@@ -324,8 +388,8 @@ tsock__state_decode(const uint8_t *buf, size_t len, struct tsock__resume_state *
     *why = read_header(buf, len, s, &enc);
     if (*why)
         return TSOCK_E_BAD_STATE;
-    const uint8_t *payload = buf + TSOCK__STATE_HEADER_SIZE;
-    size_t payload_len = len - TSOCK__STATE_HEADER_SIZE - 4;
+    const uint8_t *payload = buf + TSOCK__STATE_HEADER_SIZE + group_bytes(s);
+    size_t payload_len = len - TSOCK__STATE_HEADER_SIZE - group_bytes(s) - 4;
     if ((enc == TSOCK__STATE_SET_NONE) != (s->delivered == 0) || enc > TSOCK__STATE_SET_DELTAS) {
         *why = "set encoding does not match the delivered count";
         return TSOCK_E_BAD_STATE;

@@ -253,6 +253,9 @@ valid(const char *dir)
     m.u.hello.drop_last = 1;
     m.u.hello.timeout_ms = 600000;
     put(dir, "hello-group.bin", &m);
+    m.u.hello.resume = 0x0123456789ABCDEFull;
+    put(dir, "hello-group-restored.bin", &m);
+    m.u.hello.resume = 0;
 
     welcome(&m);
     put(dir, "welcome.bin", &m);

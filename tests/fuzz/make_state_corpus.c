@@ -1,6 +1,8 @@
 /* Writes the seed corpus of fuzz_state (tests/fuzz/corpus/state): states the encoder writes
- * (an epoch boundary, a sparse delta list, a dense bitmap, drop_last, the largest ids) and
- * broken variants of them (magic, version, checksum, truncated, a group, a wrong count).
+ * (an epoch boundary, a sparse delta list, a dense bitmap, drop_last, the largest ids; version
+ * 1 as the previous library wrote them, version 2 with and without a group rank's block) and
+ * broken variants of them (magic, version, checksum, truncated, a group in version 1 or of a
+ * wrong size, a wrong count, a group step that does not match the set).
  *   make_state_corpus DIR          writes the files
  *   make_state_corpus --check DIR  fails when a committed seed differs from what it would write
  */
@@ -45,6 +47,10 @@ reseal(uint8_t *p, size_t n)
         p[n - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
 }
 
+/* A group rank's fields for the next state() (world 0: a solo consumer). */
+static struct tsock__resume_state group_fields;
+static int version = 1;
+
 /* Encodes a state of n samples whose delivered ids are every `step`-th from `first`, `d` ids. */
 static size_t
 state(uint8_t *buf, size_t cap, uint64_t n, uint32_t batch, int drop_last, uint64_t first,
@@ -59,7 +65,13 @@ state(uint8_t *buf, size_t cap, uint64_t n, uint32_t batch, int drop_last, uint6
                                     .drop_last = drop_last,
                                     .layout = 0x0123456789ABCDEFull,
                                     .delivered = d,
-                                    .bits = bits};
+                                    .bits = bits,
+                                    .version = version,
+                                    .group = group_fields.world != 0,
+                                    .world = group_fields.world,
+                                    .nodes = group_fields.nodes,
+                                    .node_rank = group_fields.node_rank,
+                                    .index = group_fields.index};
     long len = tsock__state_encode(&s, buf, cap);
     free(bits);
     if (len < 0) {
@@ -93,7 +105,7 @@ main(int argc, char **argv)
     buf[0] ^= 1;
     emit(dir, "bad-magic.bin", buf, n);
     buf[0] ^= 1;
-    buf[4] = 2;
+    buf[4] = 3;
     reseal(buf, n);
     emit(dir, "bad-version.bin", buf, n);
     buf[4] = 1;
@@ -110,5 +122,28 @@ main(int argc, char **argv)
     reseal(buf, n);
     emit(dir, "bad-count.bin", buf, n);
     emit(dir, "bad-empty.bin", buf, 0);
+
+    /* Version 2: a solo state, and group ranks' (3 ranks of batch 10 after 4 steps: 120 ids;
+     * two nodes, at an epoch boundary). */
+    version = 2;
+    n = state(buf, sizeof buf, 1000, 10, 0, 0, 2, 400);
+    emit(dir, "v2-solo.bin", buf, n);
+    group_fields = (struct tsock__resume_state){.world = 3, .nodes = 1, .index = 4};
+    n = state(buf, sizeof buf, 1000, 10, 0, 7, 3, 120);
+    emit(dir, "v2-group.bin", buf, n);
+    buf[49 + 12] = 13; /* step 13 > 120 / 10 */
+    reseal(buf, n);
+    emit(dir, "bad-group-step.bin", buf, n);
+    buf[49 + 12] = 4;
+    buf[28] = 16;
+    reseal(buf, n);
+    emit(dir, "bad-group-size.bin", buf, n);
+    buf[28] = 20;
+    buf[4] = 1;
+    reseal(buf, n);
+    emit(dir, "bad-group-v1.bin", buf, n);
+    group_fields = (struct tsock__resume_state){.world = 4, .nodes = 2, .node_rank = 1};
+    n = state(buf, sizeof buf, 1024, 8, 1, 0, 1, 0);
+    emit(dir, "v2-group-boundary.bin", buf, n);
     return failures ? 1 : 0;
 }

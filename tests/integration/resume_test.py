@@ -21,13 +21,19 @@ from itest import Failure, check, run
 from tsock_integration import BATCH, SAMPLES, Env, wait_json
 
 
-def decode_state(data):
-    """(epoch, batch, delivered ids) of a state file (docs/semantics.md, "Resume")."""
+def decode_state(data, rank=False):
+    """(epoch, batch, delivered ids) of a solo consumer's state file (docs/semantics.md,
+    "Resume"); with rank=True, of a group rank's, plus its group block as a dict (world,
+    nodes, node_rank, index)."""
     check(len(data) >= 53 and data[:4] == b"TSRS", f"not a state file ({len(data)} bytes)")
     version, flags, n, epoch, batch, group, layout, delivered, enc = struct.unpack_from(
         "<HHQQIIQQB", data, 4)
-    check(version == 1 and group == 0, f"state version {version}, group {group}")
-    body = data[49:-4]
+    check(version == 2 and group == (20 if rank else 0), f"state version {version}, group {group}")
+    block = {}
+    if rank:
+        world, nodes, node_rank, index = struct.unpack_from("<IIIQ", data, 49)
+        block = {"world": world, "nodes": nodes, "node_rank": node_rank, "index": index}
+    body = data[49 + group:-4]
     ids = set()
     if enc == 1:
         for i in range(n):
@@ -47,7 +53,7 @@ def decode_state(data):
             prev = prev + 1 + v
             ids.add(prev)
     check(len(ids) == delivered, f"state names {len(ids)} ids, count {delivered}")
-    return epoch, batch, ids
+    return (epoch, batch, ids, block) if rank else (epoch, batch, ids)
 
 
 def read_ids(path):

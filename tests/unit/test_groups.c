@@ -227,9 +227,130 @@ test_membership(void)
     free(g);
 }
 
+/* One node's ranks of a restored plan over a filtered window of `rest` positions: equal
+ * counts, and the positions every one once (padding: plus at most one repeat per rank) or,
+ * with drop_last, disjoint with fewer than ranks · batch left out (plus one per rank with
+ * several nodes: a rank's count floor(N / W) is the global one, up to one below the node's). */
+static void
+check_rest_cover(const struct tsock__rank_plan *plans, uint32_t lw, uint64_t rest, uint32_t nodes)
+{
+    unsigned *seen = calloc(rest, sizeof *seen);
+    uint64_t *pos = malloc(plans[0].batch * sizeof *pos);
+    uint64_t total = 0;
+    for (uint32_t l = 0; l < lw; l++) {
+        uint64_t count = 0;
+        for (uint64_t i = 0; i < plans[l].batches; i++) {
+            uint32_t k = tsock__rank_plan_batch(&plans[l], i, pos);
+            for (uint32_t j = 0; j < k; j++) {
+                CHECK(pos[j] < rest);
+                seen[pos[j]]++;
+            }
+            count += k;
+        }
+        CHECK_EQ(count, plans[0].drop_last ? plans[0].batches * plans[0].batch : plans[0].per_rank);
+        total += count;
+    }
+    uint64_t covered = 0;
+    for (uint64_t i = 0; i < rest; i++)
+        covered += seen[i] > 0;
+    if (plans[0].drop_last) {
+        CHECK_EQ(covered, total);
+        CHECK(rest - covered < (uint64_t)lw * (plans[0].batch + (nodes > 1)));
+    } else {
+        CHECK_EQ(covered, rest);
+        CHECK(total - rest < lw);
+    }
+    free(pos);
+    free(seen);
+}
+
+/* A group saved after k steps and restored (docs/semantics.md, "Resume"): with the world it
+ * saved with, every rank's restored batches are exactly its uninterrupted batches from k on
+ * (positions shifted by the consumed prefix); with any other world, the rest is dealt out
+ * evenly and exactly. Exhaustive over small sizes. */
+static void
+test_restored_plans(void)
+{
+    uint64_t pos[8], full_pos[8];
+    for (uint64_t n = 1; n <= 45; n++)
+        for (uint32_t nodes = 1; nodes <= 2; nodes++)
+            for (uint32_t world = nodes; world <= 6; world += nodes)
+                for (uint32_t batch = 1; batch <= 4; batch++)
+                    for (int drop = 0; drop <= 1; drop++) {
+                        uint64_t m = tsock__groups_node_samples(n, nodes);
+                        uint32_t lw = world / nodes;
+                        struct tsock__rank_plan full[6], rest[6];
+                        if (tsock__rank_plan_init(&full[0], n, m, world, lw, 0, batch, drop) < 0)
+                            continue;
+                        for (uint64_t k = 1; k < full[0].batches; k++) {
+                            uint64_t used = k * lw * batch;
+                            for (uint32_t l = 0; l < lw; l++) {
+                                CHECK_EQ(tsock__rank_plan_init(&full[l], n, m, world, lw, l, batch,
+                                                               drop),
+                                         0);
+                                CHECK_EQ(tsock__rank_plan_init_rest(&rest[l], n, m, used, world, lw,
+                                                                    l, batch, drop),
+                                         0);
+                                CHECK_EQ(rest[l].per_rank, full[l].per_rank - k * batch);
+                                CHECK_EQ(rest[l].batches, full[l].batches - k);
+                                for (uint64_t i = 0; i < rest[l].batches; i++) {
+                                    uint32_t got = tsock__rank_plan_batch(&rest[l], i, pos);
+                                    CHECK_EQ(got,
+                                             tsock__rank_plan_batch(&full[l], k + i, full_pos));
+                                    for (uint32_t j = 0; j < got; j++)
+                                        CHECK_EQ(pos[j] + used, full_pos[j]);
+                                }
+                            }
+                            /* Another world size over the same rest. */
+                            for (uint32_t w2 = nodes; w2 <= 6; w2 += nodes) {
+                                uint32_t lw2 = w2 / nodes;
+                                int rc = 0;
+                                for (uint32_t l = 0; l < lw2 && rc == 0; l++)
+                                    rc = tsock__rank_plan_init_rest(&rest[l], n, m, used, w2, lw2,
+                                                                    l, batch, drop);
+                                uint64_t left = n - nodes * used;
+                                if (drop && left / w2 < batch) {
+                                    CHECK_EQ(rc, -EINVAL); /* no batch: refused, not looped */
+                                    continue;
+                                }
+                                CHECK_EQ(rc, 0);
+                                check_rest_cover(rest, lw2, m - used, nodes);
+                            }
+                        }
+                    }
+    struct tsock__rank_plan p;
+    CHECK_EQ(tsock__rank_plan_init_rest(&p, 10, 10, 10, 1, 1, 0, 1, 0), -EINVAL); /* all used */
+    CHECK_EQ(tsock__rank_plan_init_rest(&p, 10, 10, 3, 2, 1, 0, 1, 0),
+             -EINVAL); /* a window of one node of two */
+    CHECK_EQ(tsock__rank_plan_init_rest(&p, 10, 10, 3, 2, 2, 1, 1, 0), 0);
+    CHECK_EQ(p.window, 7);
+    CHECK_EQ(p.per_rank, 4);
+}
+
+/* Restored ranks must agree on the state they restored (HELLO's fingerprint). */
+static void
+test_check_resume(void)
+{
+    struct tsock__group g;
+    const char *why = NULL;
+    CHECK_EQ(tsock__group_init(&g, "g", 2, 1, 0, 4, 0, &why), 0);
+    CHECK_EQ(tsock__group_check_resume(&g, 0, &why), 0);
+    CHECK_EQ(tsock__group_check_resume(&g, 7, &why), -EINVAL);
+    CHECK(strstr(why, "restored state") && strstr(why, "fresh ranks mixed"));
+    g.resume = 7;
+    CHECK_EQ(tsock__group_check_resume(&g, 7, &why), 0);
+    CHECK_EQ(tsock__group_check_resume(&g, 0, &why), -EINVAL);
+    CHECK(strstr(why, "fresh ranks mixed") != NULL);
+    CHECK_EQ(tsock__group_check_resume(&g, 8, &why), -EINVAL);
+    CHECK(strstr(why, "saved at another step") != NULL);
+    CHECK_EQ(tsock__group_check_resume(NULL, 0, &why), -EINVAL);
+}
+
 int
 main(void)
 {
+    test_restored_plans();
+    test_check_resume();
     test_node_shares();
     test_place();
     test_rank_plans();

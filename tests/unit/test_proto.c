@@ -205,6 +205,7 @@ spec_encode(const struct tsock__msg *m, struct wire *w)
             w_le(w, m->u.hello.batch, 4);
             w_le(w, m->u.hello.drop_last, 1);
             w_le(w, m->u.hello.timeout_ms, 4);
+            w_le(w, m->u.hello.resume, 8);
         }
         break;
     case TSOCK__MSG_WELCOME: w_welcome(w, &m->u.welcome); break;
@@ -490,6 +491,7 @@ valid_messages(struct tsock__msg *out)
     out[n].u.hello.rank = UINT32_MAX - 1;
     out[n].u.hello.world = UINT32_MAX;
     out[n].u.hello.batch = UINT32_MAX;
+    out[n].u.hello.resume = UINT64_MAX;
     out[n++].u.hello.timeout_ms = UINT32_MAX;
     static uint8_t many_ranks[4 * TSOCK__PROTO_MAX_GROUP_RANKS];
     for (uint32_t i = 0; i < TSOCK__PROTO_MAX_GROUP_RANKS; i++)
@@ -1517,17 +1519,18 @@ test_small_message_rules(void)
 static void
 test_group_golden(void)
 {
-    static const uint8_t hello[] = {'T',  'S',  'C',  'K',  0x03, 0x00,
-                                    0x01, 0x00, 0x1D, 0x00, 0x00, 0x00, /* header: HELLO, body 29 */
-                                    0x04, 0x03, 0x02, 0x01,             /* pid */
-                                    0x02, 0x00, 0x00, 0x00,             /* flags: HAS_GROUP */
-                                    0x00,                               /* name "" */
-                                    0x02, 'g',  '1',                    /* group "g1" */
-                                    0x01, 0x00, 0x00, 0x00,             /* rank 1 */
-                                    0x04, 0x00, 0x00, 0x00,             /* world 4 */
-                                    0x20, 0x00, 0x00, 0x00,             /* batch 32 */
-                                    0x01,                               /* drop_last */
-                                    0xE8, 0x03, 0x00, 0x00};            /* timeout 1000 ms */
+    static const uint8_t hello[] = {'T',  'S',  'C',  'K',  0x03, 0x00, 0x01, 0x00,
+                                    0x25, 0x00, 0x00, 0x00, /* header: HELLO, body 37 */
+                                    0x04, 0x03, 0x02, 0x01, /* pid */
+                                    0x02, 0x00, 0x00, 0x00, /* flags: HAS_GROUP */
+                                    0x00,                   /* name "" */
+                                    0x02, 'g',  '1',        /* group "g1" */
+                                    0x01, 0x00, 0x00, 0x00, /* rank 1 */
+                                    0x04, 0x00, 0x00, 0x00, /* world 4 */
+                                    0x20, 0x00, 0x00, 0x00, /* batch 32 */
+                                    0x01,                   /* drop_last */
+                                    0xE8, 0x03, 0x00, 0x00, /* timeout 1000 ms */
+                                    0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01}; /* resume */
     static const uint8_t failed[] = {
         'T',  'S',  'C',  'K',  0x03, 0x00,
         0x0F, 0x00, 0x14, 0x00, 0x00, 0x00, /* header: GROUP_FAILED, body 20 */
@@ -1550,6 +1553,7 @@ test_group_golden(void)
     m.u.hello.batch = 32;
     m.u.hello.drop_last = 1;
     m.u.hello.timeout_ms = 1000;
+    m.u.hello.resume = 0x0102030405060708ull;
     expect_golden(&m, hello, sizeof hello);
 
     make(&m, TSOCK__MSG_GROUP_FAILED);
@@ -1606,6 +1610,9 @@ test_group_rules(void)
     CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
     make(&m, TSOCK__MSG_HELLO);
     m.u.hello.batch = 1;
+    CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
+    make(&m, TSOCK__MSG_HELLO); /* a restored state's fingerprint belongs to a rank */
+    m.u.hello.resume = 1;
     CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch), -EINVAL);
     /* The block's group name running past the frame. */
     CHECK_EQ(patched_decode(&base, 12 + 9, 20), TSOCK_E_PROTOCOL);

@@ -303,7 +303,7 @@ test_bad_states(void)
     CHECK_EQ(start_with(state, len - 1, 32), TSOCK_E_BAD_STATE);
     CHECK_EQ(start_with(state, 0, 32), TSOCK_E_BAD_STATE);
     memcpy(bad, state, len);
-    bad[4] = 2;
+    bad[4] = 3;
     reseal(bad, len);
     CHECK_EQ(start_with(bad, len, 32), TSOCK_E_BAD_STATE);
     /* Foreign: another dataset size, another layout, another batch size: refused at start. */

@@ -160,7 +160,7 @@ test_rules(void)
     memcpy(b, buf, len);
     CHECK(decode_why(b, len) == NULL);
     BROKEN(b[0] = 'X');                           /* magic */
-    BROKEN(store_le(b + 4, 2, 2));                /* another version */
+    BROKEN(store_le(b + 4, 3, 2));                /* another version */
     BROKEN(store_le(b + 6, 2, 2));                /* unknown flag */
     BROKEN(store_le(b + 8, 0, 8));                /* n = 0 */
     BROKEN(store_le(b + 8, (1ull << 32) + 1, 8)); /* n past the sampler's bound */
@@ -174,7 +174,7 @@ test_rules(void)
     BROKEN(b[48] = TSOCK__STATE_SET_NONE);        /* no set with a count */
     /* Version and checksum are named as such. */
     memcpy(b, buf, len);
-    store_le(b + 4, 2, 2);
+    store_le(b + 4, 3, 2);
     CHECK(strstr(decode_why(b, len), "version") != NULL);
     memcpy(b, buf, len);
     b[20] ^= 1;
@@ -218,9 +218,108 @@ test_rules(void)
     free(big);
 }
 
+/* A group rank's state (version 2): its block round-trips and is checked; version 1 (the
+ * previous library's solo states) still decodes and re-encodes to the same bytes; the
+ * fingerprint ranks compare tells states of different steps apart. */
+static void
+test_group_states(void)
+{
+    uint8_t bits[125] = {0}; /* 1000 samples */
+    uint32_t ids[120];
+    for (uint32_t i = 0; i < 120; i++) {
+        ids[i] = 7 + 3 * i;
+        tsock__bit_set(bits, ids[i]);
+    }
+    struct tsock__resume_state g = {.samples = 1000,
+                                    .epoch = 2,
+                                    .batch = 10,
+                                    .layout = 9,
+                                    .delivered = 120,
+                                    .bits = bits,
+                                    .group = 1,
+                                    .world = 3,
+                                    .nodes = 1,
+                                    .index = 4};
+    uint8_t buf[512], again[512];
+    long n = tsock__state_encode(&g, buf, sizeof buf);
+    CHECK(n > 0 && (size_t)n == tsock__state_size(&g));
+    CHECK_EQ(buf[4], 2);
+    CHECK_EQ(buf[28], TSOCK__STATE_GROUP_SIZE);
+    struct tsock__resume_state d;
+    uint32_t *got = NULL;
+    const char *why = NULL;
+    CHECK_EQ(tsock__state_decode(buf, (size_t)n, &d, &got, &why), 0);
+    CHECK(d.group == 1 && d.world == 3 && d.nodes == 1 && d.node_rank == 0 && d.index == 4 &&
+          d.version == 2 && d.delivered == 120);
+    CHECK(got && memcmp(got, ids, sizeof ids) == 0);
+    uint64_t fp = tsock__state_group_fingerprint(&d, got);
+    CHECK(fp != 0 && fp == tsock__state_group_fingerprint(&g, ids));
+    /* Another step, epoch, world or set: another fingerprint. */
+    struct tsock__resume_state other = d;
+    other.index = 3;
+    CHECK(tsock__state_group_fingerprint(&other, got) != fp);
+    other = d;
+    other.epoch = 3;
+    CHECK(tsock__state_group_fingerprint(&other, got) != fp);
+    other = d;
+    other.world = 2;
+    CHECK(tsock__state_group_fingerprint(&other, got) != fp);
+    got[5]++;
+    CHECK(tsock__state_group_fingerprint(&d, got) != fp);
+    free(got);
+
+    /* Each group rule broken alone. */
+    struct tsock__resume_state bad = g;
+    bad.version = 1; /* groups exist from version 2 */
+    CHECK_EQ(tsock__state_encode(&bad, again, sizeof again), -EINVAL);
+    bad = g;
+    bad.node_rank = 1; /* not below nodes */
+    CHECK_EQ(tsock__state_encode(&bad, again, sizeof again), -EINVAL);
+    bad = g;
+    bad.nodes = 2; /* world 3 is no multiple of 2 nodes */
+    CHECK_EQ(tsock__state_encode(&bad, again, sizeof again), -EINVAL);
+    bad = g;
+    bad.index = 13; /* more steps than blocks in the set */
+    CHECK_EQ(tsock__state_encode(&bad, again, sizeof again), -EINVAL);
+    bad = g;
+    bad.index = 0; /* a set without a step */
+    CHECK_EQ(tsock__state_encode(&bad, again, sizeof again), -EINVAL);
+    bad = g;
+    bad.world = 0;
+    CHECK_EQ(tsock__state_encode(&bad, again, sizeof again), -EINVAL);
+    bad = g;
+    bad.group = 0; /* group fields in a solo state */
+    CHECK_EQ(tsock__state_encode(&bad, again, sizeof again), -EINVAL);
+    memcpy(again, buf, (size_t)n);
+    again[4] = 1;
+    reseal(again, (size_t)n);
+    CHECK(strstr(decode_why(again, (size_t)n), "version 1") != NULL);
+    memcpy(again, buf, (size_t)n);
+    again[28] = 24;
+    reseal(again, (size_t)n);
+    CHECK(strstr(decode_why(again, (size_t)n), "group block") != NULL);
+    CHECK(decode_why(buf, TSOCK__STATE_HEADER_SIZE + 8) != NULL); /* cut inside the block */
+
+    /* Version 1: decoded as such, re-encoded to the same bytes; version 2 by default. */
+    struct tsock__resume_state solo = {
+        .version = 1, .samples = 1000, .epoch = 1, .batch = 10, .delivered = 120, .bits = bits};
+    n = tsock__state_encode(&solo, buf, sizeof buf);
+    CHECK(n > 0 && buf[4] == 1 && buf[28] == 0);
+    CHECK_EQ(tsock__state_decode(buf, (size_t)n, &d, &got, &why), 0);
+    CHECK_EQ(d.version, 1);
+    d.bits = bits;
+    CHECK_EQ(tsock__state_encode(&d, again, sizeof again), n);
+    CHECK(memcmp(again, buf, (size_t)n) == 0);
+    free(got);
+    solo.version = 0;
+    CHECK_EQ(tsock__state_encode(&solo, buf, sizeof buf), n);
+    CHECK_EQ(buf[4], TSOCK__STATE_VERSION);
+}
+
 int
 main(void)
 {
+    test_group_states();
     test_round_trips();
     test_sizes();
     test_rules();
