@@ -159,6 +159,16 @@ def test_longest_names(resolve, clean_env):
     assert resolve("é" * 32, rank=0, world_size=1).name == "é" * 32
 
 
+def test_no_checkpoints_for_a_group_rank(tsock, clean_env):
+    for kwargs in (dict(checkpointing=True), ):
+        with pytest.raises(ValueError, match="cannot save or restore its position"):
+            tsock.DataLoader("ipc:///nonexistent/tsock.sock", group="job", rank=0,
+                             world_size=2, **kwargs)
+    with pytest.raises(ValueError, match="cannot save or restore its position"):
+        tsock.Consumer("ipc:///nonexistent/tsock.sock", group="job", rank=0, world_size=2,
+                       state=b"x")
+
+
 def test_group_arguments_without_group(tsock, resolve, clean_env):
     assert resolve(None) is None
     for kwargs in (dict(rank=0), dict(world_size=2), dict(group_timeout=5)):

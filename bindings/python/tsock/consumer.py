@@ -258,6 +258,10 @@ class Consumer:
         self.group = membership
         self._log_mark = _lib.log_mark()
         if membership is not None:
+            if checkpointing or state is not None:
+                raise ValueError("a rank of a group cannot save or restore its position yet "
+                                 "(checkpointing=True, state=, load_state_dict): the library "
+                                 "does not support it for groups; leave them out")
             _lib.require("tsock_consumer_set_group", "group=")
         if state is not None and not isinstance(state, (bytes, bytearray)):
             raise TypeError(f"state must be bytes from save_state(), not {type(state).__name__}")
@@ -769,9 +773,6 @@ class DataLoader:
     tsock.EpochInterrupted) raises instead of ending the ``for`` loop early, since ranks that
     stopped at different batches would leave DDP's collectives waiting. ``set_epoch(e)`` is
     accepted for DistributedSampler compatibility and changes nothing (see :meth:`set_epoch`).
-    A rank connects at its first use (iterating, len(), stats(), state_dict()), not when it
-    is created, so that :meth:`load_state_dict` can come first: every rank restores its own
-    state and the group's interrupted epoch completes exactly (docs/semantics.md).
 
     Checkpoints, like torchdata's StatefulDataLoader: ``loader.state_dict()`` (between two
     batches, typically beside ``model.state_dict()`` in the dict given to ``torch.save``) is a
@@ -843,14 +844,9 @@ class DataLoader:
         #: Where rank and world_size came from: "arguments", "torch.distributed", "torchrun
         #: environment (RANK, WORLD_SIZE)", "Slurm environment (SLURM_PROCID, SLURM_NTASKS)".
         self.group_source = None if membership is None else membership.source
-        self._closed = False
+        self._consumer = Consumer(**self._consumer_args)
         self._iterated = False   # a batch was yielded: too late for load_state_dict
-        self._batch_size = batch_size
-        # A group's rank connects at its first use instead: a rank that joined its group fresh
-        # could no longer be restored into it (load_state_dict), since the producer refuses a
-        # group that mixes fresh and restored ranks.
-        if membership is None:
-            self._connect()
+        self.batch_size = self._consumer.batch_size
         self._select = None      # tensor infos to yield, resolved from the first batch
         self._held = None        # the batch handed out last
         self._in_epoch = False   # an epoch was started and its end not seen yet
@@ -863,19 +859,6 @@ class DataLoader:
         self.interrupted_epochs = 0  # how many epochs were cut short so far
         self._requested_epoch = None  # set_epoch's value, checked when the next epoch starts
         self._epoch_warned = False
-
-    def _connect(self):
-        if self._consumer is None and not self._closed:
-            self._consumer = Consumer(**self._consumer_args)
-            self._batch_size = self._consumer.batch_size
-
-    @property
-    def batch_size(self):
-        """This job's batch size (None given: the producer's, which a group's rank learns
-        when it connects)."""
-        if self._batch_size is None:
-            self._connect()
-        return self._batch_size
 
     # ---- iteration ----
 
@@ -939,11 +922,8 @@ class DataLoader:
         loop yields exactly the rest of the interrupted epoch. Reconnects to the producer with
         the state (implies checkpointing). Raises ValueError for a dict that is not a
         state_dict, RuntimeError once iteration began, and :class:`tsock.BadState` for a
-        corrupt state or one foreign to this producer, batch size or drop_last. A group's rank
-        calls it before anything else that connects (iterating, len(), stats()): restored
-        ranks join their group with the state."""
-        if self._closed:
-            raise ValueError("the DataLoader is closed")
+        corrupt state or one foreign to this producer, batch size or drop_last."""
+        self._check_open()
         if self._iterated:
             raise RuntimeError("load_state_dict() must be called before iterating the "
                                "DataLoader")
@@ -955,15 +935,9 @@ class DataLoader:
             raise ValueError(f"state_dict version {state_dict.get('version')!r}; this tsock "
                              f"reads version {self.STATE_DICT_VERSION}")
         args = dict(self._consumer_args, state=bytes(state_dict["state"]))
-        if self._consumer is None and self.group is not None:
-            # A rank not connected yet joins its group restored, never fresh.
-            self._consumer = Consumer(**args)
-            self._batch_size = self._consumer.batch_size
-        else:
-            self._connect()
-            fresh = Consumer(**args)  # raises BadState before the old connection is given up
-            self._consumer.close()
-            self._consumer = fresh
+        fresh = Consumer(**args)  # raises BadState before the old connection is given up
+        self._consumer.close()
+        self._consumer = fresh
         self._consumer_args["checkpointing"] = True
 
     def _next_item(self, it):
@@ -1110,7 +1084,6 @@ class DataLoader:
         self._in_epoch = False
 
     def __len__(self):
-        self._connect()
         if self._consumer is not None and not self._consumer.closed:
             n = self._consumer.batches_per_epoch
             if n > 0:  # sampler mode: the library knows it (drop_last counted)
@@ -1131,7 +1104,6 @@ class DataLoader:
     @property
     def consumer(self):
         """The underlying :class:`Consumer` (for its layout, slots and statistics)."""
-        self._connect()
         return self._consumer
 
     def stats(self):
@@ -1142,20 +1114,18 @@ class DataLoader:
         return self._consumer.stats()
 
     def _check_open(self):
-        self._connect()
         if self._consumer is None or self._consumer.closed:
             raise ValueError("the DataLoader is closed")
 
     def close(self):
         """Releases every batch and disconnects. Arrays handed out become invalid."""
         self._held = None
-        self._closed = True
         if self._consumer is not None:
             self._consumer.close()
 
     @property
     def closed(self):
-        return self._closed or (self._consumer is not None and self._consumer.closed)
+        return self._consumer is None or self._consumer.closed
 
     def __enter__(self):
         return self
@@ -1173,11 +1143,8 @@ class DataLoader:
             pass
 
     def __repr__(self):
-        if self.closed:
+        if self._consumer is None or self._consumer.closed:
             return "<tsock.DataLoader closed>"
-        if self._consumer is None:
-            return (f"<tsock.DataLoader group {self.group!r} rank {self.rank} of "
-                    f"{self.world_size}, not connected yet>")
         return (f"<tsock.DataLoader {self._consumer.endpoint!r} batch_size={self.batch_size} "
                 f"output={self.output}>")
 
