@@ -159,12 +159,20 @@ def test_longest_names(resolve, clean_env):
     assert resolve("é" * 32, rank=0, world_size=1).name == "é" * 32
 
 
-def test_no_checkpoints_for_a_group_rank(tsock, clean_env):
-    for kwargs in (dict(checkpointing=True), ):
-        with pytest.raises(ValueError, match="cannot save or restore its position"):
-            tsock.DataLoader("ipc:///nonexistent/tsock.sock", group="job", rank=0,
-                             world_size=2, **kwargs)
-    with pytest.raises(ValueError, match="cannot save or restore its position"):
+def test_a_checkpointing_rank_connects_on_first_use(tsock, clean_env):
+    # A rank that joined its group fresh cannot become a restored one, so a checkpointing
+    # rank connects only when first used, after any load_state_dict(): here nothing serves the
+    # endpoint, and construction must not try it.
+    loader = tsock.DataLoader("ipc:///nonexistent/tsock.sock", group="job", rank=0,
+                              world_size=2, checkpointing=True, batch_size=8, timeout=0.5)
+    assert not loader.closed and "nonexistent" in repr(loader)
+    with pytest.raises(ValueError, match="state_dict"):
+        loader.load_state_dict({"version": 1})
+    with pytest.raises(tsock.TsockError):  # the first use connects, and nothing answers
+        len(loader)
+    loader.close()
+    assert loader.closed
+    with pytest.raises(tsock.BadState):  # a rank's state is checked like a solo job's
         tsock.Consumer("ipc:///nonexistent/tsock.sock", group="job", rank=0, world_size=2,
                        state=b"x")
 

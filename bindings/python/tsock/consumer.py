@@ -258,10 +258,6 @@ class Consumer:
         self.group = membership
         self._log_mark = _lib.log_mark()
         if membership is not None:
-            if checkpointing or state is not None:
-                raise ValueError("a rank of a group cannot save or restore its position yet "
-                                 "(checkpointing=True, state=, load_state_dict): the library "
-                                 "does not support it for groups; leave them out")
             _lib.require("tsock_consumer_set_group", "group=")
         if state is not None and not isinstance(state, (bytes, bytearray)):
             raise TypeError(f"state must be bytes from save_state(), not {type(state).__name__}")
@@ -802,7 +798,9 @@ class DataLoader:
                  output=None, heartbeat=None, epoch_grace=None, reconnect=None, curve=None,
                  checkpointing=False, group=None, rank=None, world_size=None,
                  group_timeout=None):
-        self._consumer = None
+        self._consumer_obj = None
+        self._deferred = False   # connect on first use (a checkpointing rank: see below)
+        self._closed = False
         _ms(timeout)  # validates it before anything is imported or connected
         # Resolved once, so a reconnection (load_state_dict) keeps the same rank.
         membership = _group.resolve(group, rank, world_size, group_timeout)
@@ -844,9 +842,14 @@ class DataLoader:
         #: Where rank and world_size came from: "arguments", "torch.distributed", "torchrun
         #: environment (RANK, WORLD_SIZE)", "Slurm environment (SLURM_PROCID, SLURM_NTASKS)".
         self.group_source = None if membership is None else membership.source
-        self._consumer = Consumer(**self._consumer_args)
+        # A checkpointing rank connects on first use rather than here: a rank that joined its
+        # group fresh cannot become a restored one (the producer refuses a group that mixes
+        # them), so load_state_dict() must come before the connection.
+        self._deferred = membership is not None and bool(checkpointing)
+        self.batch_size = batch_size
+        if not self._deferred:
+            self._connect()
         self._iterated = False   # a batch was yielded: too late for load_state_dict
-        self.batch_size = self._consumer.batch_size
         self._select = None      # tensor infos to yield, resolved from the first batch
         self._held = None        # the batch handed out last
         self._in_epoch = False   # an epoch was started and its end not seen yet
@@ -859,6 +862,17 @@ class DataLoader:
         self.interrupted_epochs = 0  # how many epochs were cut short so far
         self._requested_epoch = None  # set_epoch's value, checked when the next epoch starts
         self._epoch_warned = False
+
+    def _connect(self):
+        self._consumer_obj = Consumer(**self._consumer_args)
+        self._deferred = False
+        self.batch_size = self._consumer_obj.batch_size
+
+    @property
+    def _consumer(self):
+        if self._consumer_obj is None and self._deferred and not self._closed:
+            self._connect()
+        return self._consumer_obj
 
     # ---- iteration ----
 
@@ -913,8 +927,19 @@ class DataLoader:
     def state_dict(self):
         """This job's position as plain types for ``torch.save``: ``{"version": 1, "state":
         bytes}``. It covers every batch yielded so far (call it between batches). Needs
-        ``checkpointing=True``."""
+        ``checkpointing=True``.
+
+        On a rank of a group the state is the group's: every rank must call it at the same
+        step (as a DDP job does), and the states are then the same bytes; a rank may wait
+        here for the other ranks' blocks of that step. The batch yielded last is given back
+        first (its tensors must not be used after this call, as after the next batch), so
+        that ranks waiting for each other never hold the slots the producer needs. Restored
+        with any world size, the group
+        receives exactly the rest of the interrupted epoch (docs/semantics.md, "Resuming a
+        group")."""
         self._check_open()
+        if self.group is not None:
+            self._release_held()
         return {"version": self.STATE_DICT_VERSION, "state": self._consumer.save_state()}
 
     def load_state_dict(self, state_dict):
@@ -935,13 +960,17 @@ class DataLoader:
             raise ValueError(f"state_dict version {state_dict.get('version')!r}; this tsock "
                              f"reads version {self.STATE_DICT_VERSION}")
         args = dict(self._consumer_args, state=bytes(state_dict["state"]))
+        if self._deferred:  # a checkpointing rank, not connected yet: connect restored
+            self._consumer_args = args
+            self._connect()
+            return
         fresh = Consumer(**args)  # raises BadState before the old connection is given up
         self._consumer.close()
-        self._consumer = fresh
+        self._consumer_obj = fresh
         self._consumer_args["checkpointing"] = True
 
     def _next_item(self, it):
-        if it._generation != self._generation or self._consumer is None:
+        if it._generation != self._generation or self.closed:
             raise StopIteration  # superseded by a newer iter(), or closed
         if it._done:
             self._release_held()
@@ -1084,7 +1113,7 @@ class DataLoader:
         self._in_epoch = False
 
     def __len__(self):
-        if self._consumer is not None and not self._consumer.closed:
+        if not self.closed:
             n = self._consumer.batches_per_epoch
             if n > 0:  # sampler mode: the library knows it (drop_last counted)
                 return int(n)
@@ -1114,18 +1143,23 @@ class DataLoader:
         return self._consumer.stats()
 
     def _check_open(self):
-        if self._consumer is None or self._consumer.closed:
+        if self.closed:
             raise ValueError("the DataLoader is closed")
 
     def close(self):
         """Releases every batch and disconnects. Arrays handed out become invalid."""
         self._held = None
-        if self._consumer is not None:
-            self._consumer.close()
+        self._closed = True
+        if self._consumer_obj is not None:
+            self._consumer_obj.close()
 
     @property
     def closed(self):
-        return self._consumer is None or self._consumer.closed
+        if self._closed:
+            return True
+        if self._deferred:
+            return False  # not connected yet (a checkpointing rank before its first use)
+        return self._consumer_obj is None or self._consumer_obj.closed
 
     def __enter__(self):
         return self
@@ -1143,9 +1177,10 @@ class DataLoader:
             pass
 
     def __repr__(self):
-        if self._consumer is None or self._consumer.closed:
+        if self.closed:
             return "<tsock.DataLoader closed>"
-        return (f"<tsock.DataLoader {self._consumer.endpoint!r} batch_size={self.batch_size} "
+        return (f"<tsock.DataLoader {self._consumer_args['endpoint']!r} "
+                f"batch_size={self.batch_size} "
                 f"output={self.output}>")
 
 
