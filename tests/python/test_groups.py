@@ -180,6 +180,7 @@ def test_group_rank_that_disagrees_is_refused(groups, programs, procs, endpoint)
     first = groups.DataLoader(endpoint, group="g", rank=0, world_size=2, timeout=30,
                               group_timeout=120)
     try:
+
         with pytest.raises(groups.TsockError) as info:
             with groups.DataLoader(endpoint, group="g", rank=1, world_size=3, timeout=30) as l:
                 next(iter(l))
@@ -281,6 +282,60 @@ def test_restarted_group_begins_a_fresh_exact_epoch(groups, programs, procs, end
         assert res["error"] is None, (res["error"], err[-2000:])
         assert res["epoch_numbers"] == [0]  # the new group's own first epoch
     check_group_epoch([res["ids"][0] for res, _ in results], samples, samples // world, False)
+
+
+@pytest.mark.parametrize("worlds", [(2, 2), (2, 3)], ids=["same_world", "two_then_three"])
+def test_group_resumes_its_interrupted_epoch(groups, programs, procs, endpoint, tmp_path,
+                                            worlds):
+    """Checkpoints of a group: every rank saves state_dict() at the same step, all are
+    killed -9, and ranks restored from those states (each its own; with another world size,
+    the states of rank 0 and 1 spread over the new ranks) complete the group's interrupted
+    epoch exactly: what was read before the save and what the restored ranks read together
+    are every sample once, plus DistributedSampler's padding."""
+    samples, batch, step = 67, 4, 3
+    old_world, new_world = worlds
+    start_producer(programs, procs, endpoint, batch_size=batch, samples=samples, epochs=0,
+                   slots=4, wait_consumers=0,
+                   extra=["--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1000"])
+    go = str(tmp_path / "never")
+    states = [str(tmp_path / f"rank{r}.state") for r in range(old_world)]
+    first = [start_child(procs, [endpoint, 1, "--group", "job", "--rank", r, "--world-size",
+                                 old_world, "--batch-size", batch, "--hold-after", step,
+                                 "--go", go, "--state", states[r]], clean_env())
+             for r in range(old_world)]
+    for p in first:  # every rank saved at step 3 and holds
+        for line in p.stdout:
+            if line.strip() == "holding":
+                break
+        else:
+            pytest.fail(f"a rank ended before saving:\n{p.stderr.read()[-3000:]}")
+    before = []
+    for r in range(old_world):
+        with open(states[r] + ".ids") as f:
+            before += json.load(f)
+    assert len(before) == old_world * step * batch
+    for p in first:
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    wait_until(lambda: groups.query_stats(endpoint)["producer"]["lost"] >= old_world, 60,
+               "the producer to declare the killed ranks lost")
+    second = [start_child(procs, [endpoint, 1, "--group", "job", "--rank", r, "--world-size",
+                                  new_world, "--batch-size", batch, "--resume",
+                                  states[r % old_world]], clean_env())
+              for r in range(new_world)]
+    results = [result_of(p) for p in second]
+    for res, err in results:
+        assert res["error"] is None, (res["error"], err[-2000:])
+    after = [res["ids"][0] for res, _ in results]
+    counts = [len(a) for a in after]
+    assert len(set(counts)) == 1, counts  # equal shares of the rest
+    total = collections.Counter(before + [i for a in after for i in a])
+    assert set(total) == set(range(samples)), sorted(set(range(samples)) - set(total))
+    padding = sum(total.values()) - samples
+    assert padding < new_world + old_world, total  # only DistributedSampler's padding repeats
+    if new_world == old_world:  # exactly the uninterrupted epoch's shares
+        per_rank, _ = distributed_sampler_counts(samples, old_world, batch, False)
+        assert counts == [per_rank - step * batch] * new_world
 
 
 def free_port():
