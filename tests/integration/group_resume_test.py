@@ -17,12 +17,11 @@ with fresh ranks, are refused with the field named; a group's state restored int
 consumer, and a solo state into a rank, are refused.
 Standard library only.
 """
-import os
 import shutil
 import signal
 
-from groups_test import check_group, consumer, producer, read_ids, wait_for
-from itest import check, run
+from groups_test import consumer, producer
+from itest import check, read_ids, run
 from resume_test import decode_state
 from tsock_integration import Env, wait_json
 

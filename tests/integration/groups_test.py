@@ -17,11 +17,10 @@ groups_two_nodes: two producers with --nodes 2 serve a group of world 4, two ran
 group epoch is exact across the four ranks.
 Standard library only.
 """
-import os
 import signal
 import time
 
-from itest import Failure, check, run
+from itest import check, read_ids, run, wait_for
 from tsock_integration import Env, wait_json
 
 N = 1003  # not a multiple of any world or batch size here: every tail case comes up
@@ -43,29 +42,6 @@ def producer(env, *extra, hb_ms=HB_TIMEOUT_MS, **kw):
 def consumer(env, *extra, hb_ms=HB_TIMEOUT_MS, **kw):
     return env.consumer(*heartbeat(hb_ms), "--timeout-ms", "60000", *extra, hb=False, samples=N,
                         **kw)
-
-
-def read_ids(path):
-    """{epoch: [ids in order]} from an --ids-out file (a torn last line is ignored)."""
-    out = {}
-    if not os.path.exists(path):
-        return out
-    with open(path) as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break
-            e, i = line.split()
-            out.setdefault(int(e), []).append(int(i))
-    return out
-
-
-def wait_for(cond, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise Failure(f"timed out waiting for {what}")
 
 
 def start_group(env, name, world, batch, *extra, epochs=2, hb_ms=HB_TIMEOUT_MS):

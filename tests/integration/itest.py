@@ -1,7 +1,9 @@
 """What every integration test script shares: the failure type, `check`, and a main that runs
 one named test with its environment and reports PASS or FAIL (dumping what the processes
-printed on a failure). Standard library only."""
+printed on a failure); waiting on a condition, and reading `--ids-out` files. Standard
+library only."""
 import argparse
+import os
 import sys
 import time
 
@@ -18,6 +20,32 @@ class Skip(Exception):
 def check(cond, what):
     if not cond:
         raise Failure(what)
+
+
+def wait_for(cond, timeout, what):
+    """Polls `cond` until it is true; a Failure after `timeout` seconds (a bound on a hang,
+    not a timing check)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise Failure(f"timed out waiting for {what}")
+
+
+def read_ids(path):
+    """{epoch: [ids in order]} from a `tsock-consume --ids-out` file (`EPOCH ID` lines; a torn
+    last line, left by a kill, is ignored)."""
+    out = {}
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            if not line.endswith("\n"):
+                break
+            e, i = line.split()
+            out.setdefault(int(e), []).append(int(i))
+    return out
 
 
 def main(doc, tests, make_env, arguments):

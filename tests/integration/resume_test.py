@@ -15,9 +15,8 @@ import os
 import shutil
 import signal
 import struct
-import time
 
-from itest import Failure, check, run
+from itest import check, read_ids, run, wait_for
 from tsock_integration import BATCH, SAMPLES, Env, wait_json
 
 
@@ -54,29 +53,6 @@ def decode_state(data, rank=False):
             ids.add(prev)
     check(len(ids) == delivered, f"state names {len(ids)} ids, count {delivered}")
     return (epoch, batch, ids, block) if rank else (epoch, batch, ids)
-
-
-def read_ids(path):
-    """{epoch: [ids in order]} from an --ids-out file (a torn last line is ignored)."""
-    out = {}
-    if not os.path.exists(path):
-        return out
-    with open(path) as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break
-            e, i = line.split()
-            out.setdefault(int(e), []).append(int(i))
-    return out
-
-
-def wait_for(cond, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise Failure(f"timed out waiting for {what}")
 
 
 def interrupted_run(env, restart=None, save_every=1):

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from tsock_testutil import start_producer, start_python, wait_until
+from tsock_testutil import read_id_log, start_producer, start_python, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "group_resume_child.py")
@@ -21,17 +21,6 @@ SAVE_AT = 4  # each rank of the first run saves after its 4th batch of epoch 0
 def child(endpoint, rank, world, log, *more):
     """A rank reading to the end of epoch 1 with batches of BATCH."""
     return [CHILD, endpoint, *map(str, (rank, world, log, 1, BATCH, *more))]
-
-
-def read_log(path):
-    out = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                if line.endswith("\n"):
-                    e, i = line.split()
-                    out.setdefault(int(e), []).append(int(i))
-    return out
 
 
 @pytest.fixture
@@ -60,7 +49,7 @@ def test_group_restored_with_its_states(groups, programs, procs, endpoint, tmp_p
     assert all(sd == saved[0] for sd in saved), "ranks that saved at one step differ"
     before = set()
     for log in logs:
-        ids = read_log(log)
+        ids = read_id_log(log)
         assert sorted(ids) == [0] and len(ids[0]) == SAVE_AT * BATCH
         before |= set(ids[0])
     assert len(before) == world * SAVE_AT * BATCH, "the first run's ranks overlapped"
@@ -76,7 +65,7 @@ def test_group_restored_with_its_states(groups, programs, procs, endpoint, tmp_p
         results.append(json.loads(out.strip().splitlines()[-1]))
     rest = SAMPLES - len(before)
     per_rank = -(-rest // new_world)  # DistributedSampler's padding over the rest
-    shards = [read_log(log) for log in logs2]
+    shards = [read_id_log(log) for log in logs2]
     for r, (res, shard) in enumerate(zip(results, shards)):
         assert res["first_epoch"] == 0, "the restored epoch is not numbered on"
         assert sorted(shard) == [0, 1]

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from tsock_testutil import start_producer, start_python, wait_until
+from tsock_testutil import read_id_log, start_producer, start_python, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLES = 400
@@ -16,16 +16,6 @@ BATCH = 16
 STEPS_PER_EPOCH = SAMPLES // BATCH
 IN_EPOCH_1 = 10  # the first run logs its 10th step of epoch 1 and hangs before saving it
 HANG_AT = STEPS_PER_EPOCH + IN_EPOCH_1  # its epochs are 0 (whole) and 1
-
-
-def read_log(path):
-    out = {}
-    with open(path) as f:
-        for line in f:
-            if line.endswith("\n"):
-                e, i = line.split()
-                out.setdefault(int(e), []).append(int(i))
-    return out
 
 
 def test_kill_and_resume_training(tsock, programs, procs, endpoint, tmp_path):
@@ -36,11 +26,11 @@ def test_kill_and_resume_training(tsock, programs, procs, endpoint, tmp_path):
     child = [os.path.join(HERE, "resume_child.py"), endpoint, ckpt, log, "2", str(BATCH)]
     first = start_python(procs, child + [str(HANG_AT)])
     wait_until(lambda: os.path.exists(log)
-               and len(read_log(log).get(1, [])) >= IN_EPOCH_1 * BATCH,
+               and len(read_id_log(log).get(1, [])) >= IN_EPOCH_1 * BATCH,
                60, f"the first run to log its step {IN_EPOCH_1} of epoch 1")
     first.send_signal(signal.SIGKILL)
     first.wait(10)
-    before = read_log(log)
+    before = read_id_log(log)
     saved = torch.load(ckpt)
     assert set(saved) == {"model", "optimizer", "loader", "step"}
     assert saved["loader"]["version"] == 1 and isinstance(saved["loader"]["state"], bytes)
@@ -50,7 +40,7 @@ def test_kill_and_resume_training(tsock, programs, procs, endpoint, tmp_path):
     second = start_python(procs, child)
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, err
-    after = read_log(log)
+    after = read_id_log(log)
     assert sorted(after) == [1, 2], f"the restarted job's epochs: {sorted(after)}"
     # The saved position covers exactly the batches logged before the last save: every id of
     # epoch 1 in the first run but the one batch yielded after it, which comes again.

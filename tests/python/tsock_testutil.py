@@ -1,4 +1,5 @@
 """Helpers shared by the binding's tests and their child processes (standard library + numpy)."""
+import os
 import subprocess
 import sys
 import time
@@ -56,3 +57,16 @@ def wait_until(predicate, timeout, what):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.02)
+
+
+def read_id_log(path):
+    """{epoch: [ids]} from a log of `EPOCH ID` lines that a child appends (and fsyncs) per
+    batch; a torn last line, left by a kill, is ignored; a missing file is empty."""
+    out = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.endswith("\n"):
+                    e, i = line.split()
+                    out.setdefault(int(e), []).append(int(i))
+    return out
