@@ -526,7 +526,9 @@ TSOCK_API int tsock_consumer_set_epoch_grace(tsock_consumer *c, int grace_ms);
 /* When the producer dies or stops, wait up to `timeout_ms` for a producer to come back on the
  * same endpoint and go on with the next epoch there, instead of failing. An epoch cut short by
  * the loss ends with TSOCK_E_EPOCH_INTERRUPTED from next(); the call after that starts a new
- * epoch. 0 (the default) turns it off. TSOCK_E_STATE after start. */
+ * epoch. 0 (the default) turns it off. A rank of a group (tsock_consumer_set_group) does not
+ * reconnect: after TSOCK_E_EPOCH_INTERRUPTED it returns the producer's error, and the job
+ * restarts as a whole, from its checkpoints. TSOCK_E_STATE after start. */
 TSOCK_API int tsock_consumer_set_reconnect(tsock_consumer *c, int timeout_ms);
 
 /* The CUDA device this consumer uses a producer's GPU ring from (an ordinal of this process):

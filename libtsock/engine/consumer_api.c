@@ -238,6 +238,17 @@ recover(tsock_consumer *c, int err)
         return err;
     if (cut_epoch(c))
         return TSOCK_E_EPOCH_INTERRUPTED;
+    /* A rank does not reconnect on its own: its group's window, its rank plan and, when it
+     * checkpoints, its group's consumed set all belong to the lost producer's stream, and the
+     * other ranks would rejoin at other positions. The job restarts as a whole (from its
+     * checkpoints), as it does when it loses a rank. */
+    if (tsock__group_member(c)) {
+        tsock__log(TSOCK_LOG_ERROR,
+                   "group '%s': rank %u: the producer is gone (%s); a group's ranks do not "
+                   "reconnect one by one: restart the job (from its checkpoints)",
+                   c->group, c->group_rank, tsock_strerror(err));
+        return err;
+    }
     pthread_mutex_unlock(&c->mu);
     int rc = tsock__session_reopen(c, c->reconnect_ms);
     pthread_mutex_lock(&c->mu);

@@ -253,6 +253,30 @@ def test_two_nodes(env):
         p.wait(10)
 
 
+def test_no_reconnect(env):
+    """A rank with --reconnect-ms does not reconnect when its producer is killed: its epoch
+    ends interrupted, then it fails with the producer's loss, even though a new producer
+    serves the endpoint (its window and rank plan belonged to the lost stream)."""
+    p = producer(env, hb_ms=HB_LOST_MS)
+    p.wait_stderr("serving", 10)
+    ids = env.path("rank0.ids")
+    rank = consumer(env, "--group", "solo-rank", "--rank", "0", "--world-size", "1",
+                    "--batch-size", "16", "--epochs", "0", "--delay-ms", "20",
+                    "--reconnect-ms", "20000", "--ids-out", ids, hb_ms=HB_LOST_MS, name="rank0")
+    wait_for(lambda: read_ids(ids), 30, "the rank's first batch")
+    p.kill()
+    p2 = producer(env, hb_ms=HB_LOST_MS, name="producer2")
+    p2.wait_stderr("serving", 10)
+    rc = rank.wait(30, "rank 0")
+    res = rank.json()
+    check(rc == 1 and res["error_code"] in (-10003, -10004),
+          f"rank 0: exit {rc}, error {res.get('error')} ({res.get('error_code')})")
+    check("do not reconnect one by one" in rank.stderr(),
+          f"rank 0 does not say why it did not reconnect: {rank.stderr()!r}")
+    p2.signal(signal.SIGTERM)
+    p2.wait(10)
+
+
 TESTS = {
     "groups_pad": test_pad,
     "groups_drop_last": test_drop_last,
@@ -261,6 +285,7 @@ TESTS = {
     "groups_kill9": test_kill9,
     "groups_stopped_rank": test_stopped_rank,
     "groups_two_nodes": test_two_nodes,
+    "groups_no_reconnect": test_no_reconnect,
 }
 
 if __name__ == "__main__":

@@ -168,6 +168,9 @@ def test_a_checkpointing_rank_connects_on_first_use(tsock, clean_env):
     assert not loader.closed and "nonexistent" in repr(loader)
     with pytest.raises(ValueError, match="state_dict"):
         loader.load_state_dict({"version": 1})
+    with pytest.raises(tsock.BadState):  # a bad state leaves the loader as it was
+        loader.load_state_dict({"version": 1, "state": b"not a state"})
+    assert not loader.closed and loader._deferred
     with pytest.raises(tsock.TsockError):  # the first use connects, and nothing answers
         len(loader)
     loader.close()

@@ -81,3 +81,13 @@ def test_group_restored_with_its_states(groups, programs, procs, endpoint, tmp_p
     epoch1 = [s[1] for s in shards]
     assert set().union(*map(set, epoch1)) == set(range(SAMPLES)), "epoch 1 is not exact"
     assert len({len(s) for s in epoch1}) == 1, "epoch 1's shares are unequal"
+
+
+def test_restore_after_first_use_is_refused(groups, programs, procs, endpoint):
+    start_producer(programs, procs, endpoint, batch_size=BATCH, samples=SAMPLES, epochs=0,
+                   image_size=4, wait_consumers=0)
+    with groups.DataLoader(endpoint, group="used", rank=0, world_size=1, batch_size=BATCH,
+                           checkpointing=True, timeout=30) as loader:
+        assert len(loader) == SAMPLES // BATCH  # first use: the rank joins its group fresh
+        with pytest.raises(RuntimeError, match="before the loader is first used"):
+            loader.load_state_dict({"version": 1, "state": b"whatever"})

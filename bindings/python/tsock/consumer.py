@@ -961,9 +961,17 @@ class DataLoader:
                              f"reads version {self.STATE_DICT_VERSION}")
         args = dict(self._consumer_args, state=bytes(state_dict["state"]))
         if self._deferred:  # a checkpointing rank, not connected yet: connect restored
+            self._consumer_obj = Consumer(**args)  # a bad state leaves the loader as it was
             self._consumer_args = args
-            self._connect()
+            self._deferred = False
+            self.batch_size = self._consumer_obj.batch_size
             return
+        if self.group is not None:
+            raise RuntimeError(
+                "load_state_dict() on a rank of a group must come before the loader is first "
+                "used (iteration, len(), stats()) and needs checkpointing=True: this rank "
+                "already joined its group fresh, and a group cannot mix fresh and restored "
+                "ranks")
         fresh = Consumer(**args)  # raises BadState before the old connection is given up
         self._consumer.close()
         self._consumer_obj = fresh
