@@ -18,63 +18,7 @@
 #define WORLD 3
 #define EPOCHS 2
 
-static char endpoint[256];
-static atomic_int stop_producer;
-
-static void *
-produce_forever(void *arg)
-{
-    tsock_producer *p = arg;
-    while (!atomic_load(&stop_producer)) {
-        tsock_slot *slot;
-        if (tsock_producer_acquire(p, 50, &slot) < 0)
-            continue;
-        uint32_t n = tsock_slot_planned(slot);
-        const uint64_t *ids = tsock_slot_sample_ids(slot);
-        int64_t *index = tsock_slot_data(slot, 0);
-        if (!ids) /* free mode: a batch of whatever the application chooses */
-            n = BATCH;
-        for (uint32_t i = 0; i < n; i++)
-            index[i] = ids ? (int64_t)ids[i] : (int64_t)i;
-        tsock_producer_publish(p, slot, n);
-    }
-    return NULL;
-}
-
-static tsock_producer *
-start_producer_with(pthread_t *thread, int sampler)
-{
-    char dir[] = "/tmp/tsock-groups-XXXXXX";
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(endpoint, sizeof endpoint, "ipc://%s/p.sock", dir);
-    tsock_layout *layout;
-    tsock_layout_create(&layout);
-    tsock_layout_add(layout, "index", TSOCK_INT64, 0, NULL);
-    tsock_producer *p = NULL;
-    CHECK_EQ(tsock_producer_create(&p, endpoint, layout, BATCH, SLOTS), 0);
-    tsock_layout_destroy(layout);
-    if (sampler)
-        CHECK_EQ(tsock_producer_set_sampler(p, SAMPLES, 11, 0), 0);
-    CHECK_EQ(tsock_producer_start(p), 0);
-    atomic_store(&stop_producer, 0);
-    pthread_create(thread, NULL, produce_forever, p);
-    return p;
-}
-
-static tsock_producer *
-start_producer(pthread_t *thread)
-{
-    return start_producer_with(thread, 1);
-}
-
-static void
-stop(tsock_producer *p, pthread_t thread)
-{
-    atomic_store(&stop_producer, 1);
-    pthread_join(thread, NULL);
-    tsock_producer_destroy(p);
-}
+#include "id_producer.h"
 
 static void
 test_setters(void)
@@ -108,9 +52,9 @@ static void
 test_restore_then_group(void)
 {
     pthread_t thread;
-    tsock_producer *p = start_producer(&thread);
+    tsock_producer *p = id_producer_start("groups", 1, &thread);
     tsock_consumer *solo = NULL;
-    CHECK_EQ(tsock_consumer_create(&solo, endpoint), 0);
+    CHECK_EQ(tsock_consumer_create(&solo, id_endpoint), 0);
     CHECK_EQ(tsock_consumer_set_checkpointing(solo, 1), 0);
     CHECK_EQ(tsock_consumer_start(solo, 5000), 0);
     tsock_batch *b = NULL;
@@ -122,12 +66,12 @@ test_restore_then_group(void)
     tsock_consumer_destroy(solo);
 
     tsock_consumer *c = NULL;
-    CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
+    CHECK_EQ(tsock_consumer_create(&c, id_endpoint), 0);
     CHECK_EQ(tsock_consumer_restore_state(c, state, len), 0);
     CHECK_EQ(tsock_consumer_set_group(c, "g", 0, 1), 0);
     CHECK_EQ(tsock_consumer_start(c, 5000), TSOCK_E_BAD_STATE);
     tsock_consumer_destroy(c);
-    stop(p, thread);
+    id_producer_stop(p, &thread);
 }
 
 /* Refusals at start: a producer without a sampler (no exact epochs to share), and drop_last
@@ -136,23 +80,23 @@ static void
 test_refusals(void)
 {
     pthread_t thread;
-    tsock_producer *p = start_producer_with(&thread, 0);
+    tsock_producer *p = id_producer_start("groups", 0, &thread);
     tsock_consumer *c = NULL;
-    CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
+    CHECK_EQ(tsock_consumer_create(&c, id_endpoint), 0);
     CHECK_EQ(tsock_consumer_set_group(c, "free", 0, 2), 0);
     CHECK_EQ(tsock_consumer_start(c, 5000), TSOCK_E_REJECTED);
     tsock_consumer_destroy(c);
-    stop(p, thread);
+    id_producer_stop(p, &thread);
 
-    p = start_producer(&thread);
-    CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
+    p = id_producer_start("groups", 1, &thread);
+    CHECK_EQ(tsock_consumer_create(&c, id_endpoint), 0);
     CHECK_EQ(tsock_consumer_set_group(c, "big", 0, WORLD), 0);
     CHECK_EQ(tsock_consumer_set_batch_size(c, SAMPLES / WORLD + 1), 0);
     CHECK_EQ(tsock_consumer_set_drop_last(c, 1), 0);
     CHECK_EQ(tsock_consumer_start(c, 5000), TSOCK_E_REJECTED);
     tsock_consumer_destroy(c);
     /* The same without drop_last is a valid group: each rank's one batch is padded. */
-    CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
+    CHECK_EQ(tsock_consumer_create(&c, id_endpoint), 0);
     CHECK_EQ(tsock_consumer_set_group(c, "big", 0, 1), 0);
     CHECK_EQ(tsock_consumer_set_batch_size(c, SAMPLES + 1), 0);
     CHECK_EQ(tsock_consumer_start(c, 5000), 0);
@@ -163,7 +107,7 @@ test_refusals(void)
     CHECK(tsock_batch_is_epoch_end(b));
     CHECK_EQ(tsock_consumer_release(c, b), 0);
     tsock_consumer_destroy(c);
-    stop(p, thread);
+    id_producer_stop(p, &thread);
 }
 
 struct rank {
@@ -180,7 +124,7 @@ read_rank(void *arg)
 {
     struct rank *r = arg;
     tsock_consumer *c = NULL;
-    CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
+    CHECK_EQ(tsock_consumer_create(&c, id_endpoint), 0);
     CHECK_EQ(tsock_consumer_set_batch_size(c, r->batch), 0);
     CHECK_EQ(tsock_consumer_set_drop_last(c, r->drop_last), 0);
     CHECK_EQ(tsock_consumer_set_group(c, "threads", (uint32_t)r->rank, WORLD), 0);
@@ -255,7 +199,7 @@ static void
 run_group(uint32_t batch, int drop_last)
 {
     pthread_t thread, readers[WORLD];
-    tsock_producer *p = start_producer(&thread);
+    tsock_producer *p = id_producer_start("groups", 1, &thread);
     struct rank ranks[WORLD];
     memset(ranks, 0, sizeof ranks);
     for (int r = 0; r < WORLD; r++) {
@@ -272,7 +216,7 @@ run_group(uint32_t batch, int drop_last)
     for (int r = 0; r < WORLD; r++)
         for (int e = 0; e < EPOCHS; e++)
             free(ranks[r].ids[e]);
-    stop(p, thread);
+    id_producer_stop(p, &thread);
 }
 
 int

@@ -20,8 +20,9 @@
 #define BATCH 64
 #define SLOTS 4
 
-static char endpoint[256];
-static atomic_int stop_producer, stop_background;
+#include "id_producer.h"
+
+static atomic_int stop_background;
 static uint64_t rng = 0x9E3779B97F4A7C15u;
 
 static uint64_t
@@ -33,65 +34,13 @@ rnd(void)
     return rng;
 }
 
-static void *
-produce_forever(void *arg)
-{
-    tsock_producer *p = arg;
-    while (!atomic_load(&stop_producer)) {
-        if (tsock_producer_wait_consumers(p, 1, 50) < 0)
-            continue;
-        tsock_slot *slot;
-        if (tsock_producer_acquire(p, 50, &slot) < 0)
-            continue;
-        uint32_t n = tsock_slot_planned(slot);
-        const uint64_t *ids = tsock_slot_sample_ids(slot);
-        int64_t *index = tsock_slot_data(slot, 0);
-        for (uint32_t i = 0; i < n; i++)
-            index[i] = (int64_t)ids[i];
-        tsock_producer_publish(p, slot, n);
-    }
-    return NULL;
-}
-
-static tsock_producer *
-start_producer(pthread_t *thread, int sampler)
-{
-    static int count;
-    char dir[] = "/tmp/tsock-resume-XXXXXX";
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(endpoint, sizeof endpoint, "ipc://%s/p%d.sock", dir, count++);
-    tsock_layout *layout;
-    tsock_layout_create(&layout);
-    tsock_layout_add(layout, "index", TSOCK_INT64, 0, NULL);
-    tsock_producer *p = NULL;
-    CHECK_EQ(tsock_producer_create(&p, endpoint, layout, BATCH, SLOTS), 0);
-    tsock_layout_destroy(layout);
-    if (sampler)
-        CHECK_EQ(tsock_producer_set_sampler(p, SAMPLES, 11, 0), 0);
-    CHECK_EQ(tsock_producer_start(p), 0);
-    atomic_store(&stop_producer, 0);
-    if (sampler)
-        pthread_create(thread, NULL, produce_forever, p);
-    return p;
-}
-
-static void
-stop(tsock_producer *p, pthread_t thread, int sampler)
-{
-    atomic_store(&stop_producer, 1);
-    if (sampler)
-        pthread_join(thread, NULL);
-    tsock_producer_destroy(p);
-}
-
 /* Keeps the stream moving, so that the restored consumer joins at an arbitrary point. */
 static void *
 background(void *arg)
 {
     (void)arg;
     tsock_consumer *c = NULL;
-    tsock_consumer_create(&c, endpoint);
+    tsock_consumer_create(&c, id_endpoint);
     tsock_consumer_set_batch_size(c, 16);
     if (tsock_consumer_start(c, 5000) == 0) {
         while (!atomic_load(&stop_background)) {
@@ -110,7 +59,7 @@ static tsock_consumer *
 consumer(uint32_t batch, int drop_last, const uint8_t *state, size_t len, int *start_err)
 {
     tsock_consumer *c = NULL;
-    CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
+    CHECK_EQ(tsock_consumer_create(&c, id_endpoint), 0);
     tsock_consumer_set_batch_size(c, batch);
     tsock_consumer_set_drop_last(c, drop_last);
     tsock_consumer_set_checkpointing(c, 1);
@@ -229,7 +178,7 @@ static void
 test_random_interruptions(void)
 {
     pthread_t pt, bt;
-    tsock_producer *p = start_producer(&pt, 1);
+    tsock_producer *p = id_producer_start("resume", 1, &pt);
     atomic_store(&stop_background, 0);
     pthread_create(&bt, NULL, background, NULL);
     static const uint32_t sizes[] = {1, 7, 32, 64, 100, 333};
@@ -246,7 +195,7 @@ test_random_interruptions(void)
     }
     atomic_store(&stop_background, 1);
     pthread_join(bt, NULL);
-    stop(p, pt, 1);
+    id_producer_stop(p, &pt);
 }
 
 /* A valid state of this test's producer, for the bad-state checks to break. */
@@ -279,7 +228,7 @@ static int
 start_with(const uint8_t *state, size_t len, uint32_t batch)
 {
     tsock_consumer *c = NULL;
-    tsock_consumer_create(&c, endpoint);
+    tsock_consumer_create(&c, id_endpoint);
     tsock_consumer_set_batch_size(c, batch);
     int err = tsock_consumer_restore_state(c, state, len);
     if (err == 0)
@@ -292,7 +241,7 @@ static void
 test_bad_states(void)
 {
     pthread_t pt;
-    tsock_producer *p = start_producer(&pt, 1);
+    tsock_producer *p = id_producer_start("resume", 1, &pt);
     uint8_t state[4096], bad[4096];
     size_t len = good_state(state, sizeof state, 32);
     CHECK_EQ(start_with(state, len, 32), 0);
@@ -319,7 +268,7 @@ test_bad_states(void)
     CHECK_EQ(start_with(state, len, 16), TSOCK_E_BAD_STATE);
     /* Calls out of order. */
     tsock_consumer *c = NULL;
-    tsock_consumer_create(&c, endpoint);
+    tsock_consumer_create(&c, id_endpoint);
     size_t need;
     CHECK_EQ(tsock_consumer_save_state(c, bad, sizeof bad, &need), TSOCK_E_STATE);
     CHECK_EQ(tsock_consumer_start(c, 5000), 0);
@@ -327,43 +276,43 @@ test_bad_states(void)
     CHECK_EQ(tsock_consumer_restore_state(c, state, len), TSOCK_E_STATE);
     CHECK_EQ(tsock_consumer_set_checkpointing(c, 1), TSOCK_E_STATE);
     tsock_consumer_destroy(c);
-    stop(p, pt, 1);
+    id_producer_stop(p, &pt);
 
     /* Producer batches too large for their ids to fit in one message: refused at HELLO. */
     {
         char dir[] = "/tmp/tsock-resume-XXXXXX";
         if (!mkdtemp(dir))
             abort();
-        snprintf(endpoint, sizeof endpoint, "ipc://%s/big.sock", dir);
+        snprintf(id_endpoint, sizeof id_endpoint, "ipc://%s/big.sock", dir);
         tsock_layout *layout;
         tsock_layout_create(&layout);
         tsock_layout_add(layout, "index", TSOCK_INT64, 0, NULL);
         tsock_producer *big = NULL;
-        CHECK_EQ(tsock_producer_create(&big, endpoint, layout, 16371, 2), 0);
+        CHECK_EQ(tsock_producer_create(&big, id_endpoint, layout, 16371, 2), 0);
         tsock_layout_destroy(layout);
         CHECK_EQ(tsock_producer_set_sampler(big, 100000, 1, 0), 0);
         CHECK_EQ(tsock_producer_start(big), 0);
         c = NULL;
-        tsock_consumer_create(&c, endpoint);
+        tsock_consumer_create(&c, id_endpoint);
         tsock_consumer_set_checkpointing(c, 1);
         CHECK_EQ(tsock_consumer_start(c, 5000), TSOCK_E_REJECTED);
         tsock_consumer_destroy(c);
         c = NULL; /* a consumer that does not checkpoint is served */
-        tsock_consumer_create(&c, endpoint);
+        tsock_consumer_create(&c, id_endpoint);
         CHECK_EQ(tsock_consumer_start(c, 5000), 0);
         tsock_consumer_destroy(c);
         tsock_producer_destroy(big);
     }
 
     /* A producer without a sampler (free mode) cannot be resumed exactly. */
-    p = start_producer(&pt, 0);
+    p = id_producer_start("resume", 0, NULL);
     CHECK_EQ(start_with(state, len, 32), TSOCK_E_BAD_STATE);
     c = NULL;
-    tsock_consumer_create(&c, endpoint);
+    tsock_consumer_create(&c, id_endpoint);
     tsock_consumer_set_checkpointing(c, 1);
     CHECK_EQ(tsock_consumer_start(c, 5000), -ENOTSUP);
     tsock_consumer_destroy(c);
-    stop(p, pt, 0);
+    id_producer_stop(p, NULL);
 }
 
 int
