@@ -311,15 +311,18 @@ static int
 serve_one(struct server *s, uint64_t *cur_epoch, uint64_t *pos_in_epoch)
 {
     /* A batch published while nobody listens would be lost to every later consumer's
-     * coverage, so wait for someone first, unless there is nothing left to publish. */
-    if (tsock_producer_consumer_count(s->p) <= 0 && !tsock_producer_stream_ended(s->p)) {
+     * coverage, so wait for someone first, unless there is nothing left to publish. Ranks
+     * waiting for the rest of their group are connected but receive nothing: the library's
+     * count leaves them out, so it returns at once only when a batch would reach someone. */
+    if (!tsock_producer_stream_ended(s->p)) {
         int rc = tsock_producer_wait_consumers(s->p, 1, POLL_MS);
         if (rc < 0 && rc != -ETIMEDOUT && rc != -EINTR && rc != TSOCK_E_CANCELLED) {
             s->st.error = lib_error("tsock_producer_wait_consumers", rc);
             s->status = 1;
             return 0;
         }
-        return 1;
+        if (rc < 1)
+            return 1;
     }
     tsock_slot *slot = NULL;
     int rc = tsock_producer_acquire(s->p, POLL_MS, &slot);

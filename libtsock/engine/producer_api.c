@@ -240,6 +240,27 @@ take_cancel(tsock_producer *p)
     return atomic_exchange(&p->cancel, 0) != 0;
 }
 
+/* Whether a batch published now would go to consumer record c: a rank waiting at its group's
+ * start barrier gets nothing (its window has not begun), nor does a rank of a failed group.
+ * A paused consumer counts: it comes back and its window restarts wherever the stream is. */
+static int
+served(const struct tsock__consumer_rec *c)
+{
+    return c->active && !c->waiting && !c->group_failed;
+}
+
+/* The consumers a batch published now would reach (mu held): what decides whether publishing
+ * is worth it, so ranks waiting for the rest of their group, or left over from a failed one,
+ * never make the producer decode for nobody. */
+static int
+served_count(const tsock_producer *p)
+{
+    int n = 0;
+    for (int i = 0; i < TSOCK__PRODUCER_MAX_CONSUMERS; i++)
+        n += served(&p->consumers[i]);
+    return n;
+}
+
 int
 tsock_producer_wait_consumers(tsock_producer *p, int count, int timeout_ms)
 {
@@ -250,9 +271,9 @@ tsock_producer_wait_consumers(tsock_producer *p, int count, int timeout_ms)
     uint64_t deadline = tsock__deadline(timeout_ms);
     pthread_mutex_lock(&p->mu);
     int err = 0;
-    while (p->consumer_count < count && err == 0 && !atomic_load(&p->cancel))
+    while (served_count(p) < count && err == 0 && !atomic_load(&p->cancel))
         err = tsock__cond_wait_until(&p->cond, &p->mu, deadline);
-    int n = p->consumer_count;
+    int n = served_count(p);
     pthread_mutex_unlock(&p->mu);
     if (n < count && err == 0 && take_cancel(p))
         return TSOCK_E_CANCELLED;
@@ -295,7 +316,44 @@ keep_consumer_phases(tsock_producer *p)
     tsock__sampler_keep_segments(&p->sampler, phases, n);
 }
 
-/* Asks the sampler what the slot must hold. Returns 0, or TSOCK_E_END after the last epoch. */
+/* How many more stream samples, from `position` (the stream's end: the sampler issued its
+ * last epoch), finish the nearest window of a served group cut by that end (mu held); 0 when
+ * no group's window is cut. A group's windows are `sampler_samples` consecutive samples from
+ * its ranks' window start, restored ones included (docs/distributed.md). */
+static uint64_t
+group_window_left(const tsock_producer *p, uint64_t position)
+{
+    uint64_t nearest = 0;
+    for (int i = 0; i < TSOCK__PRODUCER_MAX_CONSUMERS; i++) {
+        const struct tsock__consumer_rec *c = &p->consumers[i];
+        if (!served(c) || !c->group_slot || c->window_start == TSOCK__NO_WINDOW ||
+            position <= c->window_start)
+            continue;
+        uint64_t into = (position - c->window_start) % p->sampler_samples;
+        uint64_t left = into ? p->sampler_samples - into : 0;
+        if (left && (!nearest || left < nearest))
+            nearest = left;
+    }
+    return nearest;
+}
+
+/* With the sampler's last epoch issued, whether the stream is over: no group's window was cut
+ * by its end, or overtime has finished every such window (docs/distributed.md, "When a finite
+ * stream ends": the producer finishes a group's window rather than leave its ranks with
+ * different batch counts). */
+static int
+stream_over(tsock_producer *p)
+{
+    if (!p->use_sampler || (!p->overtime && !tsock__sampler_exhausted(&p->sampler)))
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    uint64_t left = group_window_left(p, tsock__sampler_stream_position(&p->sampler));
+    pthread_mutex_unlock(&p->mu);
+    return left == 0;
+}
+
+/* Asks the sampler what the slot must hold. Returns 0, or TSOCK_E_END after the last epoch
+ * (and after the windows of groups that the last epoch cut: overtime). */
 static int
 plan_slot(tsock_producer *p, struct tsock_slot *s)
 {
@@ -314,8 +372,25 @@ plan_slot(tsock_producer *p, struct tsock_slot *s)
     }
     s->position = tsock__sampler_stream_position(&p->sampler);
     s->ids = p->slot_ids + (size_t)s->index * p->batch_size;
-    s->planned = tsock__sampler_next(&p->sampler, p->batch_size, s->ids, &s->epoch,
-                                     &s->index_in_epoch, &s->epoch_end);
+    uint32_t max = p->batch_size;
+    if (p->overtime || tsock__sampler_exhausted(&p->sampler)) {
+        /* Overtime: the next epoch's first samples, up to the nearest cut window's end, for
+         * the ranks of the groups whose windows they finish (take_holders). The sampler's
+         * segments kept the set a group missed at its window's start (keep_consumer_phases). */
+        pthread_mutex_lock(&p->mu);
+        uint64_t left = group_window_left(p, s->position);
+        if (left && !p->overtime) {
+            p->overtime = 1;
+            p->sampler.epochs++;
+        }
+        pthread_mutex_unlock(&p->mu);
+        if (left == 0)
+            return TSOCK_E_END;
+        if (left < max)
+            max = (uint32_t)left;
+    }
+    s->planned =
+        tsock__sampler_next(&p->sampler, max, s->ids, &s->epoch, &s->index_in_epoch, &s->epoch_end);
     tsock__producer_nodes_map(p, s);
     return s->planned ? 0 : TSOCK_E_END;
 }
@@ -323,7 +398,7 @@ plan_slot(tsock_producer *p, struct tsock_slot *s)
 int
 tsock_producer_stream_ended(const tsock_producer *p)
 {
-    return p && p->use_sampler && tsock__sampler_exhausted(&p->sampler);
+    return p && stream_over((tsock_producer *)p);
 }
 
 int
@@ -335,7 +410,7 @@ tsock_producer_acquire(tsock_producer *p, int timeout_ms, tsock_slot **slot)
         return TSOCK_E_STATE;
     /* The end is known before any slot is free: say so at once rather than after waiting for
      * consumers that may already have left. */
-    if (p->use_sampler && tsock__sampler_exhausted(&p->sampler))
+    if (tsock_producer_stream_ended(p))
         return TSOCK_E_END;
     if (take_cancel(p))
         return TSOCK_E_CANCELLED; /* a pending cancel wins over a free slot */
@@ -413,7 +488,11 @@ take_holders(tsock_producer *p, uint64_t position)
         struct tsock__consumer_rec *c = &p->consumers[i];
         /* A group's ranks wait for the last of them (the start barrier); a failed group's get
          * nothing more. */
-        if (!c->active || c->paused || c->waiting || c->group_failed)
+        if (!served(c) || c->paused)
+            continue;
+        /* Overtime goes only to the ranks whose window it finishes. */
+        if (p->overtime && (!c->group_slot || c->window_start == TSOCK__NO_WINDOW ||
+                            (position - c->window_start) % p->sampler_samples == 0))
             continue;
         mask |= (uint64_t)1 << i;
         if (c->window_start == TSOCK__NO_WINDOW)

@@ -277,7 +277,78 @@ def test_no_reconnect(env):
     p2.wait(10)
 
 
+def test_late_rank(env):
+    """Issue 18, item 1: ranks waiting at their group's start barrier receive nothing, so the
+    producer waits with them instead of publishing its finite stream to nobody. Rank 1 starts
+    after rank 0 has joined; the pause between them only gives a wrong producer time to
+    publish, the verdict does not depend on it. Both ranks then get the whole epoch, with
+    equal counts, and the producer decoded the epoch once."""
+    p = producer(env, "--epochs", "1", "--verbose", batch=10, slots=4)
+    p.wait_stderr("serving", 10)
+    ids0 = env.path("late-0.ids")
+    first = [(consumer(env, "--group", "late", "--rank", "0", "--world-size", "2",
+                       "--batch-size", "10", "--epochs", "1", "--ids-out", ids0, name="late-0"),
+              ids0)]
+    p.wait_stderr("group 'late': rank 0 of 2 joined", 20)
+    time.sleep(1.0)
+    ids1 = env.path("late-1.ids")
+    second = consumer(env, "--group", "late", "--rank", "1", "--world-size", "2",
+                      "--batch-size", "10", "--epochs", "1", "--ids-out", ids1, name="late-1")
+    check_group("late", first + [(second, ids1)], 2, 10, False, epochs=1)
+    rc = p.wait(30, "the producer to finish its epoch")
+    check(rc == 0 and f"{-(-N // 10)} batches, {N} samples, 1 epochs" in p.stderr(),
+          f"the producer published for nobody: {p.stderr()[-400:]!r}")
+
+
+def stalled_solo(env, *extra, endpoint=None):
+    """A solo consumer that reads 3 batches and stalls, so that a group joins after the
+    stream's first batches and its window is cut by the stream's end."""
+    solo = consumer(env, "--batch-size", "10", "--epochs", "1", "--stall-after", "3", *extra,
+                    endpoint=endpoint, name="solo")
+    solo.wait_stderr("stalled after 3 batches", 30)
+    return solo
+
+
+def test_stream_end(env):
+    """Issue 18, item 2: a 1-epoch producer whose stream ends inside a late group's window
+    finishes that window for the group's ranks (docs/distributed.md, "When a finite stream
+    ends"): every rank gets the same batch count and the whole epoch. Then the same over two
+    node shares, the late group on node 0 only."""
+    p = producer(env, "--epochs", "1", "--verbose", batch=10, slots=4)
+    p.wait_stderr("serving", 10)
+    solo = stalled_solo(env)
+    ranks = start_group(env, "cut", 2, 10, epochs=1)
+    p.wait_stderr("group 'cut': all 2 ranks joined", 20)
+    solo.signal(signal.SIGTERM)
+    solo.wait(20, "the stalled solo consumer")
+    check_group("cut", ranks, 2, 10, False, epochs=1)
+    check(p.wait(30, "the producer") == 0, f"producer: {p.stderr()[-400:]!r}")
+
+    eps = [f"ipc://{env.path(f'node{k}.sock')}" for k in (0, 1)]
+    prods = [producer(env, "--epochs", "1", "--nodes", "2", "--node-rank", str(k), "--seed", "7",
+                      "--verbose", batch=10, slots=4, endpoint=eps[k], name=f"producer{k}")
+             for k in (0, 1)]
+    for q in prods:
+        q.wait_stderr("serving", 10)
+    solo = stalled_solo(env, "--nodes", "2", endpoint=eps[0])
+    ranks = []
+    for r in range(4):
+        ids = env.path(f"nodes-{r}.ids")
+        c = consumer(env, "--group", "nodes", "--rank", str(r), "--world-size", "4",
+                     "--batch-size", "10", "--epochs", "1", "--nodes", "2", "--ids-out", ids,
+                     endpoint=eps[r // 2], name=f"nodes-{r}")
+        ranks.append((c, ids))
+    prods[0].wait_stderr("group 'nodes': all 2 ranks joined", 20)
+    solo.signal(signal.SIGTERM)
+    solo.wait(20, "the stalled solo consumer")
+    check_group("nodes", ranks, 4, 10, False, epochs=1, nodes=2)
+    for q in prods:
+        check(q.wait(30, "a node's producer") == 0, f"{q.name}: {q.stderr()[-400:]!r}")
+
+
 TESTS = {
+    "groups_late_rank": test_late_rank,
+    "groups_stream_end": test_stream_end,
     "groups_pad": test_pad,
     "groups_drop_last": test_drop_last,
     "groups_incomplete": test_incomplete,

@@ -275,7 +275,8 @@ class Producer:
         return lib.tsock_producer_endpoint(self._h).decode()
 
     def wait_consumers(self, count, timeout=None):
-        """Waits until at least `count` consumers are connected; returns how many are.
+        """Waits until at least `count` connected consumers would receive a batch published
+        now (a rank waiting for the rest of its group does not count); returns how many.
         Raises tsock.Timeout after `timeout` seconds (None: forever)."""
         self._check_started()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -426,8 +427,9 @@ class Producer:
             self.wait_consumers(wait_consumers, wait_timeout)
         published = 0
         while True:
-            if lib.tsock_producer_consumer_count(self._h) <= 0 and \
-                    not lib.tsock_producer_stream_ended(self._h):
+            # The library's count leaves out ranks waiting for the rest of their group (they
+            # would receive nothing), so this returns at once only when a batch reaches someone.
+            if not lib.tsock_producer_stream_ended(self._h):
                 self.wait_consumers(1, None)
             try:
                 slot = self._acquire()
