@@ -73,7 +73,7 @@ static void
 fail_group(tsock_producer *p, int slot, int code, const uint32_t *ranks, uint32_t count)
 {
     struct tsock__pgroup *pg = p->groups[slot];
-    static uint8_t wire[4 * TSOCK__PROTO_MAX_GROUP_RANKS]; /* service thread only */
+    uint8_t *wire = p->group_failed_wire; /* the producer's own: its service thread only */
     for (uint32_t i = 0; i < count; i++)
         for (int k = 0; k < 4; k++)
             wire[4 * i + (uint32_t)k] = (uint8_t)(ranks[i] >> (8 * k));
@@ -234,7 +234,7 @@ static void
 fail_incomplete(tsock_producer *p, int slot)
 {
     struct tsock__pgroup *pg = p->groups[slot];
-    static uint32_t missing[TSOCK__GROUP_MAX_LOCAL]; /* service thread only */
+    uint32_t *missing = p->group_missing; /* the producer's own: its service thread only */
     uint32_t n = 0;
     for (uint32_t l = 0; l < pg->g.local_world; l++)
         if (!pg->g.member[l])

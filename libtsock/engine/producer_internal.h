@@ -148,6 +148,10 @@ struct tsock_producer {
     /* Groups, each with at least one member (so at most one per consumer); NULL: unused. */
     struct tsock__pgroup *groups[TSOCK__PRODUCER_MAX_CONSUMERS];
     int consumer_count;
+    /* The service thread's room for a GROUP_FAILED's rank list (producer_groups.c): each
+     * producer's own, as two producers in one process fail their groups concurrently. */
+    uint8_t group_failed_wire[4 * TSOCK__PROTO_MAX_GROUP_RANKS];
+    uint32_t group_missing[TSOCK__GROUP_MAX_LOCAL];
     uint64_t next_consumer_id;
     struct tsock__outgoing *queue; /* ring buffer of slot_count entries */
     uint32_t queue_head, queue_len;

@@ -219,9 +219,59 @@ run_group(uint32_t batch, int drop_last)
     id_producer_stop(p, &thread);
 }
 
+/* Issue 18, item 8: two producers in one process fail incomplete groups at the same time,
+ * each on its own service thread. The rank lists of their GROUP_FAILED messages were built in
+ * static buffers the two threads shared (a data race TSan reports); each producer now has its
+ * own. Rank 0 of a world of 2 on one producer and of a world of 3 on the other: each rank
+ * must hear that its group is incomplete. */
+struct lonely_rank {
+    char endpoint[256];
+    uint32_t world;
+    int rc;
+};
+
+static void *
+lonely_rank_run(void *arg)
+{
+    struct lonely_rank *r = arg;
+    tsock_consumer *c = NULL;
+    CHECK_EQ(tsock_consumer_create(&c, r->endpoint), 0);
+    CHECK_EQ(tsock_consumer_set_group(c, "lonely", 0, r->world), 0);
+    CHECK_EQ(tsock_consumer_set_group_timeout(c, 300), 0);
+    r->rc = tsock_consumer_start(c, 5000);
+    tsock_batch *b = NULL;
+    if (r->rc == 0)
+        r->rc = tsock_consumer_next(c, 20000, &b);
+    tsock_consumer_destroy(c);
+    return NULL;
+}
+
+static void
+test_two_producers_fail_groups(void)
+{
+    tsock_producer *p[2];
+    struct lonely_rank ranks[2];
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++) {
+        p[i] = id_producer_start("groups", 1, NULL);
+        snprintf(ranks[i].endpoint, sizeof ranks[i].endpoint, "%s", id_endpoint);
+        ranks[i].world = 2 + (uint32_t)i;
+        ranks[i].rc = 0;
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_create(&threads[i], NULL, lonely_rank_run, &ranks[i]);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(threads[i], NULL);
+        CHECK_EQ(ranks[i].rc, TSOCK_E_GROUP_INCOMPLETE);
+    }
+    for (int i = 0; i < 2; i++)
+        id_producer_stop(p[i], NULL);
+}
+
 int
 main(void)
 {
+    test_two_producers_fail_groups();
     test_setters();
     test_restore_then_group();
     test_refusals();
