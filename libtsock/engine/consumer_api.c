@@ -146,12 +146,6 @@ tsock_consumer_cancel(tsock_consumer *c)
         tsock__channel_wake(ch);
 }
 
-int
-tsock__consumer_cancelled(tsock_consumer *c)
-{
-    return atomic_load(&c->cancel) != 0;
-}
-
 /* The call that reports a cancel consumes it. Returns err. */
 static int
 consume_cancel(tsock_consumer *c, int err)
@@ -174,8 +168,10 @@ tsock_consumer_start(tsock_consumer *c, int timeout_ms)
     int err = tsock__session_open(c, timeout_ms);
     if (err == 0)
         err = check_welcome(c);
-    if (err < 0)
+    if (err < 0) {
+        tsock__session_abandon(c);
         return consume_cancel(c, err);
+    }
     if (tsock__group_member(c)) {
         err = tsock__group_start(c);
         if (err < 0)
@@ -206,7 +202,7 @@ tsock_consumer_save_state(tsock_consumer *c, void *buf, size_t cap, size_t *len)
     if (err == 0)
         err = tsock__resume_save(c, buf, cap, len);
     pthread_mutex_unlock(&c->mu);
-    return err;
+    return consume_cancel(c, err); /* one cancel stops one call: this one */
 }
 
 /* ---- next and release -------------------------------------------------------------------- */

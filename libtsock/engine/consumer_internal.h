@@ -225,6 +225,9 @@ int tsock__session_open(tsock_consumer *c, int timeout_ms);
 int tsock__session_reopen(tsock_consumer *c, int timeout_ms);
 /* Stops the service thread and closes the channel. */
 void tsock__session_close(tsock_consumer *c);
+/* A start that failed: stops the service thread and drops whatever the socket still queues (a
+ * HELLO for a producer that is not there yet), so the handle joins no producer later. */
+void tsock__session_abandon(tsock_consumer *c);
 /* Destroy: every ring, gather buffer and fence still there (mu not needed). */
 void tsock__session_free(tsock_consumer *c);
 

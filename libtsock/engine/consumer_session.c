@@ -101,6 +101,19 @@ tsock__session_close(tsock_consumer *c)
     tsock__consumer_service_stop(c);
 }
 
+void
+tsock__session_abandon(tsock_consumer *c)
+{
+    tsock__consumer_service_stop(c); /* a BYE goes out if the producer had welcomed us */
+    if (!c->channel)
+        return;
+    /* A HELLO still queued for an endpoint nobody serves yet would reach a producer that comes
+     * up later, and the dead handle would join it and pin slots: drop the socket at once (or
+     * after the BYE has left) for a fresh one that says nothing. The channel itself stays, as
+     * tsock_consumer_cancel may still wake it. */
+    (void)tsock__channel_reconnect(c->channel, c->bye_sent ? CLOSE_LINGER_MS : 0);
+}
+
 int
 tsock__session_reopen(tsock_consumer *c, int timeout_ms)
 {

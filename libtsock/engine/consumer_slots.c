@@ -147,3 +147,11 @@ tsock__consumer_wait_ns(const tsock_consumer *c, uint64_t now)
     uint64_t since = c->waiting_since;
     return c->stat_wait_ns + (since && now > since ? now - since : 0);
 }
+
+/* Here, in the lowest layer, so that the reader, the session and the service thread can ask
+ * without calling up into the API half (which consumes a cancel when its call reports it). */
+int
+tsock__consumer_cancelled(tsock_consumer *c)
+{
+    return atomic_load(&c->cancel) != 0;
+}

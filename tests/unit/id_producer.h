@@ -10,6 +10,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "tsock/tsock.h"
@@ -67,14 +69,21 @@ id_producer_start(const char *tag, int sampler, pthread_t *thread)
     return p;
 }
 
-/* Stops the thread (when there is one) and destroys the producer. */
+/* Stops the thread (when there is one), destroys the producer and removes its folder. */
 static void
 id_producer_stop(tsock_producer *p, pthread_t *thread)
 {
     atomic_store(&id_producer_stopping, 1);
     if (thread)
         pthread_join(*thread, NULL);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", tsock_producer_endpoint(p) + strlen("ipc://"));
     tsock_producer_destroy(p);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        rmdir(dir);
+    }
 }
 
 #endif
