@@ -94,6 +94,8 @@ usage(FILE *f)
             "                             (tsock-producer --nodes N): --samples is the whole\n"
             "                             dataset, an epoch ceil(samples / N) of its ids\n"
             "  --delay-ms N               hold each batch N ms, like a training step (default 0)\n"
+            "  --hold N                   keep the last N batches held while asking for the next,\n"
+            "                             as a prefetching loop does (default 0, at most 64)\n"
             "  --join-after-ms N          wait N ms before connecting (default 0)\n"
             "  --pause-between-epochs-ms N\n"
             "                             after each epoch's last batch, wait N ms before asking\n"
@@ -174,6 +176,9 @@ sleep_ms(int64_t ms)
         ;
 }
 
+/* --hold: at most this many batches kept held. */
+#define MAX_HOLD 64
+
 struct config {
     const char *endpoint;
     const char *curve_secret_key, *curve_server_key; /* NULL: no CURVE */
@@ -181,6 +186,7 @@ struct config {
     int64_t epochs, samples, delay_ms, timeout_ms, connect_timeout_ms;
     int64_t batch_size, join_after_ms, pause_ms, reconnect_ms;
     int64_t grace_ms; /* -1: the library's default */
+    int hold;         /* --hold N: batches kept held while asking for the next */
     int heartbeat_ms, heartbeat_timeout_ms;
     int drop_last, json, trace_times, quiet, verbose;
     int images;              /* --content images: real images, not the synthetic dataset's bytes */
@@ -660,6 +666,7 @@ enum {
     OPT_BATCH_SIZE,
     OPT_DROP_LAST,
     OPT_DELAY_MS,
+    OPT_HOLD,
     OPT_JOIN_AFTER_MS,
     OPT_PAUSE_MS,
     OPT_EPOCH_GRACE_MS,
@@ -702,6 +709,7 @@ parse_args(int argc, char **argv, struct config *cfg)
         {"batch-size", required_argument, NULL, OPT_BATCH_SIZE},
         {"drop-last", no_argument, NULL, OPT_DROP_LAST},
         {"delay-ms", required_argument, NULL, OPT_DELAY_MS},
+        {"hold", required_argument, NULL, OPT_HOLD},
         {"join-after-ms", required_argument, NULL, OPT_JOIN_AFTER_MS},
         {"pause-between-epochs-ms", required_argument, NULL, OPT_PAUSE_MS},
         {"epoch-grace-ms", required_argument, NULL, OPT_EPOCH_GRACE_MS},
@@ -756,6 +764,7 @@ parse_args(int argc, char **argv, struct config *cfg)
             break;
         case OPT_DROP_LAST: cfg->drop_last = 1; break;
         case OPT_DELAY_MS: cfg->delay_ms = cli_parse_i64("delay-ms", optarg, 0, 3600000); break;
+        case OPT_HOLD: cfg->hold = (int)cli_parse_i64("hold", optarg, 0, MAX_HOLD); break;
         case OPT_JOIN_AFTER_MS:
             cfg->join_after_ms = cli_parse_i64("join-after-ms", optarg, 0, 3600000);
             break;
@@ -1112,6 +1121,34 @@ more_epochs_wanted(const struct config *cfg, const struct results *r)
     return cfg->epochs == 0 || r->epochs < (uint64_t)cfg->epochs;
 }
 
+/* The batches --hold keeps, oldest first. */
+struct held_batches {
+    tsock_batch *b[MAX_HOLD + 1];
+    int count, keep;
+};
+
+/* Done with b: keeps it among the last `keep` batches, releasing the oldest one beyond them
+ * (a prefetching loop holds its current batches while it asks for the next). Returns what the
+ * release returned, or 0. */
+static int
+hold_or_release(tsock_consumer *c, struct held_batches *h, tsock_batch *b)
+{
+    h->b[h->count++] = b;
+    if (h->count <= h->keep)
+        return 0;
+    tsock_batch *oldest = h->b[0];
+    memmove(h->b, h->b + 1, (size_t)(--h->count) * sizeof h->b[0]);
+    return tsock_consumer_release(c, oldest);
+}
+
+static void
+release_held(tsock_consumer *c, struct held_batches *h)
+{
+    for (int i = 0; i < h->count; i++)
+        tsock_consumer_release(c, h->b[i]);
+    h->count = 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1139,6 +1176,7 @@ main(int argc, char **argv)
     r.lat.cap = (size_t)cfg.latency_samples;
     struct epoch_track et;
     memset(&et, 0, sizeof(et));
+    struct held_batches held = {.count = 0, .keep = cfg.hold};
 
     if (cfg.join_after_ms > 0)
         sleep_ms(cfg.join_after_ms);
@@ -1267,7 +1305,7 @@ main(int argc, char **argv)
         }
         if (cfg.delay_ms > 0)
             sleep_ms(cfg.delay_ms);
-        rc = tsock_consumer_release(c, b);
+        rc = hold_or_release(c, &held, b);
         if (rc < 0) {
             failed_call = "tsock_consumer_release";
             error_code = rc;
@@ -1292,6 +1330,7 @@ main(int argc, char **argv)
     }
 
 out:;
+    release_held(c, &held);
     for (int k = 0; k < 3; k++)
         free(tens.copies[k].bytes);
     int exit_code = 0;

@@ -329,6 +329,7 @@ release(tsock_consumer *c, tsock_batch *b, void *stream)
     }
     b->held = 0;
     c->held_count--;
+    c->held_views -= b->view;
     c->stat_released++;
     if (wait) {
         b->next_deferred = c->deferred;

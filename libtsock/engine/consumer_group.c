@@ -99,9 +99,17 @@ tsock__group_start(tsock_consumer *c)
         return -EINVAL;
     }
     free(c->group_positions);
+    free(c->group_scan_positions);
     c->group_positions = malloc((size_t)batch * sizeof *c->group_positions);
-    if (!c->group_positions)
+    c->group_scan_positions = malloc((size_t)batch * sizeof *c->group_scan_positions);
+    if (!c->group_positions || !c->group_scan_positions)
         return -ENOMEM;
+    c->group_view_budget = w->slot_count > local_world ? (w->slot_count - 1) / local_world : 0;
+    if (c->group_view_budget == 0)
+        tsock__log(TSOCK_LOG_INFO,
+                   "group '%s': %u local ranks on %u slots: each rank's batches are copied out "
+                   "of the ring; zero-copy views need --slots %u or more on the producer",
+                   c->group, local_world, w->slot_count, local_world + 1);
     /* The rank's epochs as the epoch plan counts them: T samples in batches of B, the last
      * short (padding) or left out (drop_last); the reader, not the plan, walks the window. */
     tsock__epoch_plan_init(&c->plan, c->rank_plan.per_rank, batch, c->drop_last);
@@ -153,5 +161,6 @@ void
 tsock__group_free(tsock_consumer *c)
 {
     free(c->group_positions);
+    free(c->group_scan_positions);
     c->group_positions = NULL;
 }

@@ -132,6 +132,7 @@ struct tsock_consumer {
     uint64_t stat_batches, stat_samples, stat_released, stat_bad, stat_wait_ns, stat_epochs;
     uint64_t waiting_since; /* when the caller's next() began waiting, 0 when not in next */
     int held_count;
+    int held_views; /* of those, views: each keeps a slot of the ring */
 
     /* tsock_consumer_cancel, from any thread or a signal handler, so no lock: the flag, set
      * until the start or next it stops consumes it, and the channel whose eventfd wakes the
@@ -159,6 +160,11 @@ struct tsock_consumer {
     uint32_t group_rank, group_world, group_timeout_ms;
     struct tsock__rank_plan rank_plan; /* dataset/groups.h: the rank's batches in its window */
     uint64_t *group_positions;         /* the batch being built's window positions */
+    uint64_t *group_scan_positions;    /* the service thread's (next_needed, consumer_read.c) */
+    /* Views a rank may hold at once: floor((slots - 1) / local ranks), so that its node's ranks
+     * together always leave the producer a slot to fill; beyond it a rank's batch is copied
+     * out of the ring (a gather), which holds no slot. 0 with slots <= local ranks. */
+    uint32_t group_view_budget;
     uint64_t group_pos;      /* window position of the queue's head in the current group epoch */
     int group_skip_rest;     /* the epoch's last batch went out: skip to the window's end */
     int group_pad_done;      /* the padding sample of the batch being built is copied */
@@ -309,6 +315,11 @@ void tsock__group_resume_free(tsock_consumer *c);
  * group batch its caller has, whose ids complete the group's consumed set), waiting for them
  * as needed. Returns 0, the consumer's terminal error, or TSOCK_E_CANCELLED. */
 int tsock__consumer_group_settle(tsock_consumer *c);
+
+/* Service thread, a rank's BATCH queued: the other ranks' blocks at the head of the queue,
+ * up to the next position this rank needs, are passed now, so their slots go back on receipt
+ * rather than when the rank next reads (docs/distributed.md, "Ranks and the ring"). */
+void tsock__consumer_group_pass_others(tsock_consumer *c);
 
 /* Waits for the consumer's next batch until `deadline`. */
 int tsock__consumer_wait_batch(tsock_consumer *c, uint64_t deadline, tsock_batch **batch);

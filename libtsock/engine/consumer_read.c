@@ -211,6 +211,7 @@ finish_batch(tsock_consumer *c)
     b->device = b->view ? c->ring->ops->view_device(c->ring) : b->gather_device;
     b->held = 1;
     c->held_count++;
+    c->held_views += b->view;
     c->stat_batches++;
     c->stat_samples += b->samples;
     c->stat_epochs += b->epoch_end != 0;
@@ -414,7 +415,9 @@ build_rank(tsock_consumer *c)
             return 0;
         uint32_t need = own - (c->building ? c->building->samples : 0);
         if (!c->building) {
-            int err = begin_batch(c, own, available);
+            /* Beyond its share of the ring's views, a rank copies its block out (below). */
+            int may_view = c->held_views < (int)c->group_view_budget;
+            int err = begin_batch(c, own, may_view ? available : 0);
             if (err < 0)
                 return err;
         }
@@ -427,6 +430,40 @@ build_rank(tsock_consumer *c)
     }
     c->building->samples += pad;
     return 1;
+}
+
+/* The next stream position the rank needs from the queue (mu held): its next block's first
+ * sample, or that batch's padding sample when it comes first. Returns 0 when the rank is
+ * inside a block or at the end of its epoch (nothing to pass before the caller reads on). */
+static int
+next_needed(tsock_consumer *c, uint64_t *to)
+{
+    if (c->group_skip_rest || c->group_filtering || (c->building && c->building->samples > 0))
+        return 0;
+    const struct tsock__rank_plan *rp = &c->rank_plan;
+    uint64_t index = c->plan.index - c->group_index_base;
+    if (index >= rp->batches)
+        return 0;
+    uint64_t *pos = c->group_scan_positions;
+    uint32_t k = tsock__rank_plan_batch(rp, index, pos);
+    if (k == 0)
+        return 0;
+    *to = pos[0];
+    if (has_padding(rp, index) && !c->group_pad_done && pos[k - 1] < *to)
+        *to = pos[k - 1];
+    return 1;
+}
+
+void
+tsock__consumer_group_pass_others(tsock_consumer *c)
+{
+    uint64_t to;
+    /* Not while the caller copies out of the head batch (without mu), nor before it has set up
+     * the rank's plan. */
+    if (!c->ready_to_read || c->gathering || c->phase != TSOCK__PHASE_ACTIVE || c->terminal_error)
+        return;
+    if (next_needed(c, &to))
+        (void)group_discard_to(c, to);
 }
 
 /* Leaving the pause or the grace period: the caller wants its next epoch (mu held). */

@@ -195,6 +195,8 @@ on_batch(void *ctx, const struct tsock__peer_id *from, int peer, const struct ts
         return;
     }
     c->expect_position = b->position + b->samples;
+    if (tsock__group_member(c))
+        tsock__consumer_group_pass_others(c);
     pthread_cond_signal(&c->cond);
 }
 

@@ -346,7 +346,26 @@ def test_stream_end(env):
         check(q.wait(30, "a node's producer") == 0, f"{q.name}: {q.stderr()[-400:]!r}")
 
 
+def test_hold(env):
+    """Issue 18, item 3: ranks that hold their batches while asking for the next (tsock-consume
+    --hold N, as a prefetching loop does) each keep their own slots. With slots <= local ranks
+    x held batches the ring used to be pinned: every rank timed out after its first batch.
+    Now a rank passes other ranks' blocks as they arrive and copies its block out of the ring
+    beyond its share of views, so every case completes its epochs: 8 ranks holding one batch
+    each on the default 8 slots, world 2 on 2 slots, world 4 on 4 slots holding two each, and
+    world 2 on 5 slots holding two each (two views each, the third batch copied)."""
+    for world, slots, hold in ((8, 8, 1), (2, 2, 1), (4, 4, 2), (2, 5, 2)):
+        name = f"hold{world}-{slots}-{hold}"
+        p = producer(env, "--verbose", batch=10, slots=slots, name=f"producer-{name}")
+        p.wait_stderr("serving", 10)
+        ranks = start_group(env, name, world, 10, "--hold", str(hold), "--timeout-ms", "30000")
+        check_group(name, ranks, world, 10, False)
+        p.signal(signal.SIGTERM)
+        p.wait(10)
+
+
 TESTS = {
+    "groups_hold": test_hold,
     "groups_late_rank": test_late_rank,
     "groups_stream_end": test_stream_end,
     "groups_pad": test_pad,
