@@ -508,6 +508,16 @@ nodes_from_environment(struct config *cfg)
     long world = env_count("WORLD_SIZE", 1, 1L << 24);
     long local = env_count("LOCAL_WORLD_SIZE", 1, 1L << 24);
     long group = env_count("GROUP_RANK", 0, 65535);
+    /* Half a torchrun environment contradicts itself: several nodes without this node's rank,
+     * or a node rank without the sizes that say how many nodes there are. */
+    if (world > 0 && local > 0 && group < 0 && world / local > 1)
+        cli_bad_usage("WORLD_SIZE=%ld / LOCAL_WORLD_SIZE=%ld makes %ld nodes, but GROUP_RANK is "
+                      "not set: set it, or pass --nodes and --node-rank",
+                      world, local, world / local);
+    if (group >= 0 && (world < 0 || local < 0))
+        cli_bad_usage("GROUP_RANK=%ld is set without %s: set both WORLD_SIZE and "
+                      "LOCAL_WORLD_SIZE, or pass --nodes and --node-rank",
+                      group, world < 0 ? "WORLD_SIZE" : "LOCAL_WORLD_SIZE");
     if (world < 0 || local < 0 || group < 0)
         return;
     if (world % local != 0 || world / local > 65536)

@@ -173,6 +173,10 @@ def test_nodes_bad_options(env):
         (base, {"SLURM_NNODES": "2", "SLURM_NODEID": "3"}, "must be below the 2 nodes"),
         (base, {"WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0"},
          "not a multiple of LOCAL_WORLD_SIZE"),
+        # Issue 18, item 7: half a torchrun environment is a usage error, never one node.
+        (base, {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}, "makes 2 nodes, but GROUP_RANK"),
+        (base, {"GROUP_RANK": "1", "LOCAL_WORLD_SIZE": "4"}, "GROUP_RANK=1 is set without "
+         "WORLD_SIZE"),
         ([C, "--nodes", "2"], None, "--nodes: needs --samples"),
         ([C, "--nodes", "x", "--samples", "10"], None, "--nodes"),
         ([C, "--ids-out", ""], None, "--ids-out"),
