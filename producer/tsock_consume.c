@@ -90,9 +90,10 @@ usage(FILE *f)
             "  --batch-size N             samples per batch, any size; 0 = the producer's\n"
             "                             (default 0)\n"
             "  --drop-last                leave out the short last batch of each epoch\n"
-            "  --nodes N                  the producer serves one of N node shares\n"
-            "                             (tsock-producer --nodes N): --samples is the whole\n"
-            "                             dataset, an epoch ceil(samples / N) of its ids\n"
+            "  --nodes N                  check that the producer serves one of N node shares\n"
+            "                             (tsock-producer --nodes N); the split itself comes\n"
+            "                             from the producer, and --samples, when given, is the\n"
+            "                             whole dataset, an epoch ceil(samples / N) of its ids\n"
             "  --delay-ms N               hold each batch N ms, like a training step (default 0)\n"
             "  --hold N                   keep the last N batches held while asking for the next,\n"
             "                             as a prefetching loop does (default 0, at most 64)\n"
@@ -200,6 +201,7 @@ struct config {
     const char *resume;     /* --resume FILE */
     const char *ids_out;    /* --ids-out FILE */
     int64_t nodes;          /* --nodes: the producer serves one of this many node shares */
+    int nodes_given;        /* --nodes was passed: a cross-check of the producer's split */
     const char *group;      /* --group NAME: a rank of a data-parallel group */
     int64_t rank, world, group_timeout_ms; /* --rank, --world-size, --group-timeout (-1: default) */
 };
@@ -249,6 +251,8 @@ struct latency {
 
 struct results {
     uint64_t batches, samples, epochs, partial_epochs, interrupted_epochs;
+    uint64_t epoch_marks; /* whole epochs the library marked as ended (--epochs) */
+    int epoch_whole;      /* the library's current epoch began at its batch 0 */
     uint64_t content_errors, label_errors, index_errors, layout_errors;
     uint64_t duplicates, missing, out_of_order, dropped;
     uint64_t batch_size_errors, epoch_size_errors;
@@ -820,7 +824,10 @@ parse_args(int argc, char **argv, struct config *cfg)
                 cli_bad_usage("--resume: the file name must not be empty");
             cfg->resume = optarg;
             break;
-        case OPT_NODES: cfg->nodes = cli_parse_i64("nodes", optarg, 1, 65536); break;
+        case OPT_NODES:
+            cfg->nodes = cli_parse_i64("nodes", optarg, 1, 65536);
+            cfg->nodes_given = 1;
+            break;
         case OPT_IDS_OUT:
             if (optarg[0] == '\0')
                 cli_bad_usage("--ids-out: the file name must not be empty");
@@ -872,9 +879,6 @@ parse_args(int argc, char **argv, struct config *cfg)
                       cfg->world);
     cli_check_heartbeat(cfg->heartbeat_ms, cfg->heartbeat_timeout_ms);
     cli_check_curve_client(cfg->curve_secret_key, cfg->curve_server_key);
-    if (cfg->nodes > 1 && cfg->samples == 0)
-        cli_bad_usage("--nodes: needs --samples N, the whole dataset's size (the producer only "
-                      "knows its node's share)");
 }
 
 static void
@@ -1081,9 +1085,22 @@ save_position(tsock_consumer *c, const struct config *cfg, uint64_t batches)
 /* Reads what the producer announced (again after a reconnect). Returns 0, or -1 with a message
  * when it does not fit --samples. */
 static int
-read_announced(tsock_consumer *c, const struct config *cfg, struct results *r, char *why,
-               size_t why_size)
+read_announced(tsock_consumer *c, struct config *cfg, struct results *r, char *why, size_t why_size)
 {
+    /* The node split is the producer's (its WELCOME): --nodes only checks it, and without
+     * --samples the whole dataset is the one the split was made of. */
+    uint32_t nodes = 1, node_rank = 0;
+    uint64_t whole = 0;
+    (void)tsock_consumer_node_split(c, &nodes, &node_rank, &whole);
+    if (cfg->nodes_given && (uint32_t)cfg->nodes != nodes) {
+        snprintf(why, why_size,
+                 "--nodes %" PRId64 " but the producer serves node %u of %u node shares",
+                 cfg->nodes, node_rank, nodes);
+        return -1;
+    }
+    cfg->nodes = nodes;
+    if (cfg->samples == 0)
+        cfg->samples = whole ? (int64_t)whole : 4096;
     r->capacity = tsock_consumer_batch_capacity(c);
     r->slots = tsock_consumer_slot_count(c);
     r->dataset = tsock_consumer_dataset_size(c);
@@ -1098,12 +1115,11 @@ read_announced(tsock_consumer *c, const struct config *cfg, struct results *r, c
     r->batches_per_epoch = tsock_consumer_batches_per_epoch(c);
     r->batch_size = cfg->batch_size ? (uint32_t)cfg->batch_size : r->capacity;
     /* With node shares the producer's epochs hold its node's share of the ids. */
-    uint64_t nodes = (uint64_t)cfg->nodes;
     uint64_t want = ((uint64_t)cfg->samples + nodes - 1) / nodes;
     if (r->dataset > 0 && r->dataset != want) {
         if (nodes > 1)
             snprintf(why, why_size,
-                     "--samples %" PRId64 " --nodes %" PRIu64
+                     "--samples %" PRId64 " over %" PRIu32 " nodes"
                      " but the producer's epochs have %" PRIu64 " samples, not %" PRIu64,
                      cfg->samples, nodes, r->dataset, want);
         else
@@ -1118,7 +1134,9 @@ read_announced(tsock_consumer *c, const struct config *cfg, struct results *r, c
 static int
 more_epochs_wanted(const struct config *cfg, const struct results *r)
 {
-    return cfg->epochs == 0 || r->epochs < (uint64_t)cfg->epochs;
+    /* The library's epochs (batches it marked as an epoch's end), not the checker's: a
+     * checker that misjudged an epoch must not keep the program running past --epochs. */
+    return cfg->epochs == 0 || r->epoch_marks < (uint64_t)cfg->epochs;
 }
 
 /* The batches --hold keeps, oldest first. */
@@ -1223,9 +1241,6 @@ main(int argc, char **argv)
         error_code = rc;
         goto out;
     }
-    if (cfg.samples == 0)
-        cfg.samples =
-            tsock_consumer_dataset_size(c) ? (int64_t)tsock_consumer_dataset_size(c) : 4096;
     if (read_announced(c, &cfg, &r, why, sizeof(why)) < 0) {
         error = why;
         goto out;
@@ -1292,6 +1307,14 @@ main(int argc, char **argv)
             break;
         }
         int epoch_end = tsock_batch_is_epoch_end(b);
+        /* --epochs counts whole epochs as the library numbers its batches: one that began at
+         * index 0 and ended with the library's mark (not the rest of a restored epoch, nor the
+         * partial first epoch of a free-mode consumer that joined mid-epoch). */
+        if (tsock_batch_index_in_epoch(b) == 0)
+            r.epoch_whole = 1;
+        r.epoch_marks += epoch_end && r.epoch_whole;
+        if (epoch_end)
+            r.epoch_whole = 0;
         check_batch(b, &tens, &cfg, &et, &r, t1 - t_start);
         if (ids_out) {
             ids_out_write(ids_out, tsock_batch_epoch(b), tsock_batch_tensor_data(b, tens.index),

@@ -659,6 +659,13 @@ TSOCK_API uint32_t tsock_consumer_slot_count(const tsock_consumer *c);
  * group, the rank's own count, the same on every rank). After start. */
 TSOCK_API uint64_t tsock_consumer_dataset_size(const tsock_consumer *c);
 TSOCK_API uint64_t tsock_consumer_batches_per_epoch(const tsock_consumer *c);
+/* The producer's node split, as its WELCOME announced it (docs/distributed.md): *nodes (>= 1)
+ * producers each serve one share of a dataset of *dataset samples (every node's together), and
+ * this producer serves share *node_rank (< *nodes); tsock_consumer_dataset_size is that share's
+ * size. One node: 1 and 0. Free mode: *dataset 0. Any pointer may be NULL. After start, from
+ * any thread. Returns 0, -EINVAL (c NULL), or TSOCK_E_STATE before a successful start. */
+TSOCK_API int tsock_consumer_node_split(const tsock_consumer *c, uint32_t *nodes,
+                                        uint32_t *node_rank, uint64_t *dataset);
 
 /* Releases every held batch, says goodbye to the producer, unmaps the ring and frees the
  * consumer. NULL does nothing. Before the goodbye (after which the producer refills the slots)

@@ -400,6 +400,24 @@ tsock_consumer_dataset_size(const tsock_consumer *c)
     return c ? c->welcome.samples : 0;
 }
 
+int
+tsock_consumer_node_split(const tsock_consumer *c, uint32_t *nodes, uint32_t *node_rank,
+                          uint64_t *dataset)
+{
+    if (!c)
+        return -EINVAL;
+    if (!c->ready_to_read)
+        return TSOCK_E_STATE;
+    /* The WELCOME stays as it is once the consumer is started: read without mu. */
+    if (nodes)
+        *nodes = c->welcome.nodes;
+    if (node_rank)
+        *node_rank = c->welcome.node_rank;
+    if (dataset)
+        *dataset = c->welcome.dataset;
+    return 0;
+}
+
 uint64_t
 tsock_consumer_batches_per_epoch(const tsock_consumer *c)
 {

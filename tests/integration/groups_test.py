@@ -21,7 +21,7 @@ import signal
 import time
 
 from itest import check, read_ids, run, wait_for
-from tsock_integration import Env, wait_json
+from tsock_integration import Env, Proc, wait_json
 
 N = 1003  # not a multiple of any world or batch size here: every tail case comes up
 PRODUCER_BATCH = 32
@@ -364,7 +364,43 @@ def test_hold(env):
         p.wait(10)
 
 
+def test_nodes_from_welcome(env):
+    """Issue 18, item 4: ranks of a group over two --nodes 2 producers, run without --nodes and
+    without --samples, take the node split from the producer's WELCOME and stop after
+    --epochs 2 as the library counts them (they used to run on forever, their checker
+    counting the node share as the whole dataset). A wrong --nodes is refused, named."""
+    eps = [f"ipc://{env.path(f'node{k}.sock')}" for k in (0, 1)]
+    prods = [producer(env, "--nodes", "2", "--node-rank", str(k), "--seed", "3", endpoint=eps[k],
+                      name=f"producer{k}") for k in (0, 1)]
+    for p in prods:
+        p.wait_stderr("serving", 10)
+
+    def rank_proc(r, *extra):
+        name = f"welcome-{r}"
+        argv = [env.args.consume, "--endpoint", eps[r // 2], "--json", "--quiet", "--name", name,
+                *heartbeat(HB_TIMEOUT_MS), "--timeout-ms", "60000", "--epoch-grace-ms", "30000",
+                "--group", "welcome", "--rank", str(r), "--world-size", "4", "--batch-size",
+                "16", "--epochs", "2", *extra]
+        p = Proc(name, argv)
+        env.procs.append(p)
+        return p
+
+    ranks = []
+    for r in range(4):
+        ids = env.path(f"welcome-{r}.ids")
+        ranks.append((rank_proc(r, "--ids-out", ids), ids))
+    check_group("welcome", ranks, 4, 16, False, nodes=2)
+    wrong = rank_proc(0, "--nodes", "3", "--group-timeout", "5000")
+    rc = wrong.wait(30, "a rank with a wrong --nodes")
+    check(rc != 0 and "--nodes 3 but the producer serves node 0 of 2" in wrong.stderr(),
+          f"a wrong --nodes: exit {rc}, {wrong.stderr()!r}")
+    for p in prods:
+        p.signal(signal.SIGTERM)
+        p.wait(10)
+
+
 TESTS = {
+    "groups_nodes_from_welcome": test_nodes_from_welcome,
     "groups_hold": test_hold,
     "groups_late_rank": test_late_rank,
     "groups_stream_end": test_stream_end,
