@@ -242,7 +242,7 @@ recover(tsock_consumer *c, int err)
         tsock__log(TSOCK_LOG_ERROR,
                    "group '%s': rank %u: the producer is gone (%s); a group's ranks do not "
                    "reconnect one by one: restart the job (from its checkpoints)",
-                   c->group, c->group_rank, tsock_strerror(err));
+                   c->group.name, c->group.rank, tsock_strerror(err));
         return err;
     }
     pthread_mutex_unlock(&c->mu);
@@ -425,7 +425,7 @@ tsock_consumer_batches_per_epoch(const tsock_consumer *c)
         return 0;
     /* A rank's normal epochs: a restored epoch of another world size has its own count. */
     if (tsock__group_member(c))
-        return c->group_full_plan.batches;
+        return c->group.full_plan.batches;
     return tsock__epoch_plan_batches_per_epoch(&c->plan);
 }
 

@@ -29,11 +29,11 @@ tsock_consumer_set_group(tsock_consumer *c, const char *name, uint32_t rank, uin
         return -EINVAL;
     if (c->started)
         return TSOCK_E_STATE;
-    memcpy(c->group, name, len + 1);
-    c->group_rank = rank;
-    c->group_world = world_size;
-    if (!c->group_timeout_ms)
-        c->group_timeout_ms = DEFAULT_GROUP_TIMEOUT_MS;
+    memcpy(c->group.name, name, len + 1);
+    c->group.rank = rank;
+    c->group.world = world_size;
+    if (!c->group.timeout_ms)
+        c->group.timeout_ms = DEFAULT_GROUP_TIMEOUT_MS;
     return 0;
 }
 
@@ -44,14 +44,8 @@ tsock_consumer_set_group_timeout(tsock_consumer *c, uint32_t timeout_ms)
         return -EINVAL;
     if (c->started)
         return TSOCK_E_STATE;
-    c->group_timeout_ms = timeout_ms;
+    c->group.timeout_ms = timeout_ms;
     return 0;
-}
-
-int
-tsock__group_member(const tsock_consumer *c)
-{
-    return c->group[0] != '\0';
 }
 
 void
@@ -60,22 +54,22 @@ tsock__group_fill_hello(const tsock_consumer *c, struct tsock__msg_hello *h)
     if (!tsock__group_member(c))
         return;
     h->flags |= TSOCK__HELLO_HAS_GROUP;
-    memcpy(h->group, c->group, sizeof h->group);
-    h->rank = c->group_rank;
-    h->world = c->group_world;
+    memcpy(h->group, c->group.name, sizeof h->group);
+    h->rank = c->group.rank;
+    h->world = c->group.world;
     h->batch = c->batch_size; /* 0: the producer's, which it resolves */
     h->drop_last = c->drop_last != 0;
-    h->timeout_ms = c->group_timeout_ms ? c->group_timeout_ms : DEFAULT_GROUP_TIMEOUT_MS;
+    h->timeout_ms = c->group.timeout_ms ? c->group.timeout_ms : DEFAULT_GROUP_TIMEOUT_MS;
     /* Only before the state is applied: a later session's window starts a fresh group epoch. */
-    h->resume = c->restored == 1 ? c->restore_fp : 0;
+    h->resume = c->resume.restored == 1 ? c->group.restore_fp : 0;
 }
 
 void
 tsock__group_reset(tsock_consumer *c)
 {
-    c->group_pos = 0;
-    c->group_skip_rest = 0;
-    c->group_pad_done = 0;
+    c->group.pos = 0;
+    c->group.skip_rest = 0;
+    c->group.pad_done = 0;
 }
 
 int
@@ -84,41 +78,42 @@ tsock__group_start(tsock_consumer *c)
     const struct tsock__msg_welcome *w = &c->welcome;
     uint32_t batch = c->batch_size ? c->batch_size : w->batch_size;
     uint32_t local = 0, local_world = 0;
-    int err = w->samples ? tsock__groups_place(c->group_rank, c->group_world, w->nodes,
+    int err = w->samples ? tsock__groups_place(c->group.rank, c->group.world, w->nodes,
                                                w->node_rank, &local, &local_world)
                          : -EINVAL;
     if (err == 0)
-        err = tsock__rank_plan_init(&c->rank_plan, w->dataset, w->samples, c->group_world,
+        err = tsock__rank_plan_init(&c->group.plan, w->dataset, w->samples, c->group.world,
                                     local_world, local, batch, c->drop_last);
     if (err < 0) {
         tsock__log(TSOCK_LOG_ERROR,
                    "group '%s': rank %u of %u cannot take a share of this producer's epochs "
                    "(dataset %llu, nodes %u, node %u, batch %u%s)",
-                   c->group, c->group_rank, c->group_world, (unsigned long long)w->dataset,
+                   c->group.name, c->group.rank, c->group.world, (unsigned long long)w->dataset,
                    w->nodes, w->node_rank, batch, c->drop_last ? ", drop_last" : "");
         return -EINVAL;
     }
-    free(c->group_positions);
-    free(c->group_scan_positions);
-    c->group_positions = malloc((size_t)batch * sizeof *c->group_positions);
-    c->group_scan_positions = malloc((size_t)batch * sizeof *c->group_scan_positions);
-    if (!c->group_positions || !c->group_scan_positions)
+    free(c->group.positions);
+    free(c->group.scan_positions);
+    c->group.positions = malloc((size_t)batch * sizeof *c->group.positions);
+    c->group.scan_positions = malloc((size_t)batch * sizeof *c->group.scan_positions);
+    if (!c->group.positions || !c->group.scan_positions)
         return -ENOMEM;
-    c->group_view_budget = w->slot_count > local_world ? (w->slot_count - 1) / local_world : 0;
-    if (c->group_view_budget == 0)
+    c->group.view_budget = w->slot_count > local_world ? (w->slot_count - 1) / local_world : 0;
+    if (c->group.view_budget == 0)
         tsock__log(TSOCK_LOG_INFO,
                    "group '%s': %u local ranks on %u slots: each rank's batches are copied out "
                    "of the ring; zero-copy views need --slots %u or more on the producer",
-                   c->group, local_world, w->slot_count, local_world + 1);
+                   c->group.name, local_world, w->slot_count, local_world + 1);
     /* The rank's epochs as the epoch plan counts them: T samples in batches of B, the last
      * short (padding) or left out (drop_last); the reader, not the plan, walks the window. */
-    tsock__epoch_plan_init(&c->plan, c->rank_plan.per_rank, batch, c->drop_last);
+    tsock__epoch_plan_init(&c->plan, c->group.plan.per_rank, batch, c->drop_last);
     tsock__group_reset(c);
     tsock__log(TSOCK_LOG_INFO,
                "group '%s': rank %u of %u, %llu samples in %llu batches per epoch; waiting for "
                "the group's other ranks",
-               c->group, c->group_rank, c->group_world, (unsigned long long)c->rank_plan.per_rank,
-               (unsigned long long)c->rank_plan.batches);
+               c->group.name, c->group.rank, c->group.world,
+               (unsigned long long)c->group.plan.per_rank,
+               (unsigned long long)c->group.plan.batches);
     return 0;
 }
 
@@ -136,31 +131,31 @@ tsock__group_on_failed(tsock_consumer *c, const struct tsock__msg_group_failed *
     }
     const char *s = g->rank_count == 1 ? "" : "s";
     if (g->code == TSOCK_E_GROUP_INCOMPLETE)
-        snprintf(c->group_failure, sizeof c->group_failure,
-                 "group '%s': rank%s %s of %u did not join within %g s", c->group, s, ranks,
-                 c->group_world, (double)g->timeout_ms / 1000.0);
+        snprintf(c->group.failure, sizeof c->group.failure,
+                 "group '%s': rank%s %s of %u did not join within %g s", c->group.name, s, ranks,
+                 c->group.world, (double)g->timeout_ms / 1000.0);
     else
-        snprintf(c->group_failure, sizeof c->group_failure,
-                 "group '%s': rank%s %s of %u was lost; the group is over", c->group, s, ranks,
-                 c->group_world);
-    tsock__log(TSOCK_LOG_INFO, "%s", c->group_failure);
+        snprintf(c->group.failure, sizeof c->group.failure,
+                 "group '%s': rank%s %s of %u was lost; the group is over", c->group.name, s, ranks,
+                 c->group.world);
+    tsock__log(TSOCK_LOG_INFO, "%s", c->group.failure);
     return g->code;
 }
 
 void
 tsock__group_report(tsock_consumer *c, int err)
 {
-    if ((err != TSOCK_E_GROUP_LOST && err != TSOCK_E_GROUP_INCOMPLETE) || c->group_failure_logged ||
-        !c->group_failure[0])
+    if ((err != TSOCK_E_GROUP_LOST && err != TSOCK_E_GROUP_INCOMPLETE) || c->group.failure_logged ||
+        !c->group.failure[0])
         return;
-    c->group_failure_logged = 1;
-    tsock__log(TSOCK_LOG_ERROR, "%s", c->group_failure);
+    c->group.failure_logged = 1;
+    tsock__log(TSOCK_LOG_ERROR, "%s", c->group.failure);
 }
 
 void
 tsock__group_free(tsock_consumer *c)
 {
-    free(c->group_positions);
-    free(c->group_scan_positions);
-    c->group_positions = NULL;
+    free(c->group.positions);
+    free(c->group.scan_positions);
+    c->group.positions = NULL;
 }

@@ -76,6 +76,54 @@ enum tsock__consumer_phase {
 #define TSOCK__MAX_OLD_RINGS 8
 #define TSOCK__ANY_POSITION UINT64_MAX
 
+/* A checkpointing consumer's resume state (consumer_resume.c, and for a rank
+ * consumer_group_resume.c): the ids of each announced batch, the set delivered in the current
+ * epoch, and a restored state being applied. */
+struct tsock__consumer_resume {
+    uint32_t *slot_ids;    /* per slot, the ids of the batch announced in it */
+    uint32_t slot_ids_cap; /* ids per slot: the WELCOME's batch size */
+    uint8_t *delivered;    /* bitmap of the ids next returned in epoch `delivered_epoch` (a
+                              rank: the set U of ids its group consumed in the group epoch) */
+    uint64_t delivered_n;  /* its samples (bits) */
+    uint64_t delivered_epoch;
+    uint32_t *taken; /* ids of the batch being built, not yet returned */
+    uint32_t taken_n, taken_cap;
+    int restored; /* 1: a state waits for the first WELCOME; 2: applied */
+    struct tsock__resume_state restore;
+    uint32_t *restore_ids; /* its delivered ids, sorted */
+    int resuming;          /* in the restored epoch's window: saved ids are skipped */
+    uint64_t window_left;  /* stream samples of that window not passed yet */
+};
+
+/* A rank of a data-parallel group (consumer_group.c; its saved position:
+ * consumer_group_resume.c; its reading: the rank half of consumer_read.c). */
+struct tsock__consumer_group {
+    char name[TSOCK__GROUP_NAME_MAX + 1]; /* "": not a rank */
+    uint32_t rank, world, timeout_ms;
+    struct tsock__rank_plan plan; /* dataset/groups.h: the rank's batches in its window */
+    uint64_t *positions;          /* the batch being built's window positions */
+    uint64_t *scan_positions;     /* the service thread's (next_needed, consumer_read.c) */
+    /* Views a rank may hold at once: floor((slots - 1) / local ranks), so that its node's ranks
+     * together always leave the producer a slot to fill; beyond it a rank's batch is copied
+     * out of the ring (a gather), which holds no slot. 0 with slots <= local ranks. */
+    uint32_t view_budget;
+    uint64_t pos;      /* window position of the queue's head in the current group epoch */
+    int skip_rest;     /* the epoch's last batch went out: skip to the window's end */
+    int pad_done;      /* the padding sample of the batch being built is copied */
+    char failure[320]; /* why the group is over, logged when next() first reports it */
+    int failure_logged;
+    /* Its saved position: resume.delivered is the set U of ids its group consumed in the group
+     * epoch; ids read ahead of the group's step wait here. */
+    uint64_t consumed; /* |U| */
+    uint32_t *ahead;   /* ids passed at or past the group's step */
+    uint32_t ahead_n, ahead_cap;
+    int save_error;                    /* a failed allocation: saving fails with it */
+    uint64_t restore_fp;               /* the restored state's fingerprint (HELLO) */
+    struct tsock__rank_plan full_plan; /* the normal epochs' plan */
+    uint64_t index_base;               /* batches of the restored epoch before the restore */
+    int filtering; /* in the restored window: ids of U are skipped (window_left counts) */
+};
+
 struct tsock_consumer {
     char endpoint[TSOCK__ENDPOINT_MAX];
     char name[TSOCK_MAX_NAME + 1];
@@ -140,46 +188,13 @@ struct tsock_consumer {
      * touch a condition variable). NULL until the channel exists. */
     atomic_int cancel;
     struct tsock__channel *_Atomic cancel_channel;
-    /* Saving and restoring the position (consumer_resume.c). */
-    int checkpointing;     /* HELLO asks for sample ids; save_state works */
-    uint32_t *slot_ids;    /* per slot, the ids of the batch announced in it */
-    uint32_t slot_ids_cap; /* ids per slot: the WELCOME's batch size */
-    uint8_t *delivered;    /* bitmap of the ids next returned in epoch `delivered_epoch` */
-    uint64_t delivered_n;  /* its samples (bits) */
-    uint64_t delivered_epoch;
-    uint32_t *taken; /* ids of the batch being built, not yet returned */
-    uint32_t taken_n, taken_cap;
-    int restored; /* 1: a state waits for the first WELCOME; 2: applied */
-    struct tsock__resume_state restore;
-    uint32_t *restore_ids; /* its delivered ids, sorted */
-    int resuming;          /* in the restored epoch's window: saved ids are skipped */
-    uint64_t window_left;  /* stream samples of that window not passed yet */
-
-    /* A rank of a data-parallel group (consumer_group.c); group[0] == 0: not one. */
-    char group[TSOCK__GROUP_NAME_MAX + 1];
-    uint32_t group_rank, group_world, group_timeout_ms;
-    struct tsock__rank_plan rank_plan; /* dataset/groups.h: the rank's batches in its window */
-    uint64_t *group_positions;         /* the batch being built's window positions */
-    uint64_t *group_scan_positions;    /* the service thread's (next_needed, consumer_read.c) */
-    /* Views a rank may hold at once: floor((slots - 1) / local ranks), so that its node's ranks
-     * together always leave the producer a slot to fill; beyond it a rank's batch is copied
-     * out of the ring (a gather), which holds no slot. 0 with slots <= local ranks. */
-    uint32_t group_view_budget;
-    uint64_t group_pos;      /* window position of the queue's head in the current group epoch */
-    int group_skip_rest;     /* the epoch's last batch went out: skip to the window's end */
-    int group_pad_done;      /* the padding sample of the batch being built is copied */
-    char group_failure[320]; /* why the group is over, logged when next() first reports it */
-    int group_failure_logged;
-    /* A rank's saved position (consumer_group_resume.c): c->delivered is the set U of ids its
-     * group consumed in the group epoch; ids read ahead of the group's step wait here. */
-    uint64_t group_consumed; /* |U| */
-    uint32_t *group_ahead;   /* ids passed at or past the group's step */
-    uint32_t group_ahead_n, group_ahead_cap;
-    int group_save_error;                    /* a failed allocation: saving fails with it */
-    uint64_t restore_fp;                     /* the restored state's fingerprint (HELLO) */
-    struct tsock__rank_plan group_full_plan; /* the normal epochs' plan */
-    uint64_t group_index_base;               /* batches of the restored epoch before the restore */
-    int group_filtering; /* in the restored window: ids of U are skipped (window_left counts) */
+    /* Saving and restoring the position: a setting, and the state it needs (consumer_resume.c;
+     * untouched by a consumer that does not checkpoint). */
+    int checkpointing; /* HELLO asks for sample ids; save_state works */
+    struct tsock__consumer_resume resume;
+    /* A rank of a data-parallel group: its state (consumer_group.c); group.name[0] == 0: not
+     * one, and the read path never looks further. */
+    struct tsock__consumer_group group;
 };
 
 /* ---- consumer_slots.c (mu held) ---- */
@@ -237,7 +252,10 @@ void tsock__session_abandon(tsock_consumer *c);
 /* Destroy: every ring, gather buffer and fence still there (mu not needed). */
 void tsock__session_free(tsock_consumer *c);
 
-/* ---- consumer_resume.c (mu held unless said) ---- */
+/* ---- consumer_resume.c (mu held unless said) ----
+ * The hooks of a checkpointing consumer: the reader and the service thread call the ones on
+ * a batch's path (on_welcome, on_batch, usable, begin, note_taken, note_delivered) only when
+ * c->checkpointing is set, so a plain consumer's read path never enters this file. */
 
 /* Service thread, at WELCOME: checks a restored state against the producer (dataset size,
  * layout, batch size, sampler) and sizes the per-slot ids. Returns 0 or a negative code,
@@ -266,8 +284,13 @@ void tsock__resume_free(tsock_consumer *c);
 
 /* ---- consumer_group.c ---- */
 
-/* Whether the consumer is a rank of a group. */
-int tsock__group_member(const tsock_consumer *c);
+/* Whether the consumer is a rank of a group: the one test the read path and the service make
+ * before anything of a rank's (inline: it is on every batch's path). */
+static inline int
+tsock__group_member(const tsock_consumer *c)
+{
+    return c->group.name[0] != '\0';
+}
 /* Service thread: the group block of the HELLO. */
 void tsock__group_fill_hello(const tsock_consumer *c, struct tsock__msg_hello *h);
 /* Caller's thread, at start, once welcomed: the rank's plan and its epochs (c->plan). Returns

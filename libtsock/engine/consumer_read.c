@@ -135,7 +135,8 @@ take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t n)
     /* In free mode the producer's epoch marks end the consumer's epochs; with a sampler only
      * the consumer's own window does. */
     b->free_end = c->plan.n == 0 && (h->flags & TSOCK__BATCH_EPOCH_END) && n == available;
-    tsock__resume_note_taken(c, h, offset, n);
+    if (c->checkpointing)
+        tsock__resume_note_taken(c, h, offset, n);
     tsock__consumer_take(c, n, b->view);
     return (int)n;
 }
@@ -174,7 +175,8 @@ begin_batch(tsock_consumer *c, uint32_t want, uint32_t usable)
     b->free_end = 0;
     b->view_slot = UINT32_MAX;
     b->view = usable >= want || (c->plan.n == 0 && (h->flags & TSOCK__BATCH_EPOCH_END));
-    tsock__resume_begin(c);
+    if (c->checkpointing)
+        tsock__resume_begin(c);
     if (!b->view) {
         int err = reserve_gather(c, b, want);
         if (err < 0) {
@@ -197,12 +199,13 @@ finish_batch(tsock_consumer *c)
     b->epoch = c->plan.epoch;
     b->index = c->plan.index;
     b->epoch_end = tsock__epoch_plan_advance(&c->plan, b->samples, b->free_end);
-    tsock__resume_note_delivered(c, b);
+    if (c->checkpointing)
+        tsock__resume_note_delivered(c, b);
     if (tsock__group_member(c)) {
         /* The reader, not the plan, skips what a rank leaves out: the rest of the window. */
         c->plan.skip = 0;
-        c->group_pad_done = 0;
-        c->group_skip_rest = b->epoch_end;
+        c->group.pad_done = 0;
+        c->group.skip_rest = b->epoch_end;
     }
     /* A view lives in the session's ring, which stays open while it is held; a gather lives in
      * its own buffers, whose memory was chosen when they were reserved. The ring may already
@@ -223,6 +226,18 @@ finish_batch(tsock_consumer *c)
     return b;
 }
 
+/* Samples, up to max, the next batch may take from the head of the queue in one piece: the
+ * head batch's rest (a checkpointing consumer asks tsock__resume_usable, which may skip saved
+ * samples first). 0 when the queue is empty. */
+static uint32_t
+head_run(tsock_consumer *c, uint32_t max)
+{
+    if (c->checkpointing)
+        return tsock__resume_usable(c, max);
+    uint32_t available = tsock__hold_table_available(&c->holds);
+    return available < max ? available : max;
+}
+
 /* Builds as much of the next batch as the queue allows (mu held). Returns 1 when a batch is
  * ready in c->building, 0 when more producer batches are needed, or a negative code. */
 static int
@@ -232,7 +247,7 @@ build(tsock_consumer *c)
         return 0;
     uint32_t want = tsock__epoch_plan_want(&c->plan);
     while (tsock__hold_table_queued(&c->holds) > 0) {
-        uint32_t usable = tsock__resume_usable(c, want - (c->building ? c->building->samples : 0));
+        uint32_t usable = head_run(c, want - (c->building ? c->building->samples : 0));
         if (usable == 0)
             break; /* the queue ran out while saved samples were skipped */
         if (!c->building) {
@@ -255,7 +270,7 @@ build(tsock_consumer *c)
 static const uint32_t *
 head_ids(const tsock_consumer *c, const struct tsock__hold_batch *h, uint32_t offset)
 {
-    return c->slot_ids + (size_t)h->slot * c->slot_ids_cap + offset;
+    return c->resume.slot_ids + (size_t)h->slot * c->resume.slot_ids_cap + offset;
 }
 
 /* Discards n stream samples at the head, sending the releases that frees. */
@@ -281,7 +296,7 @@ group_run(tsock_consumer *c)
         if (!h)
             return 0;
         uint32_t available = h->samples - offset;
-        if (!c->group_filtering || c->group_skip_rest)
+        if (!c->group.filtering || c->group.skip_rest)
             return available;
         const uint32_t *ids = head_ids(c, h, offset);
         uint32_t run = 0;
@@ -291,7 +306,7 @@ group_run(tsock_consumer *c)
             return run;
         while (run < available && tsock__group_saved(c, ids[run]))
             run++;
-        c->window_left -= run < c->window_left ? run : c->window_left;
+        c->resume.window_left -= run < c->resume.window_left ? run : c->resume.window_left;
         group_drop(c, run);
     }
 }
@@ -310,15 +325,15 @@ group_pass(tsock_consumer *c, uint32_t n)
 static int
 group_discard_to(tsock_consumer *c, uint64_t to)
 {
-    while (c->group_pos < to) {
+    while (c->group.pos < to) {
         uint32_t run = group_run(c);
         if (run == 0)
             break;
-        uint32_t n = to - c->group_pos < run ? (uint32_t)(to - c->group_pos) : run;
+        uint32_t n = to - c->group.pos < run ? (uint32_t)(to - c->group.pos) : run;
         group_pass(c, n);
-        c->group_pos += group_drop(c, n);
+        c->group.pos += group_drop(c, n);
     }
-    return c->group_pos >= to;
+    return c->group.pos >= to;
 }
 
 /* The end of a group epoch: the rest of its window goes. A restored window is M stream
@@ -326,10 +341,10 @@ group_discard_to(tsock_consumer *c, uint64_t to)
 static int
 group_skip_window(tsock_consumer *c)
 {
-    if (!c->group_filtering)
-        return group_discard_to(c, c->rank_plan.window);
-    c->window_left -= group_drop(c, c->window_left);
-    if (c->window_left > 0)
+    if (!c->group.filtering)
+        return group_discard_to(c, c->group.plan.window);
+    c->resume.window_left -= group_drop(c, c->resume.window_left);
+    if (c->resume.window_left > 0)
         return 0;
     tsock__group_window_done(c);
     return 1;
@@ -339,7 +354,7 @@ int
 tsock__consumer_group_settle(tsock_consumer *c)
 {
     for (;;) {
-        if (c->group_skip_rest || group_discard_to(c, tsock__group_saved_to(c)))
+        if (c->group.skip_rest || group_discard_to(c, tsock__group_saved_to(c)))
             return 0;
         if (c->terminal_error)
             return c->terminal_error;
@@ -381,7 +396,7 @@ group_take_padding(tsock_consumer *c, uint64_t at, uint32_t k)
         return got;
     if (c->building->samples == 0)
         c->building->seq = h->seq;
-    c->group_pad_done = 1;
+    c->group.pad_done = 1;
     return 1;
 }
 
@@ -392,17 +407,17 @@ group_take_padding(tsock_consumer *c, uint64_t at, uint32_t k)
 static int
 build_rank(tsock_consumer *c)
 {
-    const struct tsock__rank_plan *rp = &c->rank_plan;
-    if (c->group_skip_rest) {
+    const struct tsock__rank_plan *rp = &c->group.plan;
+    if (c->group.skip_rest) {
         if (!group_skip_window(c))
             return 0;
         tsock__group_reset(c); /* the next group epoch starts at the next window */
     }
-    uint64_t *pos = c->group_positions;
-    uint64_t index = c->plan.index - c->group_index_base;
+    uint64_t *pos = c->group.positions;
+    uint64_t index = c->plan.index - c->group.index_base;
     uint32_t k = tsock__rank_plan_batch(rp, index, pos);
     uint32_t pad = (uint32_t)has_padding(rp, index), own = k - pad;
-    if (pad && !c->group_pad_done) {
+    if (pad && !c->group.pad_done) {
         int done = group_take_padding(c, pos[k - 1], k);
         if (done <= 0)
             return done;
@@ -416,7 +431,7 @@ build_rank(tsock_consumer *c)
         uint32_t need = own - (c->building ? c->building->samples : 0);
         if (!c->building) {
             /* Beyond its share of the ring's views, a rank copies its block out (below). */
-            int may_view = c->held_views < (int)c->group_view_budget;
+            int may_view = c->held_views < (int)c->group.view_budget;
             int err = begin_batch(c, own, may_view ? available : 0);
             if (err < 0)
                 return err;
@@ -424,7 +439,7 @@ build_rank(tsock_consumer *c)
         int taken = take_from_head(c, c->building, available < need ? available : need);
         if (taken < 0)
             return taken;
-        c->group_pos += (uint64_t)taken;
+        c->group.pos += (uint64_t)taken;
         if (taken == 0)
             return 0;
     }
@@ -438,18 +453,18 @@ build_rank(tsock_consumer *c)
 static int
 next_needed(tsock_consumer *c, uint64_t *to)
 {
-    if (c->group_skip_rest || c->group_filtering || (c->building && c->building->samples > 0))
+    if (c->group.skip_rest || c->group.filtering || (c->building && c->building->samples > 0))
         return 0;
-    const struct tsock__rank_plan *rp = &c->rank_plan;
-    uint64_t index = c->plan.index - c->group_index_base;
+    const struct tsock__rank_plan *rp = &c->group.plan;
+    uint64_t index = c->plan.index - c->group.index_base;
     if (index >= rp->batches)
         return 0;
-    uint64_t *pos = c->group_scan_positions;
+    uint64_t *pos = c->group.scan_positions;
     uint32_t k = tsock__rank_plan_batch(rp, index, pos);
     if (k == 0)
         return 0;
     *to = pos[0];
-    if (has_padding(rp, index) && !c->group_pad_done && pos[k - 1] < *to)
+    if (has_padding(rp, index) && !c->group.pad_done && pos[k - 1] < *to)
         *to = pos[k - 1];
     return 1;
 }

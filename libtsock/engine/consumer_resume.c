@@ -51,7 +51,7 @@ consumer_batch(const tsock_consumer *c, const struct tsock__msg_welcome *w)
 static int
 check_restored(const tsock_consumer *c, const struct tsock__msg_welcome *w)
 {
-    const struct tsock__resume_state *s = &c->restore;
+    const struct tsock__resume_state *s = &c->resume.restore;
     int err = tsock__group_check_restored(c, w);
     if (err < 0)
         return err;
@@ -84,26 +84,26 @@ static int
 size_buffers(tsock_consumer *c, const struct tsock__msg_welcome *w)
 {
     size_t ids = (size_t)w->slot_count * w->batch_size;
-    uint32_t *slot_ids = realloc(c->slot_ids, ids * sizeof *slot_ids);
+    uint32_t *slot_ids = realloc(c->resume.slot_ids, ids * sizeof *slot_ids);
     if (!slot_ids)
         return -ENOMEM;
-    c->slot_ids = slot_ids;
-    c->slot_ids_cap = w->batch_size;
+    c->resume.slot_ids = slot_ids;
+    c->resume.slot_ids_cap = w->batch_size;
     uint32_t batch = consumer_batch(c, w);
-    if (c->taken_cap < batch) {
-        uint32_t *taken = realloc(c->taken, (size_t)batch * sizeof *taken);
+    if (c->resume.taken_cap < batch) {
+        uint32_t *taken = realloc(c->resume.taken, (size_t)batch * sizeof *taken);
         if (!taken)
             return -ENOMEM;
-        c->taken = taken;
-        c->taken_cap = batch;
+        c->resume.taken = taken;
+        c->resume.taken_cap = batch;
     }
-    if (c->delivered_n != w->samples) {
+    if (c->resume.delivered_n != w->samples) {
         /* A replacement producer with another dataset: nothing delivered refers to it. */
-        free(c->delivered);
-        c->delivered = calloc((size_t)((w->samples + 7) / 8), 1);
-        if (!c->delivered)
+        free(c->resume.delivered);
+        c->resume.delivered = calloc((size_t)((w->samples + 7) / 8), 1);
+        if (!c->resume.delivered)
             return -ENOMEM;
-        c->delivered_n = w->samples;
+        c->resume.delivered_n = w->samples;
     }
     return 0;
 }
@@ -116,9 +116,9 @@ tsock__resume_on_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w)
     if (w->samples == 0 || w->samples > TSOCK__STATE_MAX_SAMPLES) {
         tsock__log(TSOCK_LOG_ERROR, "cannot save or resume a consumer's position: the producer "
                                     "has no sampler (free mode), so epochs are not exact");
-        return c->restored ? TSOCK_E_BAD_STATE : -ENOTSUP;
+        return c->resume.restored ? TSOCK_E_BAD_STATE : -ENOTSUP;
     }
-    if (c->restored == 1) {
+    if (c->resume.restored == 1) {
         int err = check_restored(c, w);
         if (err < 0)
             return err;
@@ -131,14 +131,14 @@ tsock__resume_on_batch(tsock_consumer *c, const struct tsock__msg_batch *b)
 {
     if (!c->checkpointing)
         return 0;
-    if (!b->ids || b->samples > c->slot_ids_cap || b->slot >= c->welcome.slot_count)
+    if (!b->ids || b->samples > c->resume.slot_ids_cap || b->slot >= c->welcome.slot_count)
         return -1;
-    uint32_t *out = c->slot_ids + (size_t)b->slot * c->slot_ids_cap;
+    uint32_t *out = c->resume.slot_ids + (size_t)b->slot * c->resume.slot_ids_cap;
     for (uint32_t i = 0; i < b->samples; i++) {
         const uint8_t *p = b->ids + 4 * (size_t)i;
         uint32_t id =
             (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        if (id >= c->delivered_n)
+        if (id >= c->resume.delivered_n)
             return -1;
         out[i] = id;
     }
@@ -156,19 +156,19 @@ tsock__resume_start(tsock_consumer *c)
     }
     if (!c->checkpointing)
         return;
-    c->delivered_epoch = c->plan.epoch;
-    if (c->restored != 1)
+    c->resume.delivered_epoch = c->plan.epoch;
+    if (c->resume.restored != 1)
         return;
-    c->restored = 2;
-    const struct tsock__resume_state *s = &c->restore;
+    c->resume.restored = 2;
+    const struct tsock__resume_state *s = &c->resume.restore;
     c->plan.epoch = s->epoch;
     c->plan.done = s->delivered;
     c->plan.index = s->delivered / s->batch;
-    c->delivered_epoch = s->epoch;
+    c->resume.delivered_epoch = s->epoch;
     for (uint64_t i = 0; i < s->delivered; i++)
-        tsock__bit_set(c->delivered, c->restore_ids[i]);
-    c->resuming = s->delivered > 0;
-    c->window_left = s->samples;
+        tsock__bit_set(c->resume.delivered, c->resume.restore_ids[i]);
+    c->resume.resuming = s->delivered > 0;
+    c->resume.window_left = s->samples;
     tsock__log(TSOCK_LOG_INFO, "resuming epoch %llu: %llu of %llu samples were delivered",
                (unsigned long long)s->epoch, (unsigned long long)s->delivered,
                (unsigned long long)s->samples);
@@ -178,7 +178,7 @@ tsock__resume_start(tsock_consumer *c)
 static const uint32_t *
 head_ids(const tsock_consumer *c, const struct tsock__hold_batch *h, uint32_t offset)
 {
-    return c->slot_ids + (size_t)h->slot * c->slot_ids_cap + offset;
+    return c->resume.slot_ids + (size_t)h->slot * c->resume.slot_ids_cap + offset;
 }
 
 /* Leaves the restored epoch's filter: its epoch ended (or was cut), or its window ran out,
@@ -186,16 +186,16 @@ head_ids(const tsock_consumer *c, const struct tsock__hold_batch *h, uint32_t of
 static int
 still_resuming(tsock_consumer *c)
 {
-    if (!c->resuming)
+    if (!c->resume.resuming)
         return 0;
-    if (c->plan.epoch != c->restore.epoch) {
-        c->resuming = 0;
+    if (c->plan.epoch != c->resume.restore.epoch) {
+        c->resume.resuming = 0;
         return 0;
     }
-    if (c->window_left == 0) {
+    if (c->resume.window_left == 0) {
         tsock__log(TSOCK_LOG_WARN, "the restored epoch's window ended before its remaining "
                                    "samples came: the rest of the epoch is not filtered");
-        c->resuming = 0;
+        c->resume.resuming = 0;
         return 0;
     }
     return 1;
@@ -212,20 +212,20 @@ tsock__resume_usable(tsock_consumer *c, uint32_t max)
         uint32_t available = h->samples - offset;
         if (!still_resuming(c))
             return available < max ? available : max;
-        if (available > c->window_left)
-            available = (uint32_t)c->window_left;
+        if (available > c->resume.window_left)
+            available = (uint32_t)c->resume.window_left;
         const uint32_t *ids = head_ids(c, h, offset);
         uint32_t run = 0;
-        while (run < available && !tsock__bit_test(c->delivered, ids[run]))
+        while (run < available && !tsock__bit_test(c->resume.delivered, ids[run]))
             run++;
         if (run > 0)
             return run < max ? run : max;
         /* Saved ids at the head: discard their run, releasing the slot when it empties. */
-        while (run < available && tsock__bit_test(c->delivered, ids[run]))
+        while (run < available && tsock__bit_test(c->resume.delivered, ids[run]))
             run++;
         uint32_t pending = tsock__hold_table_pending(&c->holds);
         tsock__hold_table_discard(&c->holds, run);
-        c->window_left -= run;
+        c->resume.window_left -= run;
         if (tsock__hold_table_pending(&c->holds) > pending)
             tsock__channel_wake(c->channel);
     }
@@ -234,7 +234,7 @@ tsock__resume_usable(tsock_consumer *c, uint32_t max)
 void
 tsock__resume_begin(tsock_consumer *c)
 {
-    c->taken_n = 0;
+    c->resume.taken_n = 0;
 }
 
 void
@@ -247,19 +247,20 @@ tsock__resume_note_taken(tsock_consumer *c, const struct tsock__hold_batch *h, u
         tsock__group_note_passed(c, head_ids(c, h, offset), n);
         return;
     }
-    if (c->taken_n + n <= c->taken_cap) {
-        memcpy(c->taken + c->taken_n, head_ids(c, h, offset), (size_t)n * sizeof *c->taken);
-        c->taken_n += n;
+    if (c->resume.taken_n + n <= c->resume.taken_cap) {
+        memcpy(c->resume.taken + c->resume.taken_n, head_ids(c, h, offset),
+               (size_t)n * sizeof *c->resume.taken);
+        c->resume.taken_n += n;
     }
-    if (c->resuming)
-        c->window_left -= n < c->window_left ? n : c->window_left;
+    if (c->resume.resuming)
+        c->resume.window_left -= n < c->resume.window_left ? n : c->resume.window_left;
 }
 
 static void
 clear_delivered(tsock_consumer *c, uint64_t epoch)
 {
-    memset(c->delivered, 0, (size_t)((c->delivered_n + 7) / 8));
-    c->delivered_epoch = epoch;
+    memset(c->resume.delivered, 0, (size_t)((c->resume.delivered_n + 7) / 8));
+    c->resume.delivered_epoch = epoch;
 }
 
 void
@@ -269,30 +270,30 @@ tsock__resume_note_delivered(tsock_consumer *c, const tsock_batch *b)
         tsock__group_note_delivered(c, b);
         return;
     }
-    if (!c->checkpointing || !c->delivered)
+    if (!c->checkpointing || !c->resume.delivered)
         return;
-    if (c->delivered_epoch != b->epoch) /* an epoch was cut since the last batch */
+    if (c->resume.delivered_epoch != b->epoch) /* an epoch was cut since the last batch */
         clear_delivered(c, b->epoch);
-    for (uint32_t i = 0; i < c->taken_n; i++)
-        tsock__bit_set(c->delivered, c->taken[i]);
-    c->taken_n = 0;
+    for (uint32_t i = 0; i < c->resume.taken_n; i++)
+        tsock__bit_set(c->resume.delivered, c->resume.taken[i]);
+    c->resume.taken_n = 0;
     if (!b->epoch_end)
         return;
     clear_delivered(c, c->plan.epoch);
-    if (c->resuming) {
+    if (c->resume.resuming) {
         /* The rest of the restored window holds saved ids only (and drop_last's tail). */
-        c->plan.skip = c->window_left;
-        c->resuming = 0;
+        c->plan.skip = c->resume.window_left;
+        c->resume.resuming = 0;
     }
 }
 
 void
 tsock__resume_free(tsock_consumer *c)
 {
-    free(c->slot_ids);
-    free(c->delivered);
-    free(c->taken);
-    free(c->restore_ids);
+    free(c->resume.slot_ids);
+    free(c->resume.delivered);
+    free(c->resume.taken);
+    free(c->resume.restore_ids);
     tsock__group_resume_free(c);
 }
 
@@ -305,7 +306,7 @@ tsock_consumer_set_checkpointing(tsock_consumer *c, int on)
         return -EINVAL;
     if (c->started)
         return TSOCK_E_STATE;
-    c->checkpointing = on != 0 || c->restored;
+    c->checkpointing = on != 0 || c->resume.restored;
     return 0;
 }
 
@@ -324,13 +325,13 @@ tsock_consumer_restore_state(tsock_consumer *c, const void *state, size_t len)
         tsock__log(TSOCK_LOG_ERROR, "cannot restore the consumer state: %s", why);
     if (err < 0)
         return err;
-    free(c->restore_ids);
-    c->restore = s;
-    c->restore_ids = ids;
+    free(c->resume.restore_ids);
+    c->resume.restore = s;
+    c->resume.restore_ids = ids;
     /* A rank's HELLO carries it so that the producer refuses ranks restored from states
      * saved at different steps (docs/distributed.md). */
-    c->restore_fp = s.group ? tsock__state_group_fingerprint(&s, ids) : 0;
-    c->restored = 1;
+    c->group.restore_fp = s.group ? tsock__state_group_fingerprint(&s, ids) : 0;
+    c->resume.restored = 1;
     c->checkpointing = 1;
     return 0;
 }
@@ -339,7 +340,7 @@ tsock_consumer_restore_state(tsock_consumer *c, const void *state, size_t len)
 static int
 describe(tsock_consumer *c, struct tsock__resume_state *s)
 {
-    if (!c->checkpointing || !c->ready_to_read || !c->delivered)
+    if (!c->checkpointing || !c->ready_to_read || !c->resume.delivered)
         return TSOCK_E_STATE;
     if (tsock__group_member(c)) {
         int err = tsock__group_describe(c, s);
@@ -347,15 +348,15 @@ describe(tsock_consumer *c, struct tsock__resume_state *s)
         return err;
     }
     *s = (struct tsock__resume_state){
-        .samples = c->delivered_n,
+        .samples = c->resume.delivered_n,
         .epoch = c->plan.epoch,
         .batch = c->plan.batch,
         .drop_last = c->plan.drop_last,
         .layout = layout_fingerprint(&c->welcome),
         .delivered = c->plan.done,
-        .bits = c->delivered,
+        .bits = c->resume.delivered,
     };
-    if (c->delivered_epoch != c->plan.epoch && c->plan.done == 0)
+    if (c->resume.delivered_epoch != c->plan.epoch && c->plan.done == 0)
         s->bits = NULL; /* an epoch was cut and nothing of the next was delivered yet */
     return 0;
 }

@@ -119,7 +119,7 @@ on_welcome(void *ctx, const struct tsock__peer_id *from, int peer, const struct 
     int err = 0;
     if (c->generation > 1 && !same_layout(&c->welcome, w))
         err = TSOCK_E_LAYOUT;
-    if (!err)
+    if (!err && c->checkpointing)
         err = tsock__resume_on_welcome(c, w);
     if (!err)
         err = keep_welcome(c, w);
@@ -190,7 +190,7 @@ on_batch(void *ctx, const struct tsock__peer_id *from, int peer, const struct ts
         protocol_error(c, "BATCH for a slot out of range or still held");
         return;
     }
-    if (tsock__resume_on_batch(c, b) < 0) {
+    if (c->checkpointing && tsock__resume_on_batch(c, b) < 0) {
         protocol_error(c, "BATCH without its sample ids, or with ids outside the dataset");
         return;
     }
