@@ -116,6 +116,10 @@ struct tsock__backend {
      * the caller's kernels may still read them (host, -1: nothing to wait for). Blocks: never
      * call it holding a lock another thread needs. */
     int (*device_sync)(int device);
+    /* The devices of this kind the process sees (> 0), or TSOCK_E_NO_DEVICE (the host table:
+     * host memory is no device). What tsock_cuda_device_count answers, asked through the table
+     * so that nothing outside backend/cuda/ calls into it. */
+    int (*device_count)(void);
 
     /* A consumer that found its producer dead removes what the ring left behind, since a
      * process killed with SIGKILL could not (host: the shared-memory name). Returns 1 when
@@ -131,8 +135,5 @@ const struct tsock__backend *tsock__backend_for_device(int device);
 
 /* The consumer's table for a WELCOME's device field, or NULL for an unknown one. */
 const struct tsock__backend *tsock__backend_for_wire(uint32_t wire_device);
-
-/* The number of CUDA devices this process sees (> 0), or TSOCK_E_NO_DEVICE. */
-int tsock__backend_cuda_device_count(void);
 
 #endif

@@ -26,8 +26,8 @@ cuda_device_sync(int device)
     return e == TSOCK__DEV_OK ? 0 : tsock__cuda_fail(e, "waiting for the device (closing)");
 }
 
-int
-tsock__backend_cuda_device_count(void)
+static int
+cuda_device_count(void)
 {
     return tsock__cuda_device_count();
 }
@@ -53,6 +53,7 @@ const struct tsock__backend tsock__backend_cuda = {
     .fence_passed = tsock__cuda_fence_done,
     .fence_destroy = tsock__cuda_fence_destroy,
     .device_sync = cuda_device_sync,
+    .device_count = cuda_device_count,
     .remove_orphan = cuda_remove_orphan,
 };
 

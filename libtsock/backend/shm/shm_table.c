@@ -199,6 +199,12 @@ shm_remove_orphan(const uint8_t *blob, size_t blob_len)
     return tsock__shm_remove_if_orphaned(name);
 }
 
+static int
+host_device_count(void)
+{
+    return TSOCK_E_NO_DEVICE;
+}
+
 const struct tsock__backend tsock__backend_shm = {
     .name = "shm",
     .wire_device = TSOCK_DEVICE_CPU,
@@ -220,5 +226,6 @@ const struct tsock__backend tsock__backend_shm = {
     .fence_passed = host_fence_passed,
     .fence_destroy = host_fence_destroy,
     .device_sync = host_device_sync,
+    .device_count = host_device_count,
     .remove_orphan = shm_remove_orphan,
 };
