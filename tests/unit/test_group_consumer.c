@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "dataset/sampler.h"
 #include "tsock/tsock.h"
 
 #define SAMPLES 1000
@@ -268,9 +269,74 @@ test_two_producers_fail_groups(void)
         id_producer_stop(p[i], NULL);
 }
 
+/* Issue 18, item 1: a group that starts with its producer gets epoch 0 = the permutation of
+ * (seed, 0). Rank 1 joins after rank 0 is connected; the producer, whose only consumer is a
+ * rank waiting at its start barrier, must publish nothing meanwhile (it used to publish to
+ * nobody, so the group's window started somewhere in the stream). The pause only gives a
+ * wrong producer time to publish; the verdict does not depend on it. Rank l's batch i is the
+ * window's block 2i + l (docs/distributed.md): interleaved, the full group batches must be the
+ * permutation's start. */
+struct order_rank {
+    int rank;
+    int64_t ids[SAMPLES];
+    int n;
+};
+
+static void *
+read_order_rank(void *arg)
+{
+    struct order_rank *r = arg;
+    tsock_consumer *c = NULL;
+    CHECK_EQ(tsock_consumer_create(&c, id_endpoint), 0);
+    CHECK_EQ(tsock_consumer_set_group(c, "order", (uint32_t)r->rank, 2), 0);
+    CHECK_EQ(tsock_consumer_start(c, 5000), 0);
+    for (int i = 0; i < 7; i++) { /* the 7 full group batches of 2 x 64 in 1000 samples */
+        tsock_batch *b = NULL;
+        int rc = tsock_consumer_next(c, 20000, &b);
+        CHECK_EQ(rc, 0);
+        if (rc < 0)
+            break;
+        const int64_t *index = tsock_batch_tensor_data(b, 0);
+        for (uint32_t k = 0; k < tsock_batch_samples(b); k++)
+            r->ids[r->n++] = index[k];
+        CHECK_EQ(tsock_consumer_release(c, b), 0);
+    }
+    tsock_consumer_destroy(c);
+    return NULL;
+}
+
+static void
+test_group_starts_with_producer(void)
+{
+    pthread_t thread, readers[2];
+    tsock_producer *p = id_producer_start("groups", 1, &thread);
+    static struct order_rank ranks[2];
+    memset(ranks, 0, sizeof ranks);
+    ranks[0].rank = 0;
+    ranks[1].rank = 1;
+    pthread_create(&readers[0], NULL, read_order_rank, &ranks[0]);
+    for (int i = 0; i < 500 && tsock_producer_consumer_count(p) < 1; i++)
+        usleep(10000);
+    CHECK_EQ(tsock_producer_consumer_count(p), 1);
+    usleep(300000);
+    pthread_create(&readers[1], NULL, read_order_rank, &ranks[1]);
+    for (int r = 0; r < 2; r++)
+        pthread_join(readers[r], NULL);
+    static uint64_t perm[SAMPLES];
+    tsock__sampler_permutation(SAMPLES, 11, 0, perm);
+    int mismatches = 0;
+    for (int i = 0; i < 7 * 2 * BATCH; i++) {
+        int block = i / BATCH, rank = block % 2, at = (block / 2) * BATCH + i % BATCH;
+        mismatches += at >= ranks[rank].n || (uint64_t)ranks[rank].ids[at] != perm[i];
+    }
+    CHECK_EQ(mismatches, 0);
+    id_producer_stop(p, &thread);
+}
+
 int
 main(void)
 {
+    test_group_starts_with_producer();
     test_two_producers_fail_groups();
     test_setters();
     test_restore_then_group();
