@@ -448,13 +448,20 @@ build_rank(tsock_consumer *c)
 }
 
 /* The next stream position the rank needs from the queue (mu held): its next block's first
- * sample, or that batch's padding sample when it comes first. Returns 0 when the rank is
- * inside a block or at the end of its epoch (nothing to pass before the caller reads on). */
+ * sample, that batch's padding sample when it comes first, or after its epoch's last batch the
+ * window's end. Returns 0 when the rank is inside a block or in a restored window (nothing to
+ * pass before the caller reads on). */
 static int
 next_needed(tsock_consumer *c, uint64_t *to)
 {
-    if (c->group.skip_rest || c->group.filtering || (c->building && c->building->samples > 0))
+    if (c->group.filtering || (c->building && c->building->samples > 0))
         return 0;
+    if (c->group.skip_rest) {
+        /* After the epoch's last batch: the rest of the window is other ranks' (or nobody's);
+         * the caller's next read starts the next window (build_rank, tsock__group_reset). */
+        *to = c->group.plan.window;
+        return 1;
+    }
     const struct tsock__rank_plan *rp = &c->group.plan;
     uint64_t index = c->plan.index - c->group.index_base;
     if (index >= rp->batches)
