@@ -101,6 +101,13 @@ TSOCK_API const char *tsock_strerror(int code);
 TSOCK_API int tsock_version(void);
 TSOCK_API const char *tsock_version_string(void);
 
+/* What this build of the library holds, as a static string of space-separated KEY=VALUE
+ * words: "version=0.2.0 cuda=1 io_uring=1". cuda=1: the CUDA backend was compiled with a CUDA
+ * toolkit (GPU rings work where a driver and a device are present; cuda=0 leaves only the
+ * simulated device). io_uring=1: the reader can use io_uring. Words may be added; never
+ * NULL. Any thread. */
+TSOCK_API const char *tsock_build_info(void);
+
 enum tsock_log_level {
     TSOCK_LOG_ERROR = 0,
     TSOCK_LOG_WARN = 1,

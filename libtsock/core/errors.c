@@ -60,3 +60,21 @@ tsock_version_string(void)
 {
     return TSOCK_VERSION_STRING;
 }
+
+/* The build's features, fixed at compile time (CMake's TSOCK_HAVE_* definitions). */
+#ifdef TSOCK_HAVE_CUDA
+#define BUILD_CUDA "1"
+#else
+#define BUILD_CUDA "0"
+#endif
+#ifdef TSOCK_HAVE_URING
+#define BUILD_URING "1"
+#else
+#define BUILD_URING "0"
+#endif
+
+const char *
+tsock_build_info(void)
+{
+    return "version=" TSOCK_VERSION_STRING " cuda=" BUILD_CUDA " io_uring=" BUILD_URING;
+}
