@@ -3,8 +3,9 @@
  * ZAP handler, which refuses other users. An abstract name (ipc://@NAME) has no file
  * permissions, so this check is all that keeps another user out once the risk-naming opt-out
  * serves it. Real libzmq, real processes: a child that becomes user `nobody` (65534) connects
- * and must be refused; a child of our own user must be admitted. Switching users needs root:
- * otherwise the test reports a skip. */
+ * and must be refused; a child of our own user must be admitted. Each child execs this program
+ * again (--connect UID ENDPOINT) rather than using ZeroMQ after fork in a process with threads.
+ * Switching users needs root: otherwise the test reports a skip. */
 #include <errno.h>
 #include <grp.h>
 #include <stdio.h>
@@ -46,7 +47,7 @@ connect_and_report(const char *endpoint)
         memcpy(&event, head, sizeof event);
         verdict = event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED ? ADMITTED : REFUSED;
     }
-    _exit(verdict); /* no teardown: the parent's process owns nothing here */
+    return verdict; /* the process ends here: no teardown needed */
 }
 
 /* Runs a child as `uid` against the bound channel, serving the channel (and so its ZAP
@@ -57,10 +58,12 @@ try_as(struct tsock__channel *ch, const char *endpoint, uid_t uid)
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        if (uid != getuid() && (setgroups(0, NULL) != 0 || setresgid(uid, uid, uid) != 0 ||
-                                setresuid(uid, uid, uid) != 0))
-            _exit(UNDECIDED);
-        connect_and_report(endpoint);
+        /* Exec first, as root (this program's folder may be closed to the other user), and
+         * become that user in the new image, before it starts ZeroMQ. */
+        char uid_text[16];
+        snprintf(uid_text, sizeof uid_text, "%u", (unsigned)uid);
+        execl("/proc/self/exe", "test_ipc_peer_uid", "--connect", uid_text, endpoint, (char *)NULL);
+        _exit(UNDECIDED);
     }
     int status = 0;
     while (waitpid(pid, &status, WNOHANG) == 0) {
@@ -71,8 +74,15 @@ try_as(struct tsock__channel *ch, const char *endpoint, uid_t uid)
 }
 
 int
-main(void)
+main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--connect") == 0) {
+        uid_t uid = (uid_t)strtoul(argv[2], NULL, 10);
+        if (uid != getuid() && (setgroups(0, NULL) != 0 || setresgid(uid, uid, uid) != 0 ||
+                                setresuid(uid, uid, uid) != 0))
+            return UNDECIDED;
+        return connect_and_report(argv[3]);
+    }
     if (geteuid() != 0) {
         printf("SKIP: switching to another user needs root\n");
         return 77;
