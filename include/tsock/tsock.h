@@ -73,8 +73,9 @@ enum tsock_error {
                                              blocked (no shared PID namespace or /dev/shm); the
                                              log says which */
     TSOCK_E_CANCELLED = -10016,         /* a *_cancel call stopped the wait (Ctrl-C, shutdown) */
-    TSOCK_E_INSECURE = -10017,          /* refused to serve a network endpoint without
-                                           authentication (docs/security.md) */
+    TSOCK_E_INSECURE = -10017,          /* refused to serve an endpoint that other hosts or
+                                           users can reach without authentication
+                                           (docs/security.md) */
     TSOCK_E_AUTH = -10018,              /* the producer refused this client's security
                                            handshake: CURVE key not authorized, keys on one
                                            side only, or another server key */
@@ -99,6 +100,13 @@ TSOCK_API const char *tsock_strerror(int code);
 /* The library's version as TSOCK_VERSION_NUMBER and as a static string. Any thread. */
 TSOCK_API int tsock_version(void);
 TSOCK_API const char *tsock_version_string(void);
+
+/* What this build of the library holds, as a static string of space-separated KEY=VALUE
+ * words: "version=0.2.0 cuda=1 io_uring=1". cuda=1: the CUDA backend was compiled with a CUDA
+ * toolkit (GPU rings work where a driver and a device are present; cuda=0 leaves only the
+ * simulated device). io_uring=1: the reader can use io_uring. Words may be added; never
+ * NULL. Any thread. */
+TSOCK_API const char *tsock_build_info(void);
 
 enum tsock_log_level {
     TSOCK_LOG_ERROR = 0,
@@ -202,12 +210,16 @@ TSOCK_API int tsock_producer_set_heartbeat(tsock_producer *p, int interval_ms, i
 TSOCK_API int tsock_producer_set_curve(tsock_producer *p, const char *server_secret_key_file,
                                        const char *authorized_keys);
 
-/* Without CURVE keys, tsock_producer_start refuses (TSOCK_E_INSECURE, with a log line) an
- * endpoint reachable from other hosts: any tcp address but 127.0.0.0/8, ::1, "localhost" or
- * the "lo" interface (so 0.0.0.0, *, ::, a host's address), and every other network
- * transport. `open_to_network` != 0 serves it anyway, unauthenticated and unencrypted: anyone
- * who reaches it can join, hold slots and read batches. ipc endpoints are protected by file
- * modes and need neither. Caller's thread, before start. Returns 0, -EINVAL or TSOCK_E_STATE. */
+/* Without CURVE keys, tsock_producer_start refuses (TSOCK_E_INSECURE, with a log line that
+ * says why and what to do) an endpoint that others can reach: any tcp endpoint but exactly one
+ * loopback address (127.0.0.0/8, ::1 or the "lo" interface, read with libzmq's own address
+ * rules: a "SOURCE;ADDRESS" form, '*', 0.0.0.0, ::, a host's address are all refused), an
+ * abstract ipc name ("ipc://@NAME", which has no file permissions), and every other
+ * transport. `open_to_network` != 0 serves it anyway, unauthenticated and unencrypted:
+ * anyone who reaches it can join, hold slots and read batches. ipc socket files are protected
+ * by file modes; every ipc endpoint without keys also admits only the producer's user and
+ * root (the peer's SO_PEERCRED user id, which libzmq reports). Caller's thread, before start.
+ * Returns 0, -EINVAL or TSOCK_E_STATE. */
 TSOCK_API int tsock_producer_set_insecure(tsock_producer *p, int open_to_network);
 
 /* Lets the library choose which samples go into each batch: a dataset of `samples` samples,

@@ -21,8 +21,9 @@ static const char *const tsock_messages[] = {
     [14] = "no usable GPU (no device, driver or runtime, bad device index, or no peer access)",
     [15] = "a GPU exists but this process cannot use it (old driver, exclusive mode, fork, IPC)",
     [16] = "cancelled: a *_cancel call stopped the wait",
-    [17] = "refused to serve an endpoint reachable from other hosts without authentication "
-           "(give CURVE keys, bind loopback, or opt out explicitly)",
+    [17] = "refused to serve an endpoint other hosts or users can reach without authentication "
+           "(give CURVE keys, bind one loopback address or an ipc socket file, or opt out "
+           "explicitly)",
     [18] = "authentication failed: the producer refused this client's CURVE handshake (key not "
            "authorized, keys on one side only, or another server key)",
     [19] = "bad consumer state: corrupt, truncated, another version, or foreign to this producer",
@@ -58,4 +59,22 @@ const char *
 tsock_version_string(void)
 {
     return TSOCK_VERSION_STRING;
+}
+
+/* The build's features, fixed at compile time (CMake's TSOCK_HAVE_* definitions). */
+#ifdef TSOCK_HAVE_CUDA
+#define BUILD_CUDA "1"
+#else
+#define BUILD_CUDA "0"
+#endif
+#ifdef TSOCK_HAVE_URING
+#define BUILD_URING "1"
+#else
+#define BUILD_URING "0"
+#endif
+
+const char *
+tsock_build_info(void)
+{
+    return "version=" TSOCK_VERSION_STRING " cuda=" BUILD_CUDA " io_uring=" BUILD_URING;
 }

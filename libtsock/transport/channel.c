@@ -37,6 +37,7 @@ struct tsock__channel {
     struct tsock__z85_key secret, public_key, server_key;
     void *zap;
     struct tsock__key_set authorized;
+    struct tsock__zap_policy zap_policy; /* whom the ZAP handler admits */
     void *watch;               /* a DEALER's handshake watch (a socket monitor), or NULL */
     struct tsock__frame frame; /* the frame being handled */
     struct tsock__msg msg;     /* its decoding */
@@ -87,7 +88,8 @@ bind_router(struct tsock__channel *ch)
     }
     int err = 0;
     struct tsock__socket_curve curve = {.secret = ch->secret.text};
-    ch->sock = tsock__router_open(ch->zctx, ch->endpoint, ch->curve ? &curve : NULL, &err);
+    ch->sock = tsock__router_open(ch->zctx, ch->endpoint, ch->curve ? &curve : NULL,
+                                  ch->zap != NULL, &err);
     if (!ch->sock)
         return err == -EADDRINUSE ? TSOCK_E_BUSY_ENDPOINT : err;
     struct stat st;
@@ -106,26 +108,56 @@ has_keys(const struct tsock__channel_security *sec)
     return sec && sec->secret_key_file[0];
 }
 
-/* Reads a producer's keys and opens its ZAP handler, or refuses an open network endpoint. */
+/* Without CURVE, an ipc endpoint still asks the ZAP handler about each client, which admits
+ * only this user and root by the peer credentials libzmq reads (SO_PEERCRED): the socket
+ * file's mode protects a path, but nothing protects an abstract name. */
+static int
+open_uid_check(struct tsock__channel *ch)
+{
+    if (!tsock__ipc_path(ch->endpoint))
+        return 0;
+    int err = 0;
+    ch->zap = tsock__zap_open(ch->zctx, &err);
+    ch->zap_policy.check_uid = ch->zap != NULL;
+    ch->zap_policy.uid = (unsigned)geteuid();
+    return err;
+}
+
+/* An endpoint others can reach, served without keys: refused unless the caller named the risk. */
+static int
+allow_exposed(const struct tsock__channel *ch, const struct tsock__channel_security *sec,
+              enum tsock__exposure exposure, const char *why)
+{
+    int network = exposure == TSOCK__EXPOSURE_NETWORK;
+    if (sec && sec->insecure_network) {
+        tsock__log(TSOCK_LOG_WARN,
+                   "serving %s without authentication (%s): anyone who can reach it may "
+                   "join, hold slots and read the batches%s",
+                   ch->endpoint, why,
+                   network ? ""
+                           : "; the producer admits only its own user and root where "
+                             "libzmq reports the peer's credentials");
+        return 0;
+    }
+    tsock__log(TSOCK_LOG_ERROR,
+               "refusing to serve %s without authentication: %s. Give CURVE keys (see "
+               "docs/security.md), %s, or accept the risk explicitly (insecure open to "
+               "network)",
+               ch->endpoint, why,
+               network ? "bind one loopback address (tcp://127.0.0.1:PORT) or ipc://PATH"
+                       : "use a socket file (ipc:///run/user/UID/NAME.sock)");
+    return TSOCK_E_INSECURE;
+}
+
+/* Reads a producer's keys and opens its ZAP handler, or refuses an endpoint others can reach. */
 static int
 setup_server_security(struct tsock__channel *ch, const struct tsock__channel_security *sec)
 {
     if (!has_keys(sec)) {
-        if (tsock__endpoint_is_local(ch->endpoint))
-            return 0;
-        if (sec && sec->insecure_network) {
-            tsock__log(TSOCK_LOG_WARN,
-                       "serving %s without authentication: anyone who can reach it may "
-                       "join, hold slots and read the batches",
-                       ch->endpoint);
-            return 0;
-        }
-        tsock__log(TSOCK_LOG_ERROR,
-                   "refusing to serve %s without authentication: it is reachable from other "
-                   "hosts. Give CURVE keys (see docs/security.md), bind 127.0.0.1 or ipc://, "
-                   "or accept the risk explicitly (insecure open to network)",
-                   ch->endpoint);
-        return TSOCK_E_INSECURE;
+        const char *why;
+        enum tsock__exposure exposure = tsock__endpoint_exposure(ch->endpoint, &why);
+        int err = exposure == TSOCK__EXPOSURE_PRIVATE ? 0 : allow_exposed(ch, sec, exposure, why);
+        return err == 0 ? open_uid_check(ch) : err;
     }
     int err = tsock__curve_available();
     if (err == 0)
@@ -134,6 +166,7 @@ setup_server_security(struct tsock__channel *ch, const struct tsock__channel_sec
         err = tsock__curve_load_authorized(sec->peer_keys, &ch->authorized);
     if (err == 0)
         ch->zap = tsock__zap_open(ch->zctx, &err);
+    ch->zap_policy.keys = &ch->authorized;
     ch->curve = err == 0;
     return err;
 }
@@ -482,7 +515,7 @@ tsock__channel_dispatch(struct tsock__channel *ch)
 {
     /* Handshakes first: a client waiting for its key's verdict gets it without delay. */
     if (ch->zap)
-        tsock__zap_serve(ch->zap, &ch->authorized);
+        tsock__zap_serve(ch->zap, &ch->zap_policy);
     int refused = ch->watch ? tsock__handshake_watch_read(ch->watch, ch->curve) : 0;
     if (refused && ch->h.on_handshake_failed)
         ch->h.on_handshake_failed(ch->h.ctx, refused);

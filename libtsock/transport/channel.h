@@ -79,8 +79,8 @@ struct tsock__channel_timing {
 struct tsock__channel_security {
     char secret_key_file[TSOCK__KEY_PATH_MAX];
     char peer_keys[TSOCK__KEY_PATH_MAX];
-    /* bind without keys: also serve an endpoint that reaches beyond this machine (any tcp
-     * address but loopback), which is otherwise TSOCK_E_INSECURE. */
+    /* bind without keys: also serve an endpoint that others can reach (any tcp endpoint but
+     * exactly one loopback address, an abstract ipc name), otherwise TSOCK_E_INSECURE. */
     int insecure_network;
 };
 
@@ -95,8 +95,9 @@ int tsock__channel_security_set(struct tsock__channel_security *sec, int bind,
  * TSOCK_E_BUSY_ENDPOINT; the file gets mode 0600 and is removed by close if it is still ours.
  * With CURVE keys in `sec`, only clients with an authorized key complete the handshake; the
  * ZAP handler that decides runs inside tsock__channel_dispatch. Without keys, an endpoint that
- * reaches the network is TSOCK_E_INSECURE unless sec->insecure_network. Returns 0 or a
- * negative code. */
+ * others can reach (tsock__endpoint_exposure) is TSOCK_E_INSECURE unless
+ * sec->insecure_network, and an ipc endpoint admits only this user and root (by the peer's
+ * SO_PEERCRED user id, through the same ZAP handler). Returns 0 or a negative code. */
 int tsock__channel_bind(struct tsock__channel **out, const char *endpoint,
                         const struct tsock__channel_handlers *h, struct tsock__channel_timing t,
                         const struct tsock__channel_security *sec);

@@ -1,7 +1,6 @@
 /* CURVE key files, the authorized-keys set, key generation and the local-endpoint rule. See
  * curve.h. Keys are handled only as text and bytes here: libzmq does every cryptographic
  * operation (zmq_curve_keypair, zmq_curve_public, the handshake itself). */
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,9 +13,6 @@
 
 #include "core/core.h"
 #include "transport/curve.h"
-
-/* Longest authorized-keys file line we accept: a key, a space and a comment. */
-#define LINE_MAX_LEN 1024
 
 int
 tsock__curve_available(void)
@@ -51,11 +47,33 @@ parse_key(const char *text, size_t len, struct tsock__z85_key *out)
     return zmq_z85_decode(bin, out->text) ? 0 : -EINVAL;
 }
 
-/* Opens a key file and checks its type and, for secrets, its mode. */
+/* What a key file holds, which decides the mode it may have. */
+enum key_file_kind {
+    KEY_PUBLIC,     /* a server's public key: anyone may read or change it (it is checked) */
+    KEY_SECRET,     /* a secret key: only its owner may read or write it */
+    KEY_AUTHORIZED, /* a list or a key file that says who may connect: only its owner may
+                       change it, since whoever can write it can add a key */
+};
+
+/* Others who may write the list could add their own key: refuse, as ssh does. */
 static int
-open_key_file(const char *path, int secret, struct stat *st)
+check_not_writable_by_others(const char *path, const struct stat *st)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (!(st->st_mode & 022))
+        return 0;
+    tsock__log(TSOCK_LOG_ERROR,
+               "authorized keys %s: mode %04o lets group or others change it; "
+               "chmod go-w %s",
+               path, (unsigned)(st->st_mode & 07777), path);
+    return -EACCES;
+}
+
+/* Opens a key file and checks its type and its mode. O_NONBLOCK: opening a FIFO for reading
+ * would otherwise wait for a writer forever; the type check below then refuses it. */
+static int
+open_key_file(const char *path, enum key_file_kind kind, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         int err = -errno;
         tsock__log(TSOCK_LOG_ERROR, "key file %s: %s", path, strerror(-err));
@@ -63,14 +81,19 @@ open_key_file(const char *path, int secret, struct stat *st)
     }
     int err = fstat(fd, st) < 0 ? -errno : 0;
     if (err == 0 && !S_ISREG(st->st_mode)) {
-        tsock__log(TSOCK_LOG_ERROR, "key file %s: not a regular file", path);
+        tsock__log(TSOCK_LOG_ERROR,
+                   "key file %s: not a regular file (a FIFO, device or socket is never read); "
+                   "give the path of a file written by tsock-keygen",
+                   path);
         err = -EINVAL;
-    } else if (err == 0 && secret && (st->st_mode & 077)) {
+    } else if (err == 0 && kind == KEY_SECRET && (st->st_mode & 077)) {
         tsock__log(TSOCK_LOG_ERROR,
                    "secret key file %s: mode %04o lets group or others read it; "
                    "it must be 0600 or stricter (chmod 600 %s)",
                    path, (unsigned)(st->st_mode & 07777), path);
         err = -EACCES;
+    } else if (err == 0 && kind == KEY_AUTHORIZED) {
+        err = check_not_writable_by_others(path, st);
     }
     if (err < 0) {
         close(fd);
@@ -79,11 +102,12 @@ open_key_file(const char *path, int secret, struct stat *st)
     return fd;
 }
 
-int
-tsock__curve_read_key(const char *path, int secret, struct tsock__z85_key *out)
+static int
+read_key(const char *path, enum key_file_kind kind, struct tsock__z85_key *out)
 {
+    int secret = kind == KEY_SECRET;
     struct stat st;
-    int fd = open_key_file(path, secret, &st);
+    int fd = open_key_file(path, kind, &st);
     if (fd < 0)
         return fd;
     char buf[TSOCK__Z85_KEY_LEN + 2];
@@ -109,6 +133,12 @@ tsock__curve_read_key(const char *path, int secret, struct tsock__z85_key *out)
         return -EINVAL;
     }
     return 0;
+}
+
+int
+tsock__curve_read_key(const char *path, int secret, struct tsock__z85_key *out)
+{
+    return read_key(path, secret ? KEY_SECRET : KEY_PUBLIC, out);
 }
 
 int
@@ -167,29 +197,30 @@ add_line(struct tsock__key_set *s, const char *path, int lineno, char *line)
     return key_set_add(s, &k);
 }
 
-/* Others who may write the list could add their own key: refuse, as ssh does. */
-static int
-check_not_writable_by_others(const char *path, const struct stat *st)
-{
-    if (!(st->st_mode & 022))
-        return 0;
-    tsock__log(TSOCK_LOG_ERROR,
-               "authorized keys %s: mode %04o lets group or others change it; "
-               "chmod go-w %s",
-               path, (unsigned)(st->st_mode & 07777), path);
-    return -EACCES;
-}
-
+/* Reads whole lines, of any length: a line cut at a buffer's size would let a key hidden
+ * far into a comment be read as a line of its own. */
 static int
 load_key_file_list(const char *path, struct tsock__key_set *s)
 {
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return -errno;
-    char line[LINE_MAX_LEN];
+    struct stat st;
+    int fd = open_key_file(path, KEY_AUTHORIZED, &st);
+    if (fd < 0)
+        return fd;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    char *line = NULL;
+    size_t cap = 0;
     int err = 0;
-    for (int lineno = 1; err == 0 && fgets(line, sizeof line, f); lineno++)
+    errno = 0;
+    for (int lineno = 1; err == 0 && getline(&line, &cap, f) >= 0; lineno++)
         err = add_line(s, path, lineno, line);
+    if (err == 0 && ferror(f))
+        err = errno ? -errno : -EIO;
+    free(line);
     fclose(f);
     return err;
 }
@@ -217,7 +248,7 @@ load_key_dir(const char *path, struct tsock__key_set *s)
             break;
         }
         struct tsock__z85_key k;
-        err = tsock__curve_read_key(file, 0, &k);
+        err = read_key(file, KEY_AUTHORIZED, &k);
         if (err == 0)
             err = key_set_add(s, &k);
     }
@@ -291,39 +322,4 @@ tsock_curve_keygen(const char *secret_key_file, const char *public_key_file)
     }
     memset(sec, 0, sizeof sec);
     return err;
-}
-
-/* ---- which endpoints reach the network --------------------------------------------------- */
-
-static int
-host_is_loopback(const char *host, size_t len)
-{
-    char h[256];
-    if (len == 0 || len >= sizeof h)
-        return 0;
-    memcpy(h, host, len);
-    h[len] = '\0';
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (inet_pton(AF_INET, h, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, h, &a6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&a6);
-    return strcmp(h, "localhost") == 0 || strcmp(h, "lo") == 0;
-}
-
-int
-tsock__endpoint_is_local(const char *endpoint)
-{
-    if (strncmp(endpoint, "ipc://", 6) == 0 || strncmp(endpoint, "inproc://", 9) == 0)
-        return 1;
-    if (strncmp(endpoint, "tcp://", 6) != 0)
-        return 0;
-    const char *host = endpoint + 6;
-    if (host[0] == '[') { /* tcp://[::1]:port */
-        const char *end = strchr(host, ']');
-        return end && host_is_loopback(host + 1, (size_t)(end - host - 1));
-    }
-    const char *colon = strrchr(host, ':');
-    return colon && host_is_loopback(host, (size_t)(colon - host));
 }

@@ -63,7 +63,8 @@ tsock__handshake_watch_read(void *watch, int curve)
                    (unsigned)event, (unsigned)value,
                    curve ? "is this client's public key in the producer's authorized keys, "
                            "and is the server key the producer's?"
-                         : "the producer requires CURVE keys");
+                         : "the producer requires CURVE keys, or it serves ipc and admits only "
+                           "its own user and root");
         result = TSOCK_E_AUTH;
     }
     return result;

@@ -53,7 +53,7 @@ set_curve(void *sock, int server, const struct tsock__socket_curve *curve)
 
 void *
 tsock__router_open(void *ctx, const char *endpoint, const struct tsock__socket_curve *curve,
-                   int *err)
+                   int zap, int *err)
 {
     void *sock = zmq_socket(ctx, ZMQ_ROUTER);
     if (!sock) {
@@ -64,6 +64,9 @@ tsock__router_open(void *ctx, const char *endpoint, const struct tsock__socket_c
     /* Sending to a vanished consumer must fail loudly, not vanish silently. */
     set_int(sock, ZMQ_ROUTER_MANDATORY, 1);
     *err = set_curve(sock, 1, curve);
+    /* Without CURVE, a ZAP domain makes libzmq ask the handler about NULL handshakes too. */
+    if (*err == 0 && zap && !curve && zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, "tsock", 5) != 0)
+        *err = -zmq_errno();
     if (*err < 0 || zmq_bind(sock, endpoint) != 0) {
         *err = *err < 0 ? *err : -zmq_errno();
         zmq_close(sock);

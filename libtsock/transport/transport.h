@@ -39,11 +39,12 @@ struct tsock__socket_curve {
 };
 
 /* The producer's sockets. Both return a socket or NULL with *err set to a negated errno.
- * `curve` may be NULL (no CURVE). The DEALER's handshake watch (curve.h) is attached before it
- * connects, since a refused handshake ends the connection for good and its one event would
- * otherwise be lost; *watch is the watch or NULL. */
+ * `curve` may be NULL (no CURVE). `zap` on a ROUTER without CURVE: libzmq asks the context's ZAP
+ * handler about every NULL handshake too (the ipc user check, curve.h). The DEALER's handshake
+ * watch (curve.h) is attached before it connects, since a refused handshake ends the connection for
+ * good and its one event would otherwise be lost; *watch is the watch or NULL. */
 void *tsock__router_open(void *ctx, const char *endpoint, const struct tsock__socket_curve *curve,
-                         int *err);
+                         int zap, int *err);
 void *tsock__dealer_open(void *ctx, const char *endpoint, const struct tsock__socket_curve *curve,
                          void **watch, int *err);
 

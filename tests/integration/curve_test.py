@@ -168,6 +168,18 @@ def test_network_refusal(env):
         err = p.stderr()
         check("refusing to serve" in err and ep in err and "--insecure-open-to-network" in err,
               f"{ep}: message {err!r}")
+    # Issue 18: the source-address form (libzmq binds the part after ';') and an abstract ipc
+    # name (no file permissions) are refused too, each message saying why and what to do.
+    for ep, why, todo in [
+            (f"tcp://[127.0.0.1]:1;0.0.0.0:{port}", "source address", "tcp://127.0.0.1:PORT"),
+            (f"tcp://127.0.0.1:1;[::]:{port}", "source address", "tcp://127.0.0.1:PORT"),
+            (f"ipc://@tsock-test-{os.getpid()}", "abstract socket", "ipc:///run/user/")]:
+        p = producer(env, "--epochs", "1", endpoint=ep, name=f"refused {ep}")
+        rc = p.wait(20)
+        err = p.stderr()
+        check(rc == 1, f"{ep}: exit code {rc}, expected 1: {err!r}")
+        check("refusing to serve" in err and why in err and todo in err
+              and "--insecure-open-to-network" in err, f"{ep}: message {err!r}")
     # The opt-out names the risk and serves; a consumer on loopback gets exact epochs.
     stats = env.path("stats.json")
     p = producer(env, "--wait-consumers", "1", "--epochs", "1", "--insecure-open-to-network",
@@ -223,8 +235,20 @@ def test_bad_keys(env):
     bad_line = write(env.path("bad_line_keys"), b"not-a-key comment\n", 0o644)
     empty_dir = env.path("empty_dir")
     os.mkdir(empty_dir, 0o700)
+    # Issue 18: a *.key file others may change; a FIFO (open() waited for a writer forever).
+    open_key_dir = env.path("open_key_dir")
+    os.mkdir(open_key_dir, 0o700)
+    open_key = write(os.path.join(open_key_dir, "client.key"), open(cli_public, "rb").read(),
+                     0o666)
+    fifo_secret = env.path("fifo.key_secret")
+    os.mkfifo(fifo_secret, 0o600)
+    fifo_dir = env.path("fifo_dir")
+    os.mkdir(fifo_dir, 0o700)
+    fifo_key = os.path.join(fifo_dir, "client.key")
+    os.mkfifo(fifo_key, 0o644)
     secret_cases = [(missing, "No such file"), (loose, "mode 0644"), (short, "found 30 bytes"),
-                    (long_, "found 45 bytes"), (not_z85, "not a Z85 key")]
+                    (long_, "found 45 bytes"), (not_z85, "not a Z85 key"),
+                    (fifo_secret, "not a regular file")]
     endpoint = f"tcp://127.0.0.1:{free_tcp_port()}"
 
     def expect(argv_proc, path, reason, code=1):
@@ -247,7 +271,8 @@ def test_bad_keys(env):
            short, "found 30 bytes")
     for keys, reason in [(empty_keys, "no key in it"), (open_keys, "mode 0666"),
                          (bad_line, "line 1"), (empty_dir, "no key in it"),
-                         (missing, "No such file")]:
+                         (missing, "No such file"), (open_key, "chmod go-w"),
+                         (fifo_key, "not a regular file")]:
         expect(producer(env, *curve_args(srv_secret, keys, server=True), endpoint=endpoint,
                             name=f"authorized {os.path.basename(keys)}"), keys, reason)
     # Half a key pair: bad usage, naming the option.

@@ -9,7 +9,7 @@ every batch in place (zero-copy). This package is a ctypes binding of libtsock:
 
 See docs/python.md. Batches are read-only views of shared memory: never modify one in place.
 """
-from . import _lib
+from . import _lib, _programs
 from ._lib import LibraryNotFound, VersionMismatch, default_endpoint
 from .consumer import Batch, Consumer, DataLoader, TensorInfo
 from .errors import (
@@ -51,10 +51,28 @@ from .producer import Producer
 from .security import curve_keygen
 from .stats import query_stats
 
-__version__ = "0.2.0"
+try:  # written by the build (pip install .) from include/tsock/version.h
+    from ._version import __version__
+except ImportError:  # a source checkout, used through TSOCK_LIBRARY: the library's version
+    __version__ = _lib.version
 
 #: Path of the libtsock shared library in use.
 library_path = _lib.path
+
+
+def build_info():
+    """What the loaded libtsock was built with, as a dict: ``version`` (str), ``cuda`` (True
+    when the CUDA backend was compiled with a CUDA toolkit: GPU rings work where a driver and
+    a device are present), ``io_uring`` (bool), ``library`` (its path) and ``programs`` (the
+    folder of the programs installed with this package, or None for a source checkout)."""
+    _lib.require("tsock_build_info", "tsock.build_info()")
+    info = {"library": _lib.path, "programs": _programs.BIN_DIR if _programs.packaged(
+        "tsock-producer") else None}
+    for word in _lib.lib.tsock_build_info().decode("utf-8", "replace").split():
+        key, _, value = word.partition("=")
+        info[key] = value if key == "version" else value == "1"
+    return info
+
 #: Version of that library, as a string and as (major, minor, patch).
 library_version = _lib.version
 library_version_info = _lib.version_info
@@ -93,6 +111,6 @@ __all__ = [
     "E_AUTH", "E_BAD_SAMPLE", "E_BAD_STATE", "E_BUSY_ENDPOINT", "E_CANCELLED", "E_DEVICE_UNUSABLE", "E_END", "E_EPOCH_INTERRUPTED", "E_FULL", "E_GROUP_INCOMPLETE", "E_GROUP_LOST", "E_GROUP_MISMATCH", "E_INSECURE", "E_LAYOUT", "E_NO_DEVICE", "E_NOT_HELD", "E_PRODUCER_LOST",
     "E_PRODUCER_STOPPED", "E_PROTOCOL", "E_REJECTED", "E_STATE", "E_VERSION",
     "LOG_ERROR", "LOG_WARN", "LOG_INFO", "LOG_DEBUG",
-    "default_endpoint", "library_path", "library_version", "library_version_info",
+    "build_info", "default_endpoint", "library_path", "library_version", "library_version_info",
     "cuda_device_count", "curve_keygen", "ensure_producer", "query_stats", "set_log", "strerror",
 ]

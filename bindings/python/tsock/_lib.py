@@ -118,6 +118,7 @@ LOG_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_char_p)
 _declare("tsock_strerror", c_char_p, [c_int])
 _declare("tsock_version", c_int, [])
 _declare("tsock_version_string", c_char_p, [])
+_declare_optional("tsock_build_info", c_char_p, [])
 _declare("tsock_set_log", None, [LOG_FN, c_void_p, c_int])
 
 # ---- layout ----

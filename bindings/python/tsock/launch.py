@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import time
 
+from . import _programs
 from . import errors
 from ._lib import default_endpoint
 from .stats import query_stats
@@ -74,6 +75,10 @@ def _find_program(program):
     bin_dir = os.environ.get("TSOCK_BIN_DIR")
     if bin_dir and os.access(os.path.join(bin_dir, "tsock-producer"), os.X_OK):
         return os.path.join(bin_dir, "tsock-producer")
+    # The program installed with this package (pip install .), which matches its library.
+    found = _programs.packaged("tsock-producer")
+    if found is not None:
+        return found
     found = shutil.which("tsock-producer")
     if found is None:
         raise FileNotFoundError("tsock-producer not found: install it on PATH, or pass "
@@ -135,7 +140,8 @@ def ensure_producer(dataset, root=None, endpoint=None, program=None, timeout=120
     ``--no-flip``), detached in its own session so that it outlives the rank, its output in
     ``<socket>.log``, and waits until it answers. Safe to call from every local rank at once:
     exactly one starts the producer. The program is `program`, else ``$TSOCK_PRODUCER``, else
-    ``$TSOCK_BIN_DIR/tsock-producer``, else ``tsock-producer`` on PATH. The producer reads
+    ``$TSOCK_BIN_DIR/tsock-producer``, else the one installed with this package (``pip
+    install .``), else ``tsock-producer`` on PATH. The producer reads
     ``--nodes``/``--node-rank`` from Slurm's or torchrun's environment when they are not given,
     and then serves only this node's share of the dataset; ``nodes=1`` serves all of it.
 

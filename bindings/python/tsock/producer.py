@@ -123,9 +123,10 @@ class Producer:
         curve: (server secret key file, authorized keys) to require CURVE authentication
             (docs/security.md): only clients whose public key is in the authorized keys (a
             file, one key per line, or a directory of *.key files) are served.
-        insecure_open_to_network: serve a tcp endpoint reachable from other hosts without
-            keys. Without it, such an endpoint (0.0.0.0, *, a host address) raises TsockError
-            E_INSECURE at start: anyone who reaches it could join, hold slots and read batches.
+        insecure_open_to_network: serve an endpoint other hosts or users can reach without
+            keys. Without it, such an endpoint (0.0.0.0, *, a host address, SOURCE;ADDRESS, an
+            abstract ipc://@NAME) raises TsockError E_INSECURE at start: anyone who reaches it
+            could join, hold slots and read batches.
 
     A batch is a tuple (or list) of torch tensors / numpy arrays sharing their first dimension
     (the sample count, 1..batch_size), a dict name -> array, or a single array. The layout
