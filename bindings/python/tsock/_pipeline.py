@@ -93,6 +93,15 @@ class Pipeline:
             self._h = None
 
 
+def check_shuffle(shuffle, source, window):
+    """Rejects a bad shuffle option before anything is indexed."""
+    _choice("shuffle", shuffle, SHUFFLES)
+    if shuffle == "shards" and source != "webdataset":
+        raise ValueError("shuffle='shards' needs source='webdataset'")
+    if int(window) < 1:
+        raise ValueError("shard_window must be at least 1")
+
+
 def shard_order(shuffle, pipeline, window):
     """The (starts, shards, window) of tsock_producer_set_shard_order for shuffle="shards",
     None for "samples"."""

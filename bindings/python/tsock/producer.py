@@ -488,6 +488,7 @@ class Producer:
             raise errors.TsockError(errors.E_STATE, "serve_images() starts the producer "
                                     "itself: call it on a producer that was not started",
                                     "serve_images")
+        _pipeline.check_shuffle(shuffle, source, shard_window)
         pipe = _pipeline.Pipeline(source, path, preset=preset, image_size=image_size,
                                   workers=workers, seed=seed, on_error=on_error,
                                   index_cache=index_cache, split=split, label_key=label_key)
