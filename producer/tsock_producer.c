@@ -115,8 +115,10 @@ open_pipeline(const struct config *cfg, tsock_pipeline **out)
         pl = NULL;
     } else if (rc < 0) {
         fprintf(stderr, PROG ": cannot open the dataset %s: %s\n", path,
-                rc == -ENOENT ? "no usable image file there (see the log above)"
-                              : tsock_strerror(rc));
+                rc == -ENOENT && source == TSOCK_SOURCE_WEBDATASET
+                    ? "a shard is missing, or none holds a usable sample (see the log above)"
+                : rc == -ENOENT ? "no usable image file there (see the log above)"
+                                : tsock_strerror(rc));
         tsock_pipeline_destroy(pl);
         pl = NULL;
     }

@@ -85,10 +85,12 @@ on_problem(void *arg, int problem, uint64_t offset, const char *key, size_t key_
     struct cb_state *cs = arg;
     struct shard_scan *ss = cs->ss;
     if (ss->bad++ < LOG_PER_SHARD)
-        tsock__log(TSOCK_LOG_WARN, "index: %s%s%s offset %llu key '%.*s': %s; left out",
+        tsock__log(TSOCK_LOG_WARN, "index: %s%s%s offset %llu key '%.*s': %s%s",
                    ss->path[0] == '/' ? "" : cs->ctx->root, ss->path[0] == '/' ? "" : "/", ss->path,
                    (unsigned long long)offset, (int)(key_len > 200 ? 200 : key_len), key,
-                   tsock__tar_problem_text(problem));
+                   tsock__tar_problem_text(problem),
+                   /* the problems that end a shard say so themselves */
+                   problem < TSOCK__TAR_NO_IMAGE ? "" : "; the sample is left out");
     else if (ss->bad == LOG_PER_SHARD + 1)
         tsock__log(TSOCK_LOG_WARN, "index: %s: more rejected samples; counting without logging",
                    ss->path);

@@ -266,7 +266,10 @@ open_index(struct tsock_pipeline *pl)
     if (r != 0) {
         tsock__log(r == TSOCK_E_CANCELLED ? TSOCK_LOG_INFO : TSOCK_LOG_ERROR,
                    "pipeline: %s: cannot index the dataset: %s", pl->path,
-                   r == -ENOENT ? "no usable image file" : tsock_strerror(r));
+                   r == -ENOENT && pl->source == TSOCK_SOURCE_WEBDATASET
+                       ? "a shard is missing, or no usable sample (see above)"
+                   : r == -ENOENT ? "no usable image file"
+                                  : tsock_strerror(r));
         tsock__index_destroy(pl->index);
         pl->index = NULL;
         return r;
