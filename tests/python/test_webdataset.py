@@ -354,15 +354,16 @@ def test_python_ensure_producer_and_serve_images(tsock, programs, data, tmp_path
 
 def test_device_cuda_simulated_same_bytes(tsock, programs, procs, endpoint, data, monkeypatch):
     """--device cuda on shards (the simulated device: TSOCK_CUDA_SIM=1, every run) serves the
-    bytes the host ring serves: the consumers' epoch digests are equal."""
+    bytes the host ring serves, and so does --io pread: the consumers' epoch digests are
+    equal."""
     monkeypatch.setenv("TSOCK_CUDA_SIM", "1")
     monkeypatch.setenv("TSOCK_CUDA_SIM_DEVICE", f"wds{os.getpid()}")
     digests = []
-    for device in ("cpu", "cuda"):
+    for device, io in (("cpu", "auto"), ("cuda", "auto"), ("cpu", "pread")):
         p = producer(programs, procs, endpoint, data["shards"], "--split", "val", "--device",
-                     device, "--shuffle", "shards")
+                     device, "--shuffle", "shards", "--io", io)
         res = finished(consumer(programs, procs, endpoint, "--epochs", "1"))
         assert p.wait(timeout=60) == 0, p.stderr.read()
         assert res["samples"] == IMAGES and res["missing"] == 0
         digests.append(res["epoch_digests"])
-    assert digests[0] == digests[1]
+    assert digests[0] == digests[1] == digests[2]
