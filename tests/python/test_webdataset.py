@@ -367,3 +367,35 @@ def test_device_cuda_simulated_same_bytes(tsock, programs, procs, endpoint, data
         assert res["samples"] == IMAGES and res["missing"] == 0
         digests.append(res["epoch_digests"])
     assert digests[0] == digests[1] == digests[2]
+
+
+def test_mkdataset_format_webdataset(tsock, programs, procs, endpoint, tmp_path):
+    """tsock-mkdataset --format webdataset writes shards and a timm info file (its temporary
+    tree gone), which a directory SPEC serves; misuse is a usage error."""
+    mk = os.path.join(BIN_DIR, "tsock-mkdataset")
+    out = str(tmp_path / "gen")
+    r = subprocess.run([mk, out, "--images", "20", "--classes", "2", "--format", "webdataset",
+                        "--shard-samples", "8", "--edge-cases", "--split", "val"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(out)) == ["_info.json"] + [f"val-{i:06d}.tar" for i in range(5)]
+    info = json.load(open(os.path.join(out, "_info.json")))
+    assert info["splits"]["validation"]["num_samples"] == 34  # 20 + 7 edge cases per class
+    for f in os.listdir(out):
+        _age(os.path.join(out, f))
+    p = producer(programs, procs, endpoint, out, "--split", "val")
+    c = consumer(programs, procs, endpoint, "--epochs", "1")
+    cout, cerr = c.communicate(timeout=120)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    res = json.loads(cout)
+    # The empty files are rejected by the tar index and the text files by the header check;
+    # a truncated JPEG fails when decoded and is replaced by the next sample, as in a folder
+    # (tsock-consume counts that duplicate and exits 3); the grayscale, CMYK, progressive and
+    # PNG files are served.
+    assert err.count("the image member is empty") == 2, err
+    assert err.count("not an image") == 2, err
+    assert res["samples"] == 20 + 5 * 2 and res["duplicates"] == 2, (cout, cerr)
+    r = subprocess.run([mk, str(tmp_path / "x"), "--from-folder", out], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--format webdataset" in r.stderr
