@@ -4,8 +4,9 @@
  * Classes are the tree's subdirectories sorted by name and numbered from 0 as torchvision's
  * ImageFolder numbers them; a class's files (with an image extension) are taken in name order,
  * the class folder's own files first, then each subfolder's the same way (for the flat trees
- * tsock-mkdataset writes, exactly ImageFolder's order, so the shards' ids are the folder's). Each file becomes one sample of two members: KEY.EXT (the file's
- * bytes, EXT its extension lower-cased) and KEY.cls (the label in ASCII decimal), where KEY is
+ * tsock-mkdataset writes, exactly ImageFolder's order, so the shards' ids are the folder's).
+ * Each file becomes one sample of two members: KEY.EXT (the file's bytes, EXT its extension
+ * lower-cased) and KEY.cls (the label in ASCII decimal), where KEY is
  * CLASS/STEM, STEM the file's path below its class with its extension removed and every other
  * '.' made '_' (a dot would end the key). Shards hold `per_shard` samples each (the last one
  * the rest), in that order, and are named OUT/PREFIX-000000.tar, ... ; an OUT/_info.json in
