@@ -2,8 +2,8 @@
  * tsock image pipeline: index an image dataset, then read, decode and augment the samples of
  * each batch on worker threads, straight into a producer's slot.
  *
- * This is what tsock-producer --dataset imagenet|folder|list runs; a C program that serves its
- * own producer can use it the same way:
+ * This is what tsock-producer --dataset imagenet|folder|list|webdataset runs; a C program that
+ * serves its own producer can use it the same way:
  *
  *     tsock_pipeline_create(&pl, TSOCK_SOURCE_FOLDER, "/data/imagenet/train");
  *     tsock_pipeline_set_workers(pl, 8);               // any setter, before open
