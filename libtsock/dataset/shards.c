@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,7 +174,7 @@ find_key(const char *p, const char *end, const char *key)
             return NULL;
         p = ws(p + 1, end);
         if (match)
-            return p;
+            return p < end ? p : NULL; /* a key with no value before the end */
         p = skip_value(p, end, 0);
         p = p ? ws(p, end) : NULL;
         if (!p || p >= end || *p != ',')
@@ -199,7 +200,13 @@ read_info(const char *text, size_t size, const char *info, const char *split, st
         return -EINVAL;
     }
     const char *n = find_key(sp, end, "num_samples");
-    *expected = n && *n >= '0' && *n <= '9' ? strtoll(n, NULL, 10) : -1;
+    *expected = -1;
+    if (n && n < end && *n >= '0' && *n <= '9') {
+        int64_t v = 0; /* bounded by `end`: the text need not be NUL-terminated */
+        for (; n < end && *n >= '0' && *n <= '9' && v < INT64_MAX / 10 - 9; n++)
+            v = v * 10 + (*n - '0');
+        *expected = v;
+    }
     const char *p = find_key(sp, end, "filenames");
     if (!p || *p != '[') {
         tsock__log(TSOCK_LOG_ERROR, "shards: %s: split '%s' has no \"filenames\" list", info,
@@ -208,8 +215,9 @@ read_info(const char *text, size_t size, const char *info, const char *split, st
     }
     for (p = ws(p + 1, end); p < end && *p == '"';) {
         const char *s = p + 1, *after = skip_value(p, end, 0);
-        if (!after || memchr(s, '\\', (size_t)(after - 1 - s)))
-            break; /* escapes in shard names are not supported: refused below */
+        if (!after || after - 1 == s || memchr(s, '\\', (size_t)(after - 1 - s)) ||
+            memchr(s, '\0', (size_t)(after - 1 - s)))
+            break; /* empty names, escapes and NULs are refused below */
         int r = names_add(out, s, (size_t)(after - 1 - s));
         if (r != 0)
             return r;
@@ -220,10 +228,28 @@ read_info(const char *text, size_t size, const char *info, const char *split, st
     if (p >= end || *p != ']' || out->n == 0) {
         tsock__log(TSOCK_LOG_ERROR,
                    "shards: %s: split '%s': \"filenames\" is not a non-empty "
-                   "list of plain strings",
+                   "list of plain, non-empty strings",
                    info, split);
         return -EINVAL;
     }
+    return 0;
+}
+
+int
+tsock__shards_parse_info(const char *text, size_t size, const char *split, char ***names,
+                         uint32_t *count, int64_t *expected)
+{
+    struct names l = {0};
+    *names = NULL;
+    *count = 0;
+    *expected = -1;
+    int r = read_info(text, size, "the info file", split, &l, expected);
+    if (r != 0) {
+        names_free(&l);
+        return r;
+    }
+    *names = l.v;
+    *count = (uint32_t)l.n;
     return 0;
 }
 

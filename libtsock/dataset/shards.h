@@ -38,4 +38,13 @@ int tsock__shards_resolve(const char *spec, const char *split, struct tsock__sha
 
 void tsock__shards_free(struct tsock__shard_list *l);
 
+/* The info file's part of tsock__shards_resolve, on its bytes (untrusted: fuzzed by
+ * tests/fuzz/fuzz_tar.c): the "filenames" of split `split` ("val" also matches "validation")
+ * under "splits", and its "num_samples" (-1 when absent). Returns 0 and a malloc'ed array of
+ * *count malloc'ed names (the caller frees each and the array), or -EINVAL (no such split, or
+ * not a non-empty list of plain strings: logged), -E2BIG (too many shards), -ENOMEM. Reads
+ * no byte outside text[0, size). */
+int tsock__shards_parse_info(const char *text, size_t size, const char *split, char ***names,
+                             uint32_t *count, int64_t *expected);
+
 #endif

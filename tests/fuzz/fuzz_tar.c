@@ -6,13 +6,17 @@
  * input (its image member's bytes, which the pipeline will read at that offset), have a
  * non-empty key no longer than TSOCK__TAR_MAX_PATH and a label below 2^32 - 1; every problem
  * must be a known one at an offset inside the input. The first byte picks the label source
- * (cls, or a json field), so both paths are explored. A breach aborts so the fuzzer reports
- * it. Built with -fsanitize=fuzzer as fuzz_tar, and with replay_main.c as replay_tar, which
- * replays the corpus in the normal test run.
+ * (cls, or a json field), so both paths are explored. An input that starts with '{' is also
+ * read as the timm info file that may lie beside the shards (dataset/shards.c): every name it
+ * gives must be a non-empty string without NUL. A breach aborts so the fuzzer reports it. Built
+ * with -fsanitize=fuzzer as fuzz_tar, and with replay_main.c as replay_tar, which replays the
+ * corpus in the normal test run.
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "dataset/shards.h"
 #include "dataset/tar.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -48,9 +52,32 @@ on_problem(void *arg, int problem, uint64_t offset, const char *key, size_t key_
         abort();
 }
 
+static void
+info_file(const uint8_t *data, size_t size)
+{
+    static const char *const splits[] = {"train", "val"};
+    for (int k = 0; k < 2; k++) {
+        char **names = NULL;
+        uint32_t count = 0;
+        int64_t expected = 0;
+        int r = tsock__shards_parse_info((const char *)data, size, splits[k], &names, &count,
+                                         &expected);
+        if (r != 0 && (names || count))
+            abort();
+        for (uint32_t i = 0; i < count; i++) {
+            if (!names[i] || !names[i][0] || strlen(names[i]) > size)
+                abort();
+            free(names[i]);
+        }
+        free(names);
+    }
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    if (size && data[0] == '{')
+        info_file(data, size);
     struct seen st = {.size = size};
     struct tsock__tar_callbacks cb = {.sample = on_sample,
                                       .problem = on_problem,
