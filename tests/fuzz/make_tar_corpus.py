@@ -2,7 +2,9 @@
 """Writes the seed corpus of fuzz_tar (tests/fuzz/corpus/tar): small WebDataset shards in
 every header format Python's tarfile writes (PAX, its default; GNU; ustar), a long path,
 json labels, and broken variants. Deterministic (fixed mtimes and owners), so a rerun
-rewrites the same bytes:  python3 tests/fuzz/make_tar_corpus.py tests/fuzz/corpus/tar"""
+rewrites the same bytes:  python3 tests/fuzz/make_tar_corpus.py tests/fuzz/corpus/tar
+The corpus also holds a shard written by tsock-mkdataset (mkdataset-ustar.tar) and timm info
+files (info-*.json, written by hand or found by the fuzzer), which this script leaves alone."""
 import io
 import json
 import os
