@@ -33,6 +33,15 @@ the exit status is non-zero only when something failed to run.
     python3 benchmarks/image_pipeline.py [--images 800] [--repeat 3] [--root DIR]
 
 Writes docs/benchmarks/image_pipeline.json (--out) and prints a table.
+
+--mode shards compares the same photographs read from the folder and from WebDataset tar
+shards (tsock-mkdataset --from-folder --format webdataset, --shard-samples per shard), in one
+invocation, interleaved, --repeat times: tsock-producer --dataset imagenet against
+--dataset webdataset --shuffle samples and --shuffle shards (--shard-window), each with
+--workers N and one tsock-consume. Reported per source: the producer's CPU per image (its
+final cpu_s / samples, index build included) and images/s (measured by the consumer). Target
+(issue 19): shards cost no more CPU per image than folders. Writes
+docs/benchmarks/image_pipeline_shards.json.
 """
 import argparse
 import json
@@ -108,7 +117,16 @@ def parse_args():
     ap.add_argument("--out", default=os.path.join(REPO, "docs", "benchmarks",
                                                    "image_pipeline.json"))
     ap.add_argument("--skip-torchvision", action="store_true")
+    ap.add_argument("--mode", choices=("floor", "shards"), default="floor",
+                    help="floor (default): (a)-(d) above; shards: folder vs tar shards")
+    ap.add_argument("--shard-samples", type=int, default=100,
+                    help="--mode shards: samples per shard (100)")
+    ap.add_argument("--shard-window", type=int, default=2,
+                    help="--mode shards: shards shuffled together by --shuffle shards (2)")
     args = ap.parse_args()
+    if args.mode == "shards" and args.out == os.path.join(REPO, "docs", "benchmarks",
+                                                          "image_pipeline.json"):
+        args.out = os.path.join(REPO, "docs", "benchmarks", "image_pipeline_shards.json")
     args.decode = os.path.join(args.bench_dir, "tsock-bench-decode")
     find_programs(ap, args, args.decode)
     if args.repeat < 1 or args.workers < 1 or args.epochs < 1:
@@ -125,11 +143,14 @@ def run_floor(args, root):
     return json.loads(r.stdout), cmd
 
 
-def run_tsock(args, root, workers, workdir, tag):
-    """One producer + one consumer; returns the producer's final record and the consumer's."""
+def run_tsock(args, root, workers, workdir, tag, source=None):
+    """One producer + one consumer; returns the producer's final record and the consumer's.
+    `source`: the dataset flags (default: --dataset imagenet --root ROOT)."""
     endpoint = f"ipc://{workdir}/{tag}.sock"
     stats = os.path.join(workdir, f"{tag}.jsonl")
-    pcmd = [args.producer, "--dataset", "imagenet", "--root", root, "--split", "train",
+    if source is None:
+        source = ["--dataset", "imagenet", "--root", root]
+    pcmd = [args.producer, *source, "--split", "train",
             "--workers", str(workers), "--batch-size", str(args.batch_size), "--epochs",
             str(args.epochs), "--endpoint", endpoint, "--wait-consumers", "1", "--stats-json",
             stats, "--quiet"]
@@ -207,6 +228,87 @@ def med(runs, key):
     return statistics.median(vals) if vals else None
 
 
+def make_shards(args, root, workdir):
+    """The tree as shards (tsock-mkdataset --from-folder); returns (brace pattern, command)."""
+    out = os.path.join(workdir, "shards")
+    cmd = [args.mkdataset, out, "--from-folder", root, "--format", "webdataset",
+           "--shard-samples", str(args.shard_samples), "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"tsock-mkdataset --format webdataset failed: {r.stderr}")
+    return last_json(r.stdout), cmd
+
+
+def main_shards(args, out):
+    """--mode shards: folder vs shards in both shuffle orders, interleaved."""
+    workdir = tempfile.mkdtemp(prefix="tsock-shards-bench-")
+    os.chmod(workdir, 0o700)
+    keys = ("cpu_ms_per_image", "images_per_s", "decode_ms_per_image", "read_s", "index_s",
+            "wall_s", "consumer_cpu_ms_per_image")
+    try:
+        if args.root:
+            root, out["dataset"] = args.root, {"root": args.root}
+        else:
+            root, summary, cmd = make_tree(args, workdir)
+            out["dataset"] = {k: summary.get(k) for k in (
+                "images", "classes", "files", "total_bytes", "mean_width", "mean_height",
+                "mean_bytes", "source", "quality", "photos_fallback")}
+            out["dataset"]["command"] = " ".join(cmd)
+        made, cmd = make_shards(args, root, workdir)
+        out["shards"] = {"shards": made["shards"], "samples": made["samples"],
+                         "per_shard": args.shard_samples, "command": " ".join(cmd)}
+        spec = made["pattern"]
+        sources = {
+            "folder": None,
+            "shards_shuffle_samples": ["--dataset", "webdataset", "--shards", spec],
+            "shards_shuffle_shards": ["--dataset", "webdataset", "--shards", spec, "--shuffle",
+                                      "shards", "--shard-window", str(args.shard_window)],
+        }
+        runs = {k: [] for k in sources}
+        commands = {}
+        for n in range(args.repeat):  # interleaved: drift of the shared machine hits all
+            for name, src in sources.items():
+                res, pcmd, ccmd = run_tsock(args, root, args.workers, workdir, f"{name}-{n}",
+                                            src)
+                runs[name].append(res)
+                commands[name] = " ".join(pcmd)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    out["results"] = {name: {**{k: med(r, k) for k in keys}, "read_mode": r[0]["read_mode"],
+                             "cpu_ms_per_image_range": [min(x["cpu_ms_per_image"] for x in r),
+                                                        max(x["cpu_ms_per_image"] for x in r)],
+                             "producer_command": commands[name], "runs": r}
+                      for name, r in runs.items()}
+    f_ms = out["results"]["folder"]["cpu_ms_per_image"]
+    out["targets"] = {f"{name}_cpu_over_folder": out["results"][name]["cpu_ms_per_image"] / f_ms
+                      for name in sources if name != "folder"}
+    out["targets"]["shards_no_more_cpu_than_folder"] = all(
+        v <= 1.0 for k, v in out["targets"].items() if k.endswith("_over_folder"))
+    # The same ratio per round (each round runs the three back to back), for the spread.
+    for name in sources:
+        if name != "folder":
+            per_round = sorted(a["cpu_ms_per_image"] / b["cpu_ms_per_image"]
+                               for a, b in zip(runs[name], runs["folder"]))
+            out["targets"][f"{name}_cpu_over_folder_per_round"] = per_round
+    out["machine"]["load_avg_at_end"] = os.getloadavg()
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=2)
+        f.write("\n")
+    print(f"{out['shards']['samples']} images in {out['shards']['shards']} shards; "
+          f"{args.workers} workers; medians of {args.repeat}")
+    print(f"{'source':<28} {'CPU ms/image':>12} {'images/s':>10}")
+    for name, r in out["results"].items():
+        print(f"{name:<28} {r['cpu_ms_per_image']:>12.3f} {r['images_per_s'] or 0:>10.1f}")
+    for k, v in out["targets"].items():
+        shown = (v if isinstance(v, bool) else [round(x, 3) for x in v] if isinstance(v, list)
+                 else round(v, 3))
+        print(f"{k}: {shown}")
+    print(f"written: {args.out}")
+    warn_fallback(args)
+    return 0
+
+
 def main():
     args = parse_args()
     out = {"benchmark": "image_pipeline", "date_utc": time.strftime("%Y-%m-%d %H:%M",
@@ -214,7 +316,12 @@ def main():
            "machine": machine(),
            "commit": git_commit(),
            "config": {"repeat": args.repeat, "workers": args.workers,
-                      "batch_size": args.batch_size, "epochs_per_run": args.epochs}}
+                      "batch_size": args.batch_size, "epochs_per_run": args.epochs,
+                      "mode": args.mode}}
+    if args.mode == "shards":
+        out["config"].update({"shard_samples": args.shard_samples,
+                              "shard_window": args.shard_window})
+        return main_shards(args, out)
     workdir = tempfile.mkdtemp(prefix="tsock-image-bench-")
     os.chmod(workdir, 0o700)
     try:

@@ -16,7 +16,7 @@ static void
 usage(FILE *f)
 {
     fprintf(f,
-            "usage: tsock-producer --dataset synthetic|imagenet|folder|list [options]\n"
+            "usage: tsock-producer --dataset synthetic|imagenet|folder|list|webdataset [options]\n"
             "\n"
             "Reads, decodes and augments a dataset once and serves every batch to all the\n"
             "tsock consumers that connect, through a rolling buffer of shared-memory slots.\n"
@@ -28,8 +28,20 @@ usage(FILE *f)
             "                                        exists, as in ImageNet's own layout\n"
             "                             folder:    an ImageFolder tree, ROOT itself\n"
             "                             list:      a file of 'path label' lines (--list)\n"
+            "                             webdataset: WebDataset tar shards (--shards)\n"
             "  --root DIR                 the tree (imagenet, folder)\n"
             "  --list FILE                the list file (list)\n"
+            "  --shards SPEC              the tar shards (webdataset): a brace pattern\n"
+            "                             DIR/train-{0000..0099}.tar, a directory (the split's\n"
+            "                             shards in its _info.json, else its *.tar), or a file\n"
+            "                             listing shard paths\n"
+            "  --label-key KEY            webdataset: labels from this field of each sample's\n"
+            "                             json member (default: its cls member)\n"
+            "  --shuffle samples|shards   webdataset: samples (default) permutes all samples;\n"
+            "                             shards permutes shards, then samples within windows\n"
+            "                             of --shard-window shards (fewer random reads)\n"
+            "  --shard-window N           shards shuffled together by --shuffle shards\n"
+            "                             (default 4)\n"
             "  --split train|val          train: RandomResizedCrop + horizontal flip (default)\n"
             "                             val: Resize(size*256/224) + CenterCrop(size)\n"
             "  --image-size N             output images are N x N x 3 uint8 (default 224;\n"
@@ -108,6 +120,10 @@ enum {
     OPT_DATASET = 256,
     OPT_ROOT,
     OPT_LIST,
+    OPT_SHARDS,
+    OPT_LABEL_KEY,
+    OPT_SHUFFLE,
+    OPT_SHARD_WINDOW,
     OPT_SPLIT,
     OPT_IMAGE_SIZE,
     OPT_CROP_SCALE,
@@ -147,6 +163,10 @@ static const struct option longopts[] = {
     {"dataset", required_argument, NULL, OPT_DATASET},
     {"root", required_argument, NULL, OPT_ROOT},
     {"list", required_argument, NULL, OPT_LIST},
+    {"shards", required_argument, NULL, OPT_SHARDS},
+    {"label-key", required_argument, NULL, OPT_LABEL_KEY},
+    {"shuffle", required_argument, NULL, OPT_SHUFFLE},
+    {"shard-window", required_argument, NULL, OPT_SHARD_WINDOW},
     {"split", required_argument, NULL, OPT_SPLIT},
     {"image-size", required_argument, NULL, OPT_IMAGE_SIZE},
     {"crop-scale", required_argument, NULL, OPT_CROP_SCALE},
@@ -290,7 +310,9 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
     static const char *const outputs[] = {"uint8", "float16", "float32", NULL};
     static const int output_dtypes[] = {TSOCK_UINT8, TSOCK_FLOAT16, TSOCK_FLOAT32};
     static const char *const layouts[] = {"nhwc", "nchw", NULL};
-    static const char *const datasets[] = {"synthetic", "imagenet", "folder", "list", NULL};
+    static const char *const datasets[] = {"synthetic", "imagenet",   "folder",
+                                           "list",      "webdataset", NULL};
+    static const char *const shuffles[] = {"samples", "shards", NULL};
     static const char *const splits[] = {"train", "val", NULL};
     static const char *const io_modes[] = {"auto", "uring", "pread", NULL};
     static const char *const on_errors[] = {"skip", "fail", NULL};
@@ -307,6 +329,22 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
     case OPT_LIST:
         cfg->list = non_empty("list", arg);
         seen->image_only = "--list";
+        break;
+    case OPT_SHARDS:
+        cfg->shards = non_empty("shards", arg);
+        seen->image_only = "--shards";
+        break;
+    case OPT_LABEL_KEY:
+        cfg->label_key = non_empty("label-key", arg);
+        seen->image_only = "--label-key";
+        break;
+    case OPT_SHUFFLE:
+        cfg->shuffle_shards = parse_choice("shuffle", arg, shuffles);
+        seen->image_only = "--shuffle";
+        break;
+    case OPT_SHARD_WINDOW:
+        cfg->shard_window = (uint32_t)cli_parse_u64("shard-window", arg, 1, 1000000);
+        seen->image_only = "--shard-window";
         break;
     case OPT_SPLIT:
         cfg->val = parse_choice("split", arg, splits);
@@ -424,15 +462,41 @@ check_normalize(const struct config *cfg)
     }
 }
 
+/* The options of --dataset webdataset, and only of it. */
+static void
+check_webdataset(struct config *cfg)
+{
+    if (cfg->dataset != DATASET_WEBDATASET) {
+        if (cfg->shards || cfg->label_key || cfg->shuffle_shards || cfg->shard_window)
+            cli_bad_usage("%s: only for --dataset webdataset", cfg->shards      ? "--shards"
+                                                               : cfg->label_key ? "--label-key"
+                                                               : cfg->shuffle_shards
+                                                                   ? "--shuffle"
+                                                                   : "--shard-window");
+        return;
+    }
+    if (!cfg->shards)
+        cli_bad_usage("--dataset webdataset needs --shards SPEC (a brace pattern such as "
+                      "DIR/train-{0000..0099}.tar, a directory, or a file listing shards)");
+    if (cfg->root || cfg->list)
+        cli_bad_usage("%s: not for --dataset webdataset (give the shards with --shards)",
+                      cfg->root ? "--root" : "--list");
+    if (cfg->shard_window && !cfg->shuffle_shards)
+        cli_bad_usage("--shard-window: only with --shuffle shards");
+    if (!cfg->shard_window)
+        cfg->shard_window = 4;
+}
+
 /* Checks that hold between options, once all are read. */
 static void
 check_combination(struct config *cfg, const struct seen *seen)
 {
     if (!cfg->dataset_name)
-        cli_bad_usage("--dataset is required; one of: synthetic, imagenet, folder, list");
+        cli_bad_usage("--dataset is required; one of: synthetic, imagenet, folder, list, "
+                      "webdataset");
     if (cfg->dataset == DATASET_SYNTHETIC) {
         if (seen->image_only)
-            cli_bad_usage("%s: only for the image datasets (imagenet, folder, list)",
+            cli_bad_usage("%s: only for the image datasets (imagenet, folder, list, webdataset)",
                           seen->image_only);
         if (!seen->image_size)
             cfg->image_size = 32;
@@ -440,12 +504,13 @@ check_combination(struct config *cfg, const struct seen *seen)
         if (seen->samples)
             cli_bad_usage("--samples: only for --dataset synthetic (an image dataset has as "
                           "many samples as files)");
+        check_webdataset(cfg);
         if (cfg->dataset == DATASET_LIST && !cfg->list)
             cli_bad_usage("--dataset list needs --list FILE");
         if (cfg->dataset == DATASET_LIST && cfg->root)
             cli_bad_usage("--root: not for --dataset list (paths are relative to the list "
                           "file's folder)");
-        if (cfg->dataset != DATASET_LIST && !cfg->root)
+        if (cfg->dataset != DATASET_LIST && cfg->dataset != DATASET_WEBDATASET && !cfg->root)
             cli_bad_usage("--dataset %s needs --root DIR", cfg->dataset_name);
         if (cfg->dataset != DATASET_LIST && cfg->list)
             cli_bad_usage("--list: only for --dataset list");
@@ -616,6 +681,8 @@ dataset_path(const struct config *cfg)
 {
     if (cfg->dataset == DATASET_LIST)
         return strdup(cfg->list);
+    if (cfg->dataset == DATASET_WEBDATASET)
+        return strdup(cfg->shards);
     if (cfg->dataset == DATASET_IMAGENET) {
         size_t len = strlen(cfg->root) + 8;
         char *split = malloc(len);

@@ -8,7 +8,8 @@ enum dataset_kind {
     DATASET_SYNTHETIC = 0, /* checkable generated samples (synthetic.h) */
     DATASET_IMAGENET = 1,  /* an ImageFolder tree, or its train/ or val/ folder */
     DATASET_FOLDER = 2,    /* an ImageFolder tree, as given */
-    DATASET_LIST = 3       /* a "path label" list file */
+    DATASET_LIST = 3,      /* a "path label" list file */
+    DATASET_WEBDATASET = 4 /* WebDataset tar shards (--shards SPEC) */
 };
 
 struct config {
@@ -16,6 +17,10 @@ struct config {
     const char *dataset_name;
     const char *root;        /* imagenet, folder */
     const char *list;        /* list */
+    const char *shards;      /* webdataset: the SPEC */
+    const char *label_key;   /* webdataset: json field of the label (NULL: cls) */
+    int shuffle_shards;      /* --shuffle shards */
+    uint32_t shard_window;   /* --shard-window: shards read together (default 4) */
     const char *index_cache; /* NULL: none */
     int val;                 /* --split val: the val preset */
     const char *endpoint;

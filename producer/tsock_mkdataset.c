@@ -41,6 +41,7 @@
 
 #include "cli.h"
 #include "formats.h"
+#include "shards.h"
 #include "synth.h"
 
 #define PROG "tsock-mkdataset"
@@ -74,6 +75,11 @@ struct options {
     int edge_cases, json, val;
     int force; /* --force: empty a non-empty OUT first */
     const char *photos;
+    int webdataset;          /* --format webdataset: OUT gets tar shards, not a tree */
+    uint64_t shard_samples;  /* --shard-samples */
+    const char *from_folder; /* --from-folder TREE: convert TREE instead of generating */
+    const char *shards_out;  /* with --format webdataset: where the shards go (o.out is then
+                              * the temporary tree) */
 };
 
 /* One file to write, and what was written. */
@@ -123,6 +129,14 @@ usage(FILE *f)
             "  --json             print the summary as JSON, edge-case files listed\n"
             "  --force            OUT may hold files: delete everything in it first (without\n"
             "                     it, a non-empty OUT is refused)\n"
+            "  --format folder|webdataset\n"
+            "                     folder (default): the tree above; webdataset: the same\n"
+            "                     images as WebDataset tar shards OUT/<split>-000000.tar ...\n"
+            "                     (KEY.jpeg + KEY.cls per sample, labels in torchvision's class\n"
+            "                     numbering) and OUT/_info.json listing them (timm's layout)\n"
+            "  --shard-samples N  samples per shard (default 1000)\n"
+            "  --from-folder TREE convert the ImageFolder tree TREE into shards in OUT instead\n"
+            "                     of generating images (needs --format webdataset)\n"
             "  --help             show this help\n"
             "\n"
             "OUT must be a new or empty directory (see --force).\n"
@@ -132,17 +146,28 @@ usage(FILE *f)
 static void
 parse_options(int argc, char **argv, struct options *o)
 {
-    static const struct option longs[] = {
-        {"images", required_argument, NULL, 'i'},  {"classes", required_argument, NULL, 'c'},
-        {"edge-cases", no_argument, NULL, 'e'},    {"seed", required_argument, NULL, 's'},
-        {"quality", required_argument, NULL, 'q'}, {"split", required_argument, NULL, 'p'},
-        {"photos", required_argument, NULL, 'P'},  {"threads", required_argument, NULL, 't'},
-        {"json", no_argument, NULL, 'j'},          {"force", no_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {{"images", required_argument, NULL, 'i'},
+                                          {"classes", required_argument, NULL, 'c'},
+                                          {"edge-cases", no_argument, NULL, 'e'},
+                                          {"seed", required_argument, NULL, 's'},
+                                          {"quality", required_argument, NULL, 'q'},
+                                          {"split", required_argument, NULL, 'p'},
+                                          {"photos", required_argument, NULL, 'P'},
+                                          {"threads", required_argument, NULL, 't'},
+                                          {"json", no_argument, NULL, 'j'},
+                                          {"force", no_argument, NULL, 'f'},
+                                          {"format", required_argument, NULL, 'F'},
+                                          {"shard-samples", required_argument, NULL, 'S'},
+                                          {"from-folder", required_argument, NULL, 'T'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
-    *o = (struct options){
-        .images = 1000, .classes = 10, .quality = 90, .threads = cpus < 1 ? 1 : (uint64_t)cpus};
+    *o = (struct options){.images = 1000,
+                          .classes = 10,
+                          .quality = 90,
+                          .threads = cpus < 1 ? 1 : (uint64_t)cpus,
+                          .shard_samples = 1000};
     if (o->threads > MAX_THREADS)
         o->threads = MAX_THREADS;
     opterr = 0;
@@ -168,6 +193,18 @@ parse_options(int argc, char **argv, struct options *o)
         case 't': o->threads = cli_parse_u64("threads", optarg, 1, MAX_THREADS); break;
         case 'j': o->json = 1; break;
         case 'f': o->force = 1; break;
+        case 'F':
+            if (strcmp(optarg, "folder") == 0)
+                o->webdataset = 0;
+            else if (strcmp(optarg, "webdataset") == 0)
+                o->webdataset = 1;
+            else
+                cli_bad_usage("--format: '%s' is not a valid value (expected folder or "
+                              "webdataset)",
+                              optarg);
+            break;
+        case 'S': o->shard_samples = cli_parse_u64("shard-samples", optarg, 1, 100000000); break;
+        case 'T': o->from_folder = optarg; break;
         case 'h': usage(stdout); exit(0);
         case ':': cli_bad_usage("option '%s' needs a value", argv[optind - 1]); break;
         default:
@@ -182,8 +219,56 @@ parse_options(int argc, char **argv, struct options *o)
     o->out = argv[optind];
     if (!o->out[0])
         cli_bad_usage("OUT must not be empty");
-    if (o->images == 0 && !o->edge_cases)
+    if (o->images == 0 && !o->edge_cases && !o->from_folder)
         cli_bad_usage("--images: 0 images and no --edge-cases: nothing to write");
+    if (o->from_folder && !o->webdataset)
+        cli_bad_usage("--from-folder: needs --format webdataset (it converts a tree to shards)");
+    if (o->from_folder && !o->from_folder[0])
+        cli_bad_usage("--from-folder: the value must not be empty");
+}
+
+/* ---- shards -------------------------------------------------------------------------------- */
+
+static int
+remove_tree_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (type == FTW_DP ? rmdir(path) : unlink(path)) != 0;
+}
+
+/* Writes the tree at `tree` as shards into o->shards_out and prints a summary. Returns the
+ * exit status. */
+static int
+make_shards(const struct options *o, const char *tree)
+{
+    struct shard_summary sum;
+    char err[1024];
+    const char *prefix = o->val ? "val" : "train";
+    double t0 = now_s();
+    if (write_shards(tree, o->shards_out, prefix, o->val ? "validation" : "train", o->shard_samples,
+                     &sum, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s\n", err);
+        return 1;
+    }
+    if (o->json)
+        printf("{\"format\": \"webdataset\", \"shards\": %" PRIu64 ", \"samples\": %" PRIu64
+               ", \"classes\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"pattern\": ",
+               sum.shards, sum.samples, sum.classes, sum.bytes);
+    else
+        printf(PROG ": wrote %" PRIu64 " samples of %" PRIu64 " classes as %" PRIu64
+                    " shards in %.2f s: ",
+               sum.samples, sum.classes, sum.shards, now_s() - t0);
+    char pattern[4200];
+    snprintf(pattern, sizeof pattern, "%s/%s-{000000..%06" PRIu64 "}.tar", o->shards_out, prefix,
+             sum.shards - 1);
+    if (o->json) {
+        cli_json_string(stdout, pattern);
+        printf("}\n");
+    } else {
+        printf("%s\n", pattern);
+    }
+    return 0;
 }
 
 /* ---- the output directory ------------------------------------------------------------------ */
@@ -541,6 +626,22 @@ main(int argc, char **argv)
     parse_options(argc, argv, &o);
     if (prepare_out(&o) != 0)
         return 1;
+    if (o.webdataset) {
+        /* The images are written as a tree in a hidden folder of OUT, then packed. */
+        static char tree[4200];
+        struct stat ost;
+        o.shards_out = o.out;
+        if (mkdir(o.out, 0755) != 0 &&
+            !(errno == EEXIST && stat(o.out, &ost) == 0 && S_ISDIR(ost.st_mode))) {
+            fprintf(stderr, PROG ": cannot create %s: %s\n", o.out, strerror(errno));
+            return 1;
+        }
+        if (o.from_folder)
+            return make_shards(&o, o.from_folder);
+        snprintf(tree, sizeof tree, "%s/.tsock-mkdataset-tree", o.out);
+        o.out = tree;
+        o.json = 0; /* the summary is the shards' */
+    }
     if (o.photos)
         load_photos(o.photos);
 
@@ -626,6 +727,8 @@ main(int argc, char **argv)
     double seconds = now_s() - t0;
     if (atomic_load(&j.failed)) {
         fprintf(stderr, PROG ": %s\n", j.error);
+        if (o.webdataset)
+            nftw(o.out, remove_tree_entry, 32, FTW_DEPTH | FTW_PHYS);
         return 1;
     }
 
@@ -673,7 +776,7 @@ main(int argc, char **argv)
             printf("]");
         }
         printf("}}\n");
-    } else {
+    } else if (!o.webdataset) {
         printf(PROG ": wrote %zu files (%.1f MB) in %" PRIu64 " classes to %s in %.2f s "
                     "(%.0f files/s, %" PRIu64 " threads)\n",
                j.count, (double)total_bytes / 1e6, o.classes, o.out, seconds, rate, threads);
@@ -688,6 +791,11 @@ main(int argc, char **argv)
             printf("\n");
         }
     }
+    int status = 0;
+    if (o.webdataset) {
+        status = make_shards(&o, o.out);
+        nftw(o.out, remove_tree_entry, 32, FTW_DEPTH | FTW_PHYS);
+    }
     for (uint64_t c = 0; c < o.classes; c++)
         free(j.class_names[c]);
     free(j.class_names);
@@ -698,5 +806,5 @@ main(int argc, char **argv)
     for (size_t i = 0; i < g_nphoto_paths; i++)
         free(g_photo_paths[i]);
     free(g_photo_paths);
-    return 0;
+    return status;
 }

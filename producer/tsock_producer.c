@@ -84,9 +84,13 @@ open_pipeline(const struct config *cfg, tsock_pipeline **out)
     char *path = dataset_path(cfg);
     if (!path)
         return -ENOMEM;
-    int source = cfg->dataset == DATASET_LIST ? TSOCK_SOURCE_LIST : TSOCK_SOURCE_FOLDER;
+    int source = cfg->dataset == DATASET_LIST         ? TSOCK_SOURCE_LIST
+                 : cfg->dataset == DATASET_WEBDATASET ? TSOCK_SOURCE_WEBDATASET
+                                                      : TSOCK_SOURCE_FOLDER;
     tsock_pipeline *pl = NULL;
     int rc = tsock_pipeline_create(&pl, source, path);
+    if (rc == 0 && source == TSOCK_SOURCE_WEBDATASET)
+        rc = tsock_pipeline_set_shard_options(pl, cfg->val ? "val" : "train", cfg->label_key);
     if (rc == 0 &&
         (rc = tsock_pipeline_set_preset(pl, cfg->val ? TSOCK_PRESET_VAL : TSOCK_PRESET_TRAIN)) ==
             0 &&
@@ -111,8 +115,10 @@ open_pipeline(const struct config *cfg, tsock_pipeline **out)
         pl = NULL;
     } else if (rc < 0) {
         fprintf(stderr, PROG ": cannot open the dataset %s: %s\n", path,
-                rc == -ENOENT ? "no usable image file there (see the log above)"
-                              : tsock_strerror(rc));
+                rc == -ENOENT && source == TSOCK_SOURCE_WEBDATASET
+                    ? "a shard is missing, or none holds a usable sample (see the log above)"
+                : rc == -ENOENT ? "no usable image file there (see the log above)"
+                                : tsock_strerror(rc));
         tsock_pipeline_destroy(pl);
         pl = NULL;
     }
@@ -160,6 +166,20 @@ set_device(const struct config *cfg, tsock_producer *p)
     return rc;
 }
 
+/* --shuffle shards: the sampler reads --shard-window shards at a time. */
+static int
+set_shard_order(const struct config *cfg, tsock_pipeline *pl, tsock_producer *p, const char **what)
+{
+    uint32_t shards = tsock_pipeline_shards(pl);
+    uint64_t *starts = calloc((size_t)shards + 1, sizeof *starts);
+    *what = "--shuffle shards";
+    int rc = starts ? tsock_pipeline_shard_starts(pl, starts) : -ENOMEM;
+    if (rc == 0)
+        rc = tsock_producer_set_shard_order(p, starts, shards, cfg->shard_window);
+    free(starts);
+    return rc;
+}
+
 /* Creates and starts the producer for `samples` samples. Returns 0 or the error (reported). */
 static int
 start_producer(const struct config *cfg, tsock_pipeline *pl, uint64_t samples, tsock_producer **out)
@@ -200,6 +220,8 @@ start_producer(const struct config *cfg, tsock_pipeline *pl, uint64_t samples, t
         what = "tsock_producer_set_sampler";
         rc = tsock_producer_set_sampler(p, samples, cfg->seed, cfg->epochs);
     }
+    if (rc == 0 && pl && cfg->shuffle_shards)
+        rc = set_shard_order(cfg, pl, p, &what);
     if (rc == 0 && cfg->nodes > 1) {
         what = "tsock_producer_set_nodes";
         rc = tsock_producer_set_nodes(p, cfg->nodes, cfg->node_rank);

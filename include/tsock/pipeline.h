@@ -2,8 +2,8 @@
  * tsock image pipeline: index an image dataset, then read, decode and augment the samples of
  * each batch on worker threads, straight into a producer's slot.
  *
- * This is what tsock-producer --dataset imagenet|folder|list runs; a C program that serves its
- * own producer can use it the same way:
+ * This is what tsock-producer --dataset imagenet|folder|list|webdataset runs; a C program that
+ * serves its own producer can use it the same way:
  *
  *     tsock_pipeline_create(&pl, TSOCK_SOURCE_FOLDER, "/data/imagenet/train");
  *     tsock_pipeline_set_workers(pl, 8);               // any setter, before open
@@ -20,6 +20,20 @@
  * ImageFolder numbers them; files are the ones with one of ImageFolder's image extensions.
  * TSOCK_SOURCE_LIST is a text file of "path label" lines (paths relative to the list's folder
  * or absolute). Sample ids are positions in the index: for a folder, ImageFolder's order.
+ *
+ * TSOCK_SOURCE_WEBDATASET reads WebDataset tar shards; `path` is a SPEC: a brace pattern
+ * (DIR/train-{0000..1023}.tar), a directory (the shards its timm _info.json or info.json
+ * names for the split, else its *.tar files by name), one .tar file, or a file listing shard
+ * paths. A sample is a run of consecutive members sharing a key (the path up to the first dot
+ * of the file name); its image is the jpg, jpeg, png or webp member, its label the decimal in
+ * its cls member or a json member's field (tsock_pipeline_set_shard_options). Tar headers may
+ * be ustar, GNU or PAX. Each shard is indexed once (offset and length of each image member;
+ * the index cache keeps it, keyed by each shard's size and mtime), then each sample is one
+ * read of its member at its offset. Sample ids are positions in shard order (SPEC's order),
+ * then tar order; tsock_pipeline_sample_path gives a sample's key. Malformed samples (bad
+ * checksum, truncation, no image, no label, duplicate key) are logged with shard, offset and
+ * key and left out; with TSOCK_ON_ERROR_FAIL they fail the open. docs/pipeline.md has the
+ * rules.
  *
  * Presets (what each sample becomes; output uint8 RGB, HWC):
  *  - TSOCK_PRESET_TRAIN: RandomResizedCrop(size, scale, ratio 3/4..4/3) with torchvision's
@@ -59,8 +73,9 @@ extern "C" {
 typedef struct tsock_pipeline tsock_pipeline;
 
 typedef enum tsock_source {
-    TSOCK_SOURCE_FOLDER = 0, /* root/<class>/<file>, ImageFolder order */
-    TSOCK_SOURCE_LIST = 1    /* a "path label" list file */
+    TSOCK_SOURCE_FOLDER = 0,    /* root/<class>/<file>, ImageFolder order */
+    TSOCK_SOURCE_LIST = 1,      /* a "path label" list file */
+    TSOCK_SOURCE_WEBDATASET = 2 /* WebDataset tar shards (see below) */
 } tsock_source;
 
 typedef enum tsock_preset {
@@ -116,6 +131,13 @@ TSOCK_API int tsock_pipeline_set_on_error(tsock_pipeline *pl, int policy);
  * it outside the dataset folder. */
 TSOCK_API int tsock_pipeline_set_index_cache(tsock_pipeline *pl, const char *path);
 
+/* WebDataset only (else -EINVAL): `split` names the split of the directory's info file to read
+ * ("train", "val" also matching "validation"; NULL: every *.tar of the directory), and
+ * `label_key`, when not NULL, takes labels from that top-level integer field of each
+ * sample's json member instead of its cls member. Both copied. */
+TSOCK_API int tsock_pipeline_set_shard_options(tsock_pipeline *pl, const char *split,
+                                               const char *label_key);
+
 /* Builds the index (from the cache when it is fresh, else by scanning the dataset and checking
  * each file's header), sets up the reader (TSOCK_READ_AUTO falls back to pread, logged) and
  * starts the workers. Returns 0, -ENOENT (no usable image in the dataset), -EINVAL (a bad
@@ -143,6 +165,13 @@ TSOCK_API uint32_t tsock_pipeline_classes(const tsock_pipeline *pl);
 TSOCK_API const char *tsock_pipeline_class_name(const tsock_pipeline *pl, uint32_t label);
 TSOCK_API const char *tsock_pipeline_sample_path(const tsock_pipeline *pl, uint64_t id);
 TSOCK_API int tsock_pipeline_image_size(const tsock_pipeline *pl);
+
+/* After open, WebDataset only: the number of shards (0 for other sources or before open), and
+ * the first sample id of each shard: starts[0..shards] (shards + 1 entries, the last one the
+ * sample count; a shard with no usable sample starts where the next does), for
+ * tsock_producer_set_shard_order. Returns 0, or -EINVAL (no shards, starts NULL). */
+TSOCK_API uint32_t tsock_pipeline_shards(const tsock_pipeline *pl);
+TSOCK_API int tsock_pipeline_shard_starts(const tsock_pipeline *pl, uint64_t *starts);
 
 /* Appends the pipeline's tensors to a producer layout: "image" uint8 [size, size, 3], "label"
  * int64 [], "index" int64 [] (the sample id). tsock_pipeline_fill writes to these tensors of

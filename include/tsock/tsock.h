@@ -246,6 +246,20 @@ TSOCK_API int tsock_producer_set_sampler(tsock_producer *p, uint64_t samples, ui
  * (and a log line) when there is no sampler or more nodes than samples. */
 TSOCK_API int tsock_producer_set_nodes(tsock_producer *p, uint32_t nodes, uint32_t node_rank);
 
+/* Shard order, for datasets kept in tar shards on storage where random reads are slow: each
+ * epoch of the sampler is a seeded permutation of the `shards` shards, then the samples of
+ * each run of `window` consecutive shards of that order shuffled together, so that an epoch
+ * reads about `window` shards at a time; still every sample exactly once per epoch, for
+ * joiners, groups, node shares and resumed consumers as with plain permutations
+ * (docs/pipeline.md, "Shuffle orders"). Shard s holds the ids starts[s]..starts[s+1]-1;
+ * `starts` has shards + 1 entries, from 0 to the sampler's samples (see
+ * tsock_pipeline_shard_starts), and is copied. A window larger than `shards` is `shards`.
+ * Needs tsock_producer_set_sampler. Caller's thread, before start. Returns 0, -EINVAL
+ * (starts NULL or decreasing, shards or window 0), -ENOMEM, or TSOCK_E_STATE after start;
+ * start fails with -EINVAL (logged) when the last start is not the sampler's samples. */
+TSOCK_API int tsock_producer_set_shard_order(tsock_producer *p, const uint64_t *starts,
+                                             uint32_t shards, uint32_t window);
+
 /* ---- the ring on a GPU (CUDA backend) ---- */
 
 /* The number of CUDA devices this process sees, TSOCK_E_NO_DEVICE when there is none (no

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -197,6 +198,10 @@ tsock__index_remove(struct tsock__index *idx, const uint8_t *drop)
     for (uint64_t i = 0; i < idx->count; i++) {
         if (drop[i])
             continue;
+        if (idx->offsets) {
+            idx->offsets[kept] = idx->offsets[i];
+            idx->shard[kept] = idx->shard[i];
+        }
         idx->entries[kept++] = idx->entries[i];
         bytes += idx->entries[i].size;
     }
@@ -225,6 +230,36 @@ tsock__index_path(const struct tsock__index *idx, uint64_t i)
 }
 
 const char *
+tsock__index_shard_path(const struct tsock__index *idx, uint64_t i)
+{
+    if (!idx || i >= idx->count || !idx->shard)
+        return NULL;
+    return idx->pool + idx->watch[idx->shard[i]].path;
+}
+
+uint64_t
+tsock__index_offset(const struct tsock__index *idx, uint64_t i)
+{
+    return idx && idx->offsets && i < idx->count ? idx->offsets[i] : 0;
+}
+
+const char *
+tsock__index_describe(const struct tsock__index *idx, uint64_t i, char *buf, size_t size)
+{
+    const char *shard = tsock__index_shard_path(idx, i);
+    const char *path = tsock__index_path(idx, i);
+    const char *root = idx ? idx->root : "";
+    const char *sep = path && path[0] != '/' ? "/" : "";
+    if (shard)
+        snprintf(buf, size, "%s%s%s offset %llu key %s", shard[0] == '/' ? "" : root,
+                 shard[0] == '/' ? "" : "/", shard, (unsigned long long)idx->offsets[i], path);
+    else
+        snprintf(buf, size, "%s%s%s", path && path[0] == '/' ? "" : root,
+                 path && path[0] == '/' ? "" : sep, path ? path : "?");
+    return buf;
+}
+
+const char *
 tsock__index_class_name(const struct tsock__index *idx, uint32_t label)
 {
     if (!idx || !idx->class_names || label >= idx->classes)
@@ -241,7 +276,9 @@ tsock__index_memory(const struct tsock__index *idx)
            (idx->class_names ? (size_t)idx->classes * sizeof *idx->class_names : 0) +
            (size_t)idx->watch_count * sizeof *idx->watch +
            (idx->source_path ? strlen(idx->source_path) + 1 : 0) +
-           (idx->root ? strlen(idx->root) + 1 : 0);
+           (idx->root ? strlen(idx->root) + 1 : 0) +
+           (idx->offsets ? (size_t)idx->count * (sizeof *idx->offsets + sizeof *idx->shard) : 0) +
+           (idx->options ? strlen(idx->options) + 1 : 0);
 }
 
 void
@@ -255,5 +292,8 @@ tsock__index_destroy(struct tsock__index *idx)
     free(idx->class_names);
     free(idx->pool);
     free(idx->watch);
+    free(idx->offsets);
+    free(idx->shard);
+    free(idx->options);
     free(idx);
 }

@@ -44,7 +44,8 @@
 
 enum tsock__index_source {
     TSOCK__INDEX_FOLDER = 0, /* an ImageFolder tree */
-    TSOCK__INDEX_LIST = 1    /* a "path label" list file */
+    TSOCK__INDEX_LIST = 1,   /* a "path label" list file */
+    TSOCK__INDEX_SHARDS = 2  /* WebDataset tar shards (index_shards.c, shards.h, tar.h) */
 };
 
 /* One sample: 16 bytes. */
@@ -96,6 +97,12 @@ struct tsock__index {
     uint64_t too_large;     /* 4 GiB or more */
     uint64_t not_image;     /* removed by a check of the files' contents (tsock__index_remove) */
     uint32_t empty_classes; /* classes with no sample (their labels are still reserved) */
+    /* Shards only (NULL and 0 otherwise). A sample's entry path is its key, its size the
+     * image member's length; the watches are the shards, in id order. */
+    uint64_t *offsets;    /* count: where the sample's image member's data starts */
+    uint32_t *shard;      /* count: the shard (watch index) holding the sample */
+    char *options;        /* what else the index depends on: "split=...;label_key=..." */
+    uint64_t bad_members; /* samples the tar index parser rejected (logged, left out) */
 };
 
 /* Scans an ImageFolder tree with `threads` threads (0: one per online CPU), one class
@@ -158,6 +165,39 @@ typedef int (*tsock__index_check_fn)(void *arg, const struct tsock__index *idx, 
 int tsock__index_open_checked(int source, const char *path, const char *cache_path, int threads,
                               tsock__index_check_fn check, void *arg, const atomic_int *cancel,
                               struct tsock__index **out);
+
+/* What a WebDataset index depends on besides its SPEC (shards.h). */
+struct tsock__shard_options {
+    const char *split;     /* the info file's split to use (NULL: none) */
+    const char *label_key; /* NULL: labels from cls; else the json field */
+};
+
+/* Scans the shards of SPEC on `threads` threads (one shard at a time per thread; the result
+ * does not depend on the thread count): each shard is mapped and its headers parsed
+ * (tar.h). Samples are numbered in shard order, then tar order. Every rejected sample is
+ * logged (shard, offset, key, why) and counted in bad_members. Returns 0 and sets *out, or
+ * -ENOENT (no shard, or no good sample), a negated errno from opening a shard (the start fails:
+ * logged with the shard's name), -EINVAL (a malformed SPEC), -ENOMEM, TSOCK_E_CANCELLED. */
+int tsock__index_scan_shards(const char *spec, const struct tsock__shard_options *opt, int threads,
+                             const atomic_int *cancel, struct tsock__index **out);
+
+/* tsock__index_open_checked for shards: the cache is used when it was built from the same
+ * SPEC and options and every shard SPEC names now is the one indexed (path, inode, size and
+ * mtime). */
+int tsock__index_open_shards(const char *spec, const struct tsock__shard_options *opt,
+                             const char *cache_path, int threads, tsock__index_check_fn check,
+                             void *arg, const atomic_int *cancel, struct tsock__index **out);
+
+/* The shard file of sample i (shards source; relative to idx->root or absolute), or NULL. */
+const char *tsock__index_shard_path(const struct tsock__index *idx, uint64_t i);
+
+/* Where sample i's bytes are: for shards, its member's offset in its shard; 0 otherwise. */
+uint64_t tsock__index_offset(const struct tsock__index *idx, uint64_t i);
+
+/* Writes a name for sample i to buf for log lines: "ROOT/PATH", or for a shard sample
+ * "ROOT/SHARD offset OFFSET key KEY". Returns buf. */
+const char *tsock__index_describe(const struct tsock__index *idx, uint64_t i, char *buf,
+                                  size_t size);
 
 /* Removes the samples i with drop[i] non-zero (drop has idx->count bytes), keeping the order
  * of the others: the ids after a removed sample shift down, labels never change. Adds the

@@ -7,7 +7,7 @@
  *   offset  size  field
  *        0     8  magic "TSOCKIDX"
  *        8     4  version (2)
- *       12     4  source (0 folder, 1 list)
+ *       12     4  source (0 folder, 1 list, 2 shards)
  *       16     8  scan_time_ns (int64, CLOCK_REALTIME at the start of the scan)
  *       24     4  classes
  *       28     4  watch_count (folder: >= 1, the root first; list: 1, the list file)
@@ -23,12 +23,18 @@
  *                 folder only: classes x u64 pool offsets of the class names (sorted, unique)
  *                 watch_count x { u64 path, u64 ino, u64 size, i64 mtime_ns }
  *                 count x { u64 path, u32 size (>= 1), u32 label (< classes) }
+ *                 shards only: u32 root_len, root bytes (1..TSOCK__INDEX_MAX_PATH, no NUL),
+ *                              u32 options_len, options bytes (0..TSOCK__INDEX_MAX_PATH),
+ *                              count x { u64 offset, u32 shard (< watch_count) },
+ *                              u64 bad_members
  *                 pool_size bytes of NUL-terminated strings
  *                 u64 checksum of every byte before it (see checksum64)
  *
  * The file must be exactly this long. Folder entries must be grouped by label in increasing
  * order, and each path must start with its class's name and a '/', with no empty, "." or ".."
- * component; list paths only need to be non-empty. Decoding copies out of the buffer, so the
+ * component; list paths only need to be non-empty. Shards: the watches are the shards (paths
+non-empty), the entries' paths their keys, and a sample's shard never decreases along the ids.
+Decoding copies out of the buffer, so the
  * caller may free it at once.
  */
 #include <errno.h>
@@ -46,6 +52,7 @@
 #define CACHE_HEADER 88u
 #define CACHE_WATCH_BYTES 32u
 #define CACHE_ENTRY_BYTES 16u
+#define CACHE_MEMBER_BYTES 12u
 
 static void
 put32(uint8_t *p, uint32_t v)
@@ -101,6 +108,66 @@ checksum64(const uint8_t *p, size_t n)
     return tsock__mix64(h ^ (uint64_t)n);
 }
 
+static uint8_t *
+encode_shards(const struct tsock__index *idx, uint8_t *p)
+{
+    size_t root_len = strlen(idx->root), opt_len = strlen(idx->options);
+    put32(p, (uint32_t)root_len);
+    memcpy(p + 4, idx->root, root_len);
+    p += 4 + root_len;
+    put32(p, (uint32_t)opt_len);
+    memcpy(p + 4, idx->options, opt_len);
+    p += 4 + opt_len;
+    for (uint64_t i = 0; i < idx->count; i++, p += CACHE_MEMBER_BYTES) {
+        put64(p, idx->offsets[i]);
+        put32(p + 8, idx->shard[i]);
+    }
+    put64(p, idx->bad_members);
+    return p + 8;
+}
+
+/* Reads the shards section at *pp, of `avail` bytes at most (the rest of the file before the
+ * pool). Returns 0 and advances *pp, -EBADMSG, -ENOMEM. */
+static int
+decode_shards(struct tsock__index *idx, const uint8_t **pp, uint64_t avail)
+{
+    const uint8_t *p = *pp;
+    if (avail < 4)
+        return -EBADMSG;
+    uint32_t root_len = get32(p);
+    if (root_len == 0 || root_len > TSOCK__INDEX_MAX_PATH || avail - 4 < (uint64_t)root_len + 4 ||
+        memchr(p + 4, '\0', root_len))
+        return -EBADMSG;
+    if (!(idx->root = strndup((const char *)p + 4, root_len)))
+        return -ENOMEM;
+    avail -= 4 + (uint64_t)root_len;
+    p += 4 + root_len;
+    uint32_t opt_len = get32(p);
+    if (opt_len > TSOCK__INDEX_MAX_PATH || avail - 4 < opt_len || memchr(p + 4, '\0', opt_len))
+        return -EBADMSG;
+    if (!(idx->options = strndup((const char *)p + 4, opt_len)))
+        return -ENOMEM;
+    avail -= 4 + (uint64_t)opt_len;
+    p += 4 + opt_len;
+    if (avail != idx->count * CACHE_MEMBER_BYTES + 8)
+        return -EBADMSG;
+    idx->offsets = malloc(idx->count ? (size_t)idx->count * sizeof *idx->offsets : 1);
+    idx->shard = malloc(idx->count ? (size_t)idx->count * sizeof *idx->shard : 1);
+    if (!idx->offsets || !idx->shard)
+        return -ENOMEM;
+    for (uint64_t i = 0; i < idx->count; i++, p += CACHE_MEMBER_BYTES) {
+        idx->offsets[i] = get64(p);
+        idx->shard[i] = get32(p + 8);
+        if (idx->shard[i] >= idx->watch_count || (i > 0 && idx->shard[i] < idx->shard[i - 1]) ||
+            idx->offsets[i] > idx->watch[idx->shard[i]].size ||
+            idx->entries[i].size > idx->watch[idx->shard[i]].size - idx->offsets[i])
+            return -EBADMSG;
+    }
+    idx->bad_members = get64(p);
+    *pp = p + 8;
+    return 0;
+}
+
 int
 tsock__index_encode(const struct tsock__index *idx, uint8_t **out, size_t *size)
 {
@@ -111,8 +178,14 @@ tsock__index_encode(const struct tsock__index *idx, uint8_t **out, size_t *size)
         return -EINVAL;
     src_len = strlen(idx->source_path);
     uint64_t names = idx->source == TSOCK__INDEX_FOLDER ? (uint64_t)idx->classes * 8 : 0;
+    int shards = idx->source == TSOCK__INDEX_SHARDS;
+    if (shards && (!idx->root || !idx->options || !idx->offsets || !idx->shard))
+        return -EINVAL;
+    uint64_t shard_bytes = shards ? 4 + strlen(idx->root) + 4 + strlen(idx->options) +
+                                        idx->count * CACHE_MEMBER_BYTES + 8
+                                  : 0;
     total = CACHE_HEADER + src_len + names + (uint64_t)idx->watch_count * CACHE_WATCH_BYTES +
-            idx->count * CACHE_ENTRY_BYTES;
+            idx->count * CACHE_ENTRY_BYTES + shard_bytes;
     if (idx->count > TSOCK__INDEX_MAX_SAMPLES || idx->pool_size > SIZE_MAX - total - 8)
         return -EOVERFLOW;
     total += idx->pool_size + 8;
@@ -153,6 +226,8 @@ tsock__index_encode(const struct tsock__index *idx, uint8_t **out, size_t *size)
         put32(p + 8, idx->entries[i].size);
         put32(p + 12, idx->entries[i].label);
     }
+    if (shards)
+        p = encode_shards(idx, p);
     memcpy(p, idx->pool, idx->pool_size);
     p += idx->pool_size;
     put64(p, checksum64(b, (size_t)(p - b)));
@@ -195,9 +270,9 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum,
     uint32_t source = get32(data + 12), classes = get32(data + 24), nwatch = get32(data + 28);
     uint64_t count = get64(data + 32), pool_size = get64(data + 40);
     uint32_t src_len = get32(data + 80);
-    if (source > TSOCK__INDEX_LIST || src_len == 0 || src_len > TSOCK__INDEX_MAX_PATH ||
+    if (source > TSOCK__INDEX_SHARDS || src_len == 0 || src_len > TSOCK__INDEX_MAX_PATH ||
         count > TSOCK__INDEX_MAX_SAMPLES || nwatch == 0 ||
-        (source == TSOCK__INDEX_LIST && nwatch != 1) ||
+        (source == TSOCK__INDEX_LIST && nwatch != 1) || nwatch > size ||
         (source == TSOCK__INDEX_FOLDER && classes == 0) || pool_size == 0 || pool_size > size)
         return -EBADMSG;
     /* Every term is bounded (2^32 x 32 at most), so the sum cannot overflow 64 bits. */
@@ -205,7 +280,9 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum,
     uint64_t want = (uint64_t)CACHE_HEADER + src_len + names +
                     (uint64_t)nwatch * CACHE_WATCH_BYTES + count * CACHE_ENTRY_BYTES + pool_size +
                     8;
-    if (want != size)
+    /* Shards carry a section of variable length before the pool: at least its fixed part. */
+    if (source == TSOCK__INDEX_SHARDS ? want + 16 + count * CACHE_MEMBER_BYTES > size
+                                      : want != size)
         return -EBADMSG;
     if (verify_checksum && get64(data + size - 8) != checksum64(data, size - 8))
         return -EBADMSG;
@@ -238,10 +315,12 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum,
     if (!idx->source_path || !idx->pool || !idx->entries || !idx->watch ||
         (source == TSOCK__INDEX_FOLDER && !idx->class_names))
         goto nomem;
-    idx->root =
-        source == TSOCK__INDEX_FOLDER ? strdup(idx->source_path) : tsock__dir_of(idx->source_path);
-    if (!idx->root)
-        goto nomem;
+    if (source != TSOCK__INDEX_SHARDS) {
+        idx->root = source == TSOCK__INDEX_FOLDER ? strdup(idx->source_path)
+                                                  : tsock__dir_of(idx->source_path);
+        if (!idx->root)
+            goto nomem;
+    }
     memcpy(idx->pool, pool_bytes, (size_t)pool_size);
     const char *pool = idx->pool;
 
@@ -268,8 +347,9 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum,
         const char *s = pool + w->path;
         /* The root comes first; the rest lie inside it. A list's one watch is the list file,
          * which lies in the root directory itself. */
-        if (source == TSOCK__INDEX_FOLDER ? (i == 0 ? s[0] != '\0' : !is_clean_relative(s))
-                                          : (!is_clean_relative(s) || strchr(s, '/')))
+        if (source == TSOCK__INDEX_SHARDS   ? s[0] == '\0'
+            : source == TSOCK__INDEX_FOLDER ? (i == 0 ? s[0] != '\0' : !is_clean_relative(s))
+                                            : (!is_clean_relative(s) || strchr(s, '/')))
             goto bad;
     }
     uint64_t total = 0;
@@ -294,6 +374,13 @@ tsock__index_decode(const uint8_t *data, size_t size, int verify_checksum,
     }
     if (total != idx->total_bytes)
         goto bad;
+    if (source == TSOCK__INDEX_SHARDS) {
+        int e = decode_shards(idx, &p, (uint64_t)(pool_bytes - p));
+        if (e == -ENOMEM)
+            goto nomem;
+        if (e != 0)
+            goto bad;
+    }
     if (tsock__index_count_empty_classes(idx) != 0)
         goto nomem;
     *out = idx;

@@ -6,6 +6,7 @@
  *   index_list.c      the list-file scan
  *   index_cache.c     the cache file's bytes: encode and decode (pure, fuzzed)
  *   index_store.c     the cache file on disk: save, load, freshness
+ *   index_shards.c    the WebDataset scan (shards.c resolves SPEC, tar.c parses a shard)
  *   index_open.c      open: cache or scan, check, save
  *
  * Calls go down this list's dependencies only (open -> store -> cache -> index.c; the scans
@@ -58,6 +59,11 @@ int tsock__index_is_dot(const char *name);
 
 /* Sets idx->empty_classes from the entries' labels. Returns 0 or -ENOMEM. */
 int tsock__index_count_empty_classes(struct tsock__index *idx);
+
+/* Whether a shards index (a cache's) was built from SPEC with these options and the shards
+ * SPEC names now are the index's, in the same order. */
+int tsock__index_shards_match(const struct tsock__index *idx, const char *spec,
+                              const struct tsock__shard_options *opt);
 
 /* Logs the classes with no sample (the first few by name, for a folder) and their count. */
 void tsock__index_log_empty_classes(const struct tsock__index *idx);

@@ -61,6 +61,41 @@ apply_check(tsock__index_check_fn check, void *arg, struct tsock__index **idx)
     return 0;
 }
 
+/* Why a cache was not used (a missing one only at debug level). */
+static void
+log_cache_unused(const char *cache_path, int r)
+{
+    tsock__log(r == -ENOENT ? TSOCK_LOG_DEBUG : TSOCK_LOG_INFO,
+               "index: cache %s not used (%s); scanning", cache_path,
+               r == -ESTALE    ? "the dataset changed since it was written"
+               : r == -EBADMSG ? "not a valid index cache"
+                               : strerror(-r));
+}
+
+/* A scan's end: the caller's check, then a new cache where one may be written. */
+static int
+after_scan(int r, tsock__index_check_fn check, void *arg, const char *cache_path,
+           struct tsock__index **out)
+{
+    if (r == 0 && check)
+        r = apply_check(check, arg, out);
+    if (r != 0 || !cache_path)
+        return r;
+    if (cache_in_tree(*out, cache_path))
+        tsock__log(TSOCK_LOG_WARN,
+                   "index: cache %s not written: it is inside the dataset tree, where writing "
+                   "it would change the tree and so make itself stale; put it elsewhere",
+                   cache_path);
+    else if (is_racy(*out))
+        tsock__log(TSOCK_LOG_INFO,
+                   "index: cache %s not written: the dataset was modified in the last %d s, "
+                   "so it may still change unnoticed; the next run will write it",
+                   cache_path, (int)(TSOCK__INDEX_RACY_NS / 1000000000LL));
+    else
+        tsock__index_save(*out, cache_path); /* logs its own failure; the index is usable */
+    return 0;
+}
+
 int
 tsock__index_open(int source, const char *path, const char *cache_path, int threads,
                   struct tsock__index **out)
@@ -84,29 +119,36 @@ tsock__index_open_checked(int source, const char *path, const char *cache_path, 
                        (unsigned long long)(*out)->count, cache_path);
             return 0;
         }
-        tsock__log(r == -ENOENT ? TSOCK_LOG_DEBUG : TSOCK_LOG_INFO,
-                   "index: cache %s not used (%s); scanning", cache_path,
-                   r == -ESTALE    ? "the dataset changed since it was written"
-                   : r == -EBADMSG ? "not a valid index cache"
-                                   : strerror(-r));
+        log_cache_unused(cache_path, r);
     }
     r = source == TSOCK__INDEX_FOLDER ? tsock__index_scan_folder_until(path, threads, cancel, out)
                                       : tsock__index_scan_list_until(path, threads, cancel, out);
-    if (r == 0 && check)
-        r = apply_check(check, arg, out);
-    if (r != 0 || !cache_path)
-        return r;
-    if (cache_in_tree(*out, cache_path))
-        tsock__log(TSOCK_LOG_WARN,
-                   "index: cache %s not written: it is inside the dataset tree, where writing "
-                   "it would change the tree and so make itself stale; put it elsewhere",
-                   cache_path);
-    else if (is_racy(*out))
-        tsock__log(TSOCK_LOG_INFO,
-                   "index: cache %s not written: the dataset was modified in the last %d s, "
-                   "so it may still change unnoticed; the next run will write it",
-                   cache_path, (int)(TSOCK__INDEX_RACY_NS / 1000000000LL));
-    else
-        tsock__index_save(*out, cache_path); /* logs its own failure; the index is usable */
-    return 0;
+    return after_scan(r, check, arg, cache_path, out);
+}
+
+int
+tsock__index_open_shards(const char *spec, const struct tsock__shard_options *opt,
+                         const char *cache_path, int threads, tsock__index_check_fn check,
+                         void *arg, const atomic_int *cancel, struct tsock__index **out)
+{
+    int r;
+
+    if (!spec || !out)
+        return -EINVAL;
+    if (cache_path) {
+        r = tsock__index_load(cache_path, TSOCK__INDEX_SHARDS, spec, out);
+        if (r == 0 && !tsock__index_shards_match(*out, spec, opt)) {
+            tsock__index_destroy(*out);
+            *out = NULL;
+            r = -ESTALE;
+        }
+        if (r == 0) {
+            tsock__log(TSOCK_LOG_INFO, "index: %s: %llu samples from cache %s", spec,
+                       (unsigned long long)(*out)->count, cache_path);
+            return 0;
+        }
+        log_cache_unused(cache_path, r);
+    }
+    r = tsock__index_scan_shards(spec, opt, threads, cancel, out);
+    return after_scan(r, check, arg, cache_path, out);
 }

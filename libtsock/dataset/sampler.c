@@ -25,6 +25,15 @@
  * continue from one segment to the next, segments in increasing order), so the result is
  * reproducible from (samples, seed, e, phases).
  *
+ * Shard order (tsock__sampler_set_shards, for tar shards on storage where random reads are
+ * slow): from the same stream as above, first the shard numbers 0..S-1 are shuffled (the
+ * same Fisher-Yates), then perm is the shards' id ranges concatenated in that order, then each
+ * run of `window` consecutive shards of it (the last run may be shorter) is shuffled in place,
+ * runs in order, draws continuing. An epoch then reads `window` shards at a time, each
+ * sample once. When boundaries are kept (joiners), each kept segment is shuffled in chunks of
+ * about one window's samples (samples * window / S, at least 1) from its start instead of as a
+ * whole, so reads stay within a few shards at a time.
+ *
  * The epoch is mixed before it meets the seed so that nearby (seed, epoch) pairs never share a
  * stream: with a plain seed ^ epoch, seed 1 epoch 0 would replay seed 0 epoch 1.
  */
@@ -106,6 +115,58 @@ tsock__sampler_permutation(uint64_t samples, uint64_t seed, uint64_t epoch, uint
     shuffle(&g, perm, samples);
 }
 
+void
+tsock__sampler_shard_permutation(uint64_t samples, uint64_t seed, uint64_t epoch,
+                                 const uint64_t *starts, uint32_t shards, uint32_t window,
+                                 uint64_t *order, uint64_t *perm)
+{
+    if (!perm || !order || !starts || shards == 0 || window == 0 || samples == 0)
+        return;
+    struct splitmix g = epoch_stream(seed, epoch);
+    for (uint32_t k = 0; k < shards; k++)
+        order[k] = k;
+    shuffle(&g, order, shards);
+    uint64_t at = 0;
+    for (uint32_t k = 0; k < shards; k++)
+        for (uint64_t id = starts[order[k]]; id < starts[order[k] + 1]; id++)
+            perm[at++] = id;
+    uint64_t from = 0;
+    for (uint32_t k = 0; k < shards; k += window) {
+        uint64_t to = from;
+        for (uint32_t w = k; w < shards && w < k + window; w++)
+            to += starts[order[w] + 1] - starts[order[w]];
+        shuffle(&g, perm + from, to - from);
+        from = to;
+    }
+}
+
+int
+tsock__sampler_set_shards(struct tsock__sampler *s, const uint64_t *starts, uint32_t shards,
+                          uint32_t window)
+{
+    if (!s || !starts || shards == 0 || window == 0 || starts[0] != 0 ||
+        starts[shards] != s->samples)
+        return -EINVAL;
+    for (uint32_t k = 0; k < shards; k++)
+        if (starts[k + 1] < starts[k])
+            return -EINVAL;
+    uint64_t *copy = malloc(((size_t)shards + 1) * sizeof *copy);
+    uint64_t *order = malloc((size_t)shards * sizeof *order);
+    if (!copy || !order) {
+        free(copy);
+        free(order);
+        return -ENOMEM;
+    }
+    memcpy(copy, starts, ((size_t)shards + 1) * sizeof *copy);
+    free(s->shard_starts);
+    free(s->shard_order);
+    s->shard_starts = copy;
+    s->shard_order = order;
+    s->shards = shards;
+    s->window = window;
+    return 0;
+}
+
 static int
 cmp_u64(const void *a, const void *b)
 {
@@ -136,15 +197,26 @@ tsock__sampler_keep_segments(struct tsock__sampler *s, const uint64_t *phases, s
 static void
 start_epoch(struct tsock__sampler *s)
 {
+    if ((s->epoch == 0 || s->keep_count == 0) && s->shards) {
+        tsock__sampler_shard_permutation(s->samples, s->seed, s->epoch, s->shard_starts, s->shards,
+                                         s->window, s->shard_order, s->perm);
+        return;
+    }
     if (s->epoch == 0 || s->keep_count == 0) {
         tsock__sampler_permutation(s->samples, s->seed, s->epoch, s->perm);
         return;
     }
     struct splitmix g = epoch_stream(s->seed, s->epoch);
+    uint64_t chunk = s->samples;
+    if (s->shards) {
+        chunk = s->samples * s->window / s->shards;
+        chunk = chunk ? chunk : 1;
+    }
     uint64_t from = 0;
     for (size_t i = 0; i <= s->keep_count; i++) {
         uint64_t to = i < s->keep_count ? s->keep[i] : s->samples;
-        shuffle(&g, s->perm + from, to - from);
+        for (uint64_t c = from; c < to; c += chunk)
+            shuffle(&g, s->perm + c, to - c < chunk ? to - c : chunk);
         from = to;
     }
 }
@@ -182,7 +254,12 @@ tsock__sampler_free(struct tsock__sampler *s)
     if (s == NULL)
         return;
     free(s->perm);
+    free(s->shard_starts);
+    free(s->shard_order);
     s->perm = NULL;
+    s->shard_starts = NULL;
+    s->shard_order = NULL;
+    s->shards = 0;
 }
 
 int

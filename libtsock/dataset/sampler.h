@@ -23,11 +23,30 @@ struct tsock__sampler {
     uint64_t *perm;                           /* permutation of the current epoch, n entries */
     uint64_t keep[TSOCK__SAMPLER_MAX_PHASES]; /* sorted, unique phases in (0, n) */
     size_t keep_count;
+    /* Shard order (tsock__sampler_set_shards); shards == 0: plain permutations. */
+    uint64_t *shard_starts; /* shards + 1 first ids */
+    uint64_t *shard_order;  /* scratch: shards entries */
+    uint32_t shards, window;
 };
 
 /* Sets up the stream. Returns 0, -EINVAL (samples == 0 or too large), -ENOMEM. */
 int tsock__sampler_init(struct tsock__sampler *s, uint64_t samples, uint64_t seed, uint64_t epochs);
 void tsock__sampler_free(struct tsock__sampler *s);
+
+/* Orders epochs by shards: a seeded permutation of the `shards` shards (shard s holds the ids
+ * starts[s]..starts[s+1]-1; starts[shards] == samples), then each run of `window` consecutive
+ * shards of that order shuffled as one (sampler.c has the derivation). Still a permutation of
+ * every id, so exact epochs, joiners' segments and groups work as with plain permutations.
+ * Copies starts. Before the first batch. Returns 0, -EINVAL (starts not increasing from 0 to
+ * samples, window == 0), -ENOMEM. */
+int tsock__sampler_set_shards(struct tsock__sampler *s, const uint64_t *starts, uint32_t shards,
+                              uint32_t window);
+
+/* Writes epoch `epoch`'s shard-ordered permutation into perm (see tsock__sampler_set_shards);
+ * `order` is scratch of `shards` entries. */
+void tsock__sampler_shard_permutation(uint64_t samples, uint64_t seed, uint64_t epoch,
+                                      const uint64_t *starts, uint32_t shards, uint32_t window,
+                                      uint64_t *order, uint64_t *perm);
 
 /* Whether the stream has issued its last epoch (never for an endless one). */
 int tsock__sampler_exhausted(const struct tsock__sampler *s);

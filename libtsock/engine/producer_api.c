@@ -179,6 +179,8 @@ allocate_ring(tsock_producer *p)
             return -ENOMEM;
         err = tsock__sampler_init(&p->sampler, p->sampler_samples, p->sampler_seed,
                                   p->sampler_epochs);
+        if (err == 0)
+            err = tsock__producer_shards_start(p);
         if (err < 0)
             return err;
     }
@@ -580,6 +582,7 @@ tsock_producer_destroy(tsock_producer *p)
         tsock__sampler_free(&p->sampler);
     tsock__pgroup_free_all(p);
     tsock__producer_nodes_free(p);
+    free(p->shard_starts);
     free(p->slot_ids);
     free(p->ids_wire);
     free(p->queue);

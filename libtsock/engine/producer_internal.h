@@ -120,7 +120,10 @@ struct tsock_producer {
      * sampler ids map to, which tsock_slot_sample_ids gives the application. */
     uint32_t nodes, node_rank;
     uint64_t dataset_samples;
-    uint64_t *node_share;       /* NULL on one node */
+    uint64_t *node_share; /* NULL on one node */
+    /* Shard order (producer_shards.c): NULL for plain permutations. */
+    uint64_t *shard_starts;
+    uint32_t shards, shard_window;
     uint64_t *slot_dataset_ids; /* NULL on one node; laid out as slot_ids */
     uint8_t *ids_wire;          /* one batch's ids as BATCH carries them (service thread's) */
     struct tsock_slot current;
@@ -197,6 +200,9 @@ void tsock__pgroup_free_all(tsock_producer *p);
 int tsock__producer_nodes_start(tsock_producer *p);
 void tsock__producer_nodes_map(tsock_producer *p, struct tsock_slot *s);
 void tsock__producer_nodes_free(tsock_producer *p);
+/* Hands the shard order to the sampler, in share positions with node shares (after the
+ * sampler and the share exist). Returns 0, -EINVAL (logged), -ENOMEM. */
+int tsock__producer_shards_start(tsock_producer *p);
 
 /* producer_stats.c (mu held) */
 void tsock__producer_snapshot(const tsock_producer *p, struct tsock__stats_producer *s);

@@ -84,6 +84,32 @@ finish(struct tsock__reader *r, struct tsock__read_req *q, int64_t result, uint6
         r->done(r->done_arg, (size_t)(q - r->reqs));
 }
 
+/* Reads a range request with pread: exactly capacity bytes at offset. */
+static void
+pread_range(struct tsock__reader *r, struct tsock__read_req *q)
+{
+    int fd = openat(r->dir_fd, q->path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        finish(r, q, -errno, 0);
+        return;
+    }
+    uint64_t total = 0;
+    int64_t result = 0;
+    while (total < q->capacity) {
+        size_t want = q->capacity - total > MAX_RW ? MAX_RW : (size_t)(q->capacity - total);
+        ssize_t n = pread(fd, (char *)q->buf + total, want, (off_t)(q->offset + total));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            result = n < 0 ? -errno : -EPROTO;
+            break;
+        }
+        total += (uint64_t)n;
+    }
+    close(fd);
+    finish(r, q, result < 0 ? result : (int64_t)total, 0);
+}
+
 /* Reads one whole file with pread. With trust_expected, a first read that returns exactly
  * `expected` bytes, fewer than asked, ends the request (the end of the file was reached);
  * otherwise reading goes on until read returns 0 or the buffer is full. */
@@ -212,7 +238,11 @@ uring_complete(struct tsock__reader *r, struct tsock__read_req *reqs, uint32_t s
         finish(r, q, s->open_res, 0);
     } else if (s->read_res >= 0) {
         uint32_t n = (uint32_t)s->read_res;
-        if (q->prefix && (n == s->len || n == q->expected))
+        if (q->range && n == q->capacity)
+            finish(r, q, n, 0);
+        else if (q->range)
+            q->result = RECHECK; /* a short read: pread_range goes on or finds the end */
+        else if (q->prefix && (n == s->len || n == q->expected))
             finish(r, q, n, 0); /* what was asked for, or the whole (known-size) file */
         else if (n < s->len && q->expected && n == q->expected)
             finish(r, q, n, n);
@@ -287,7 +317,7 @@ uring_read(struct tsock__reader *r, struct tsock__read_req *reqs, size_t n)
             io_uring_prep_openat_direct(open_sqe, r->dir_fd, q->path, O_RDONLY | O_NOCTTY, 0, slot);
             open_sqe->flags |= IOSQE_IO_LINK;
             io_uring_sqe_set_data64(open_sqe, (uint64_t)slot << 1 | OP_OPEN);
-            io_uring_prep_read(read_sqe, (int)slot, q->buf, s->len, 0);
+            io_uring_prep_read(read_sqe, (int)slot, q->buf, s->len, q->range ? q->offset : 0);
             read_sqe->flags |= IOSQE_FIXED_FILE;
             io_uring_sqe_set_data64(read_sqe, (uint64_t)slot << 1 | OP_READ);
             next++;
@@ -424,7 +454,10 @@ tsock__reader_read_each(struct tsock__reader *r, struct tsock__read_req *reqs, s
     }
 #endif
     for (size_t i = 0; i < n; i++) {
-        if (reqs[i].result == RECHECK) {
+        if (reqs[i].range && (reqs[i].result == RECHECK || reqs[i].result == PENDING)) {
+            r->stats.rechecked += reqs[i].result == RECHECK;
+            pread_range(r, &reqs[i]);
+        } else if (reqs[i].result == RECHECK) {
             r->stats.rechecked++;
             pread_one(r, &reqs[i], 0);
         } else if (reqs[i].result == PENDING) {

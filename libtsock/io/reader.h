@@ -23,6 +23,9 @@
  * does not (io_uring_queue_init fails with ENOSYS on old kernels or gVisor, EPERM under a
  * seccomp filter or with kernel.io_uring_disabled, or an operation is not supported).
  *
+ * A range request (a member of a tar shard) reads one known byte range: one open and one read
+ * at an offset, like any other request, and never the exact pread pass below.
+ *
  * A request reads the whole file as it is now, which may differ from the size the index
  * recorded (`expected`): a file that grew or shrank but fits in `capacity` is read entirely
  * and its new size reported. One that no longer fits fails with -EFBIG and reports its real
@@ -56,6 +59,10 @@ struct tsock__read_req {
     size_t capacity;   /* bytes available at buf */
     int prefix;        /* non-zero: read only the first `capacity` bytes (or the whole file
                         * when shorter); result is the bytes read, file_size 0 */
+    int range;         /* non-zero: read exactly `capacity` bytes at `offset` (a member of a
+                        * tar shard); result is capacity, or -EPROTO when the file ends
+                        * first (it was truncated since it was indexed); file_size 0 */
+    uint64_t offset;   /* with range: where the bytes start */
     /* Out. */
     int64_t result;     /* bytes read (the whole file), or a negated errno: -ENOENT, -EISDIR,
                          * -EACCES, -EFBIG (larger than capacity), -EIO, ... */

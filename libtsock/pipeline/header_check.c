@@ -43,10 +43,11 @@ static void
 leave_out(struct check_state *st, uint64_t i, int code)
 {
     st->drop[i] = 1;
-    if (st->dropped++ < LOG_EXAMPLES)
-        tsock__log(TSOCK_LOG_WARN, "pipeline: left out %s/%s: %s", st->idx->root,
-                   tsock__index_path(st->idx, i), reason(code));
-    else if (st->dropped == LOG_EXAMPLES + 1)
+    if (st->dropped++ < LOG_EXAMPLES) {
+        char name[TSOCK__INDEX_MAX_PATH * 2 + 64];
+        tsock__log(TSOCK_LOG_WARN, "pipeline: left out %s: %s",
+                   tsock__index_describe(st->idx, i, name, sizeof name), reason(code));
+    } else if (st->dropped == LOG_EXAMPLES + 1)
         tsock__log(TSOCK_LOG_WARN, "pipeline: more files left out; counting without logging");
 }
 
@@ -67,6 +68,33 @@ verdict(const uint8_t *data, size_t got, int whole_file)
     return 0;
 }
 
+/* The request for the first `want` bytes of sample i: the start of its file, or of its member
+ * in a tar shard (exactly min(want, member size) bytes at the member's offset). */
+static struct tsock__read_req
+prefix_request(const struct tsock__index *idx, uint64_t i, uint8_t *buf, size_t want)
+{
+    const char *shard = tsock__index_shard_path(idx, i);
+    uint32_t size = idx->entries[i].size;
+    if (shard)
+        return (struct tsock__read_req){.path = shard,
+                                        .buf = buf,
+                                        .capacity = want < size ? want : size,
+                                        .range = 1,
+                                        .offset = tsock__index_offset(idx, i)};
+    return (struct tsock__read_req){.path = tsock__index_path(idx, i),
+                                    .expected = size,
+                                    .buf = buf,
+                                    .capacity = want,
+                                    .prefix = 1};
+}
+
+/* Whether a prefix read of `want` bytes got the whole sample. */
+static int
+got_whole(const struct tsock__index *idx, uint64_t i, const struct tsock__read_req *q, size_t want)
+{
+    return (size_t)q->result < want || (q->range && (uint64_t)q->result == idx->entries[i].size);
+}
+
 /* Re-reads one file's longer header, as much as the probe asks for, until the verdict is
  * final. */
 static int
@@ -76,14 +104,10 @@ check_long_header(struct check_state *st, uint64_t i, size_t need)
         uint8_t *buf = malloc(need);
         if (!buf)
             return -ENOMEM;
-        struct tsock__read_req q = {.path = tsock__index_path(st->idx, i),
-                                    .expected = st->idx->entries[i].size,
-                                    .buf = buf,
-                                    .capacity = need,
-                                    .prefix = 1};
+        struct tsock__read_req q = prefix_request(st->idx, i, buf, need);
         tsock__reader_read(st->reader, &q, 1);
-        int64_t v =
-            q.result < 0 ? q.result : verdict(buf, (size_t)q.result, (size_t)q.result < need);
+        int64_t v = q.result < 0 ? q.result
+                                 : verdict(buf, (size_t)q.result, got_whole(st->idx, i, &q, need));
         free(buf);
         if (v <= 0) {
             if (v < 0)
@@ -119,16 +143,13 @@ tsock__pipeline_header_check(void *arg, const struct tsock__index *idx, uint8_t 
         }
         size_t n = idx->count - first < depth ? (size_t)(idx->count - first) : depth;
         for (size_t k = 0; k < n; k++)
-            reqs[k] = (struct tsock__read_req){.path = tsock__index_path(idx, first + k),
-                                               .expected = idx->entries[first + k].size,
-                                               .buf = bufs + k * PREFIX_BYTES,
-                                               .capacity = PREFIX_BYTES,
-                                               .prefix = 1};
+            reqs[k] = prefix_request(idx, first + k, bufs + k * PREFIX_BYTES, PREFIX_BYTES);
         tsock__reader_read(st.reader, reqs, n);
         for (size_t k = 0; k < n && r == 0; k++) {
-            int64_t v = reqs[k].result < 0 ? reqs[k].result
-                                           : verdict(reqs[k].buf, (size_t)reqs[k].result,
-                                                     (size_t)reqs[k].result < PREFIX_BYTES);
+            int64_t v = reqs[k].result < 0
+                            ? reqs[k].result
+                            : verdict(reqs[k].buf, (size_t)reqs[k].result,
+                                      got_whole(idx, first + k, &reqs[k], PREFIX_BYTES));
             if (v > 0)
                 r = check_long_header(&st, first + k, (size_t)v);
             else if (v < 0)

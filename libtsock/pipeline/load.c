@@ -36,9 +36,10 @@ mark_bad(struct tsock_pipeline *pl, uint64_t id, int code)
     if (atomic_fetch_or(&pl->bad_bits[id / 64], bit) & bit)
         return;
     atomic_fetch_add(&pl->st_bad_files, 1);
+    char name[2 * TSOCK__INDEX_MAX_PATH + 64];
     tsock__log(pl->on_error == TSOCK_ON_ERROR_FAIL ? TSOCK_LOG_ERROR : TSOCK_LOG_WARN,
-               "pipeline: %s/%s (sample %llu): %s%s", pl->index->root,
-               tsock__index_path(pl->index, id), (unsigned long long)id,
+               "pipeline: %s (sample %llu): %s%s",
+               tsock__index_describe(pl->index, id, name, sizeof name), (unsigned long long)id,
                code == -EPROTO    ? "corrupt or truncated beyond repair"
                : code == -EFBIG   ? "over the decoder's limits"
                : code == -ENOTSUP ? "an image kind tsock does not decode"
@@ -49,6 +50,25 @@ mark_bad(struct tsock_pipeline *pl, uint64_t id, int code)
 }
 
 /* ---- one sample --------------------------------------------------------------------------- */
+
+/* The read of sample `id` into buf (capacity bytes): its whole file, or its member of a tar
+ * shard (exactly its indexed length at its offset). */
+static struct tsock__read_req
+sample_request(const struct tsock_pipeline *pl, uint64_t id, void *buf, size_t capacity)
+{
+    const char *shard = tsock__index_shard_path(pl->index, id);
+    uint32_t size = pl->index->entries[id].size;
+    if (shard)
+        return (struct tsock__read_req){.path = shard,
+                                        .buf = buf,
+                                        .capacity = size,
+                                        .range = 1,
+                                        .offset = tsock__index_offset(pl->index, id)};
+    return (struct tsock__read_req){.path = tsock__index_path(pl->index, id),
+                                    .expected = size,
+                                    .buf = buf,
+                                    .capacity = capacity};
+}
 
 /* Every random decision about sample `id` in epoch `epoch` comes from this stream. */
 static void
@@ -113,10 +133,7 @@ read_on_worker(struct worker *w, uint64_t id, size_t hint)
             w->buf = b;
             w->buf_cap = want;
         }
-        struct tsock__read_req q = {.path = tsock__index_path(pl->index, id),
-                                    .expected = pl->index->entries[id].size,
-                                    .buf = w->buf,
-                                    .capacity = w->buf_cap};
+        struct tsock__read_req q = sample_request(pl, id, w->buf, w->buf_cap);
         tsock__reader_read(w->reader, &q, 1);
         atomic_fetch_add_explicit(&pl->st_files, 1, memory_order_relaxed);
         if (q.result >= 0) {
@@ -344,10 +361,7 @@ plan_reads(struct tsock_pipeline *pl, const uint64_t *ids, uint32_t n, uint32_t 
             continue;
         size_t cap = (size_t)pl->index->entries[ids[pos]].size + 1;
         /* The position's request lives at its own index, so workers find it by position. */
-        pl->reqs[pos] = (struct tsock__read_req){.path = tsock__index_path(pl->index, ids[pos]),
-                                                 .expected = pl->index->entries[ids[pos]].size,
-                                                 .buf = pl->arena + at,
-                                                 .capacity = cap};
+        pl->reqs[pos] = sample_request(pl, ids[pos], pl->arena + at, cap);
         pos_of[m++] = pos;
         at += (cap + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
     }

@@ -22,13 +22,16 @@ _Static_assert((int)TSOCK_READ_AUTO == (int)TSOCK__IO_AUTO &&
                    (int)TSOCK_READ_PREAD == (int)TSOCK__IO_PREAD,
                "the public read modes are the reader's");
 _Static_assert((int)TSOCK_SOURCE_FOLDER == (int)TSOCK__INDEX_FOLDER &&
-                   (int)TSOCK_SOURCE_LIST == (int)TSOCK__INDEX_LIST,
+                   (int)TSOCK_SOURCE_LIST == (int)TSOCK__INDEX_LIST &&
+                   (int)TSOCK_SOURCE_WEBDATASET == (int)TSOCK__INDEX_SHARDS,
                "the public sources are the index's");
 
 int
 tsock_pipeline_create(tsock_pipeline **out, int source, const char *path)
 {
-    if (!out || !path || !path[0] || (source != TSOCK_SOURCE_FOLDER && source != TSOCK_SOURCE_LIST))
+    if (!out || !path || !path[0] ||
+        (source != TSOCK_SOURCE_FOLDER && source != TSOCK_SOURCE_LIST &&
+         source != TSOCK_SOURCE_WEBDATASET))
         return -EINVAL;
     struct tsock_pipeline *pl = calloc(1, sizeof *pl);
     if (!pl)
@@ -171,6 +174,53 @@ tsock_pipeline_set_index_cache(tsock_pipeline *pl, const char *path)
     return 0;
 }
 
+/* Copies an optional string setting (NULL clears it). */
+static int
+set_string(char **field, const char *value)
+{
+    char *copy = value ? strdup(value) : NULL;
+    if (value && !copy)
+        return -ENOMEM;
+    free(*field);
+    *field = copy;
+    return 0;
+}
+
+int
+tsock_pipeline_set_shard_options(tsock_pipeline *pl, const char *split, const char *label_key)
+{
+    int r = settable(pl);
+    if (r == 0 && (pl->source != TSOCK_SOURCE_WEBDATASET || (split && !split[0]) ||
+                   (label_key && (!label_key[0] || strchr(label_key, '"')))))
+        r = -EINVAL;
+    if (r == 0)
+        r = set_string(&pl->split, split);
+    if (r == 0)
+        r = set_string(&pl->label_key, label_key);
+    return r;
+}
+
+uint32_t
+tsock_pipeline_shards(const tsock_pipeline *pl)
+{
+    return pl && pl->index && pl->index->shard ? pl->index->watch_count : 0;
+}
+
+int
+tsock_pipeline_shard_starts(const tsock_pipeline *pl, uint64_t *starts)
+{
+    uint32_t n = tsock_pipeline_shards(pl);
+    if (!starts || n == 0)
+        return -EINVAL;
+    uint64_t id = 0;
+    for (uint32_t s = 0; s <= n; s++) {
+        while (id < pl->index->count && pl->index->shard[id] < s)
+            id++;
+        starts[s] = id;
+    }
+    return 0;
+}
+
 static void
 log_index(const struct tsock_pipeline *pl)
 {
@@ -197,13 +247,31 @@ open_index(struct tsock_pipeline *pl)
     uint64_t t0 = tsock__now_ns();
 
     pl->from_cache = 1;
-    int r = tsock__index_open_checked(pl->source, pl->path, pl->cache_path, 0,
-                                      tsock__pipeline_header_check, pl, &pl->cancel, &pl->index);
+    struct tsock__shard_options so = {.split = pl->split, .label_key = pl->label_key};
+    int r =
+        pl->source == TSOCK_SOURCE_WEBDATASET
+            ? tsock__index_open_shards(pl->path, &so, pl->cache_path, 0,
+                                       tsock__pipeline_header_check, pl, &pl->cancel, &pl->index)
+            : tsock__index_open_checked(pl->source, pl->path, pl->cache_path, 0,
+                                        tsock__pipeline_header_check, pl, &pl->cancel, &pl->index);
     pl->index_ns = tsock__now_ns() - t0;
+    if (r == 0 && pl->index->bad_members && pl->on_error == TSOCK_ON_ERROR_FAIL) {
+        tsock__log(TSOCK_LOG_ERROR,
+                   "pipeline: %s: %llu samples of the shards are malformed (logged above when "
+                   "the index was built); --on-error fail refuses them: fix the shards, or "
+                   "leave them out with --on-error skip",
+                   pl->path, (unsigned long long)pl->index->bad_members);
+        r = TSOCK_E_BAD_SAMPLE;
+    }
     if (r != 0) {
         tsock__log(r == TSOCK_E_CANCELLED ? TSOCK_LOG_INFO : TSOCK_LOG_ERROR,
                    "pipeline: %s: cannot index the dataset: %s", pl->path,
-                   r == -ENOENT ? "no usable image file" : tsock_strerror(r));
+                   r == -ENOENT && pl->source == TSOCK_SOURCE_WEBDATASET
+                       ? "a shard is missing, or no usable sample (see above)"
+                   : r == -ENOENT ? "no usable image file"
+                                  : tsock_strerror(r));
+        tsock__index_destroy(pl->index);
+        pl->index = NULL;
         return r;
     }
     size_t words = ((size_t)pl->index->count + 63) / 64;
@@ -351,6 +419,8 @@ tsock_pipeline_destroy(tsock_pipeline *pl)
     free(pl->queue);
     free(pl->path);
     free(pl->cache_path);
+    free(pl->split);
+    free(pl->label_key);
     pthread_cond_destroy(&pl->work_cv);
     pthread_cond_destroy(&pl->done_cv);
     pthread_mutex_destroy(&pl->mu);

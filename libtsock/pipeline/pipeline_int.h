@@ -46,6 +46,7 @@ struct tsock_pipeline {
     int source;
     char *path;
     char *cache_path;
+    char *split, *label_key; /* webdataset: tsock_pipeline_set_shard_options */
     int preset, size, flip, workers, io_mode, io_depth, on_error;
     double scale_min, scale_max;
     uint64_t seed;

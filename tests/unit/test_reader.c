@@ -312,12 +312,55 @@ cleanup(const char *path)
         fprintf(stderr, "could not remove %s\n", path);
 }
 
+/* Range requests (tar shard members): exactly `capacity` bytes at `offset`, many at once,
+ * including the file's last byte; a range past the end (a shard cut since it was indexed)
+ * is -EPROTO, a missing file its errno. */
+static void
+test_ranges(int mode)
+{
+    struct tsock__reader *r;
+    enum { SIZE = 100000, N = 40 };
+    uint8_t *whole = malloc(SIZE), *bufs = malloc((size_t)N * 4096);
+    struct tsock__read_req q[N + 3];
+    write_file("shard.bin", SIZE, 77);
+    fill(whole, SIZE, 77);
+    CHECK_EQ(tsock__reader_create(&r, mode, 8, dir), 0);
+    for (int i = 0; i < N; i++) {
+        uint64_t off = (uint64_t)i * 2477 % (SIZE - 4096);
+        q[i] = (struct tsock__read_req){.path = "shard.bin",
+                                        .buf = bufs + i * 4096,
+                                        .capacity = 1 + (size_t)i * 97 % 4095,
+                                        .range = 1,
+                                        .offset = off};
+    }
+    q[N - 1].offset = SIZE - q[N - 1].capacity; /* up to the last byte */
+    uint8_t tail[64], past[64], none[8];
+    q[N] = (struct tsock__read_req){
+        .path = "shard.bin", .buf = tail, .capacity = 64, .range = 1, .offset = SIZE - 64};
+    q[N + 1] = (struct tsock__read_req){
+        .path = "shard.bin", .buf = past, .capacity = 64, .range = 1, .offset = SIZE - 10};
+    q[N + 2] = (struct tsock__read_req){
+        .path = "gone.bin", .buf = none, .capacity = 8, .range = 1, .offset = 0};
+    CHECK_EQ(tsock__reader_read(r, q, N + 3), N + 1);
+    for (int i = 0; i <= N; i++) {
+        CHECK_EQ(q[i].result, (int64_t)q[i].capacity);
+        CHECK_EQ(q[i].file_size, 0);
+        CHECK(memcmp(q[i].buf, whole + q[i].offset, q[i].capacity) == 0);
+    }
+    CHECK_EQ(q[N + 1].result, -EPROTO);
+    CHECK_EQ(q[N + 2].result, -ENOENT);
+    tsock__reader_destroy(r);
+    free(whole);
+    free(bufs);
+}
+
 /* Every test of one reading mode on the small files. */
 static void
 test_mode(int mode)
 {
     test_whole_files(mode);
     test_errors(mode);
+    test_ranges(mode);
     test_size_changes(mode);
     test_many(mode, 1);
     test_many(mode, 8);

@@ -139,6 +139,27 @@ _declare("tsock_producer_stream_ended", c_int, [c_void_p])
 _declare("tsock_slot_planned", c_uint32, [c_void_p])
 _declare("tsock_slot_sample_ids", P(c_uint64), [c_void_p])
 _declare("tsock_producer_endpoint", c_char_p, [c_void_p])
+
+# ---- the native image pipeline (Producer.serve_images); newer than the rest ----
+for _name, _res, _args in (
+        ("tsock_pipeline_create", c_int, [P(c_void_p), c_int, c_char_p]),
+        ("tsock_pipeline_set_preset", c_int, [c_void_p, c_int]),
+        ("tsock_pipeline_set_image_size", c_int, [c_void_p, c_int]),
+        ("tsock_pipeline_set_workers", c_int, [c_void_p, c_int]),
+        ("tsock_pipeline_set_seed", c_int, [c_void_p, c_uint64]),
+        ("tsock_pipeline_set_on_error", c_int, [c_void_p, c_int]),
+        ("tsock_pipeline_set_index_cache", c_int, [c_void_p, c_char_p]),
+        ("tsock_pipeline_set_shard_options", c_int, [c_void_p, c_char_p, c_char_p]),
+        ("tsock_pipeline_open", c_int, [c_void_p]),
+        ("tsock_pipeline_samples", c_uint64, [c_void_p]),
+        ("tsock_pipeline_shards", c_uint32, [c_void_p]),
+        ("tsock_pipeline_shard_starts", c_int, [c_void_p, P(c_uint64)]),
+        ("tsock_pipeline_sample_path", c_char_p, [c_void_p, c_uint64]),
+        ("tsock_pipeline_add_tensors", c_int, [c_void_p, c_void_p]),
+        ("tsock_pipeline_fill", c_int, [c_void_p, c_void_p]),
+        ("tsock_pipeline_destroy", None, [c_void_p]),
+        ("tsock_producer_set_shard_order", c_int, [c_void_p, P(c_uint64), c_uint32, c_uint32])):
+    _declare_optional(_name, _res, _args)
 _declare("tsock_producer_wait_consumers", c_int, [c_void_p, c_int, c_int])
 _declare("tsock_producer_acquire", c_int, [c_void_p, c_int, P(c_void_p)])
 _declare("tsock_slot_data", c_void_p, [c_void_p, c_int])

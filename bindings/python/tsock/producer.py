@@ -212,19 +212,31 @@ class Producer:
         to :meth:`wait_consumers` before the first batch is ready."""
         self._start(example, None)
 
-    def _start(self, example, sampler):
+    def _start(self, example, sampler, native=None, shard_order=None):
         """start(); with `sampler` = (samples, seed, epochs) the library's sampler plans every
-        slot (see :meth:`serve`)."""
+        slot (see :meth:`serve`); with `native` (a _pipeline.Pipeline) the layout is the
+        pipeline's, and `shard_order` (starts, shards, window) orders epochs by shards."""
         if self._h is not None:
             raise errors.TsockError(errors.E_STATE, "the producer is already started", "start")
-        parts = self._split(example)
-        layout = self._layout_of(parts)
-        if self.batch_size is None:
-            self.batch_size = int(parts[0][1].shape[0])
+        if native is not None:
+            size = native.image_size
+            layout = [_Tensor("image", _views.UINT8, _views.NUMPY_DTYPES[_views.UINT8],
+                              (size, size, 3)),
+                      _Tensor("label", _views.INT64, _views.NUMPY_DTYPES[_views.INT64], ()),
+                      _Tensor("index", _views.INT64, _views.NUMPY_DTYPES[_views.INT64], ())]
+            if self.batch_size is None:
+                self.batch_size = 64
+        else:
+            parts = self._split(example)
+            layout = self._layout_of(parts)
+            if self.batch_size is None:
+                self.batch_size = int(parts[0][1].shape[0])
         lay = ctypes.c_void_p()
         _lib.check(lib.tsock_layout_create(ctypes.byref(lay)), "tsock_layout_create")
         try:
-            for t in layout:
+            if native is not None:
+                native.add_tensors(lay)
+            for t in layout if native is None else ():
                 shape = (ctypes.c_int64 * max(1, len(t.sample_shape)))(*t.sample_shape)
                 _lib.check(lib.tsock_layout_add(lay, t.name.encode(), t.dtype,
                                                 len(t.sample_shape), shape),
@@ -256,6 +268,9 @@ class Producer:
             if sampler is not None:
                 _lib.check(lib.tsock_producer_set_sampler(self._h, *sampler),
                            "tsock_producer_set_sampler")
+            if shard_order is not None:
+                _lib.check(lib.tsock_producer_set_shard_order(self._h, *shard_order),
+                           "tsock_producer_set_shard_order")
             _lib.check(lib.tsock_producer_start(self._h), "tsock_producer_start")
         except BaseException:
             self.close()
@@ -445,6 +460,69 @@ class Producer:
             published += 1
         self.finish()
         return published
+
+    def serve_images(self, source, path, epochs=1, seed=0, preset="train", image_size=224,
+                     workers=0, on_error="skip", index_cache=None, split=None, label_key=None,
+                     shuffle="samples", shard_window=4, wait_consumers=0, wait_timeout=None):
+        """Serves an image dataset with the library's own pipeline, as ``tsock-producer``
+        does: it is indexed, read (io_uring) and decoded and augmented on native worker
+        threads straight into the slots; batches hold "image" (uint8, image_size x
+        image_size x 3), "label" and "index" (the sample id). Consumers get exact epochs as
+        with :meth:`serve`.
+
+        source: "folder" (an ImageFolder tree at `path`), "list" (a "path label" file) or
+            "webdataset" (tar shards; `path` is a SPEC: a brace pattern such as
+            ``"/data/train-{0000..1023}.tar"``, a directory, or a file listing shards; sample
+            ids are positions in shard order, then tar order; docs/pipeline.md).
+        preset: "train" (RandomResizedCrop + flip) or "val" (Resize + CenterCrop).
+        workers: decoding threads (0: one per CPU). on_error: "skip" or "fail".
+        index_cache: a file to keep the index in between runs.
+        split, label_key (webdataset): the split of the directory's timm info file, and the
+            json field holding labels instead of the cls member.
+        shuffle: "samples" (a permutation of all samples per epoch) or "shards" (webdataset:
+            a permutation of shards, then of samples within windows of `shard_window`
+            shards, for storage where random reads are slow; still exact).
+
+        Returns the number of batches published; finishes the stream after the last epoch.
+        Raises TsockError for a dataset that cannot be opened (the library's log says why),
+        ValueError for a bad option."""
+        from . import _pipeline
+        if self._h is not None:
+            raise errors.TsockError(errors.E_STATE, "serve_images() starts the producer "
+                                    "itself: call it on a producer that was not started",
+                                    "serve_images")
+        _pipeline.check_shuffle(shuffle, source, shard_window)
+        pipe = _pipeline.Pipeline(source, path, preset=preset, image_size=image_size,
+                                  workers=workers, seed=seed, on_error=on_error,
+                                  index_cache=index_cache, split=split, label_key=label_key)
+        try:
+            order = _pipeline.shard_order(shuffle, pipe, shard_window)
+            self._start(None, (pipe.samples, int(seed), 0 if epochs is None else int(epochs)),
+                        native=pipe, shard_order=order)
+            if wait_consumers:
+                self.wait_consumers(wait_consumers, wait_timeout)
+            published = 0
+            while True:
+                if lib.tsock_producer_consumer_count(self._h) <= 0 and \
+                        not lib.tsock_producer_stream_ended(self._h):
+                    self.wait_consumers(1, None)
+                try:
+                    slot = self._acquire()
+                except errors.TsockError as e:
+                    if e.code == errors.E_END:
+                        break
+                    raise
+                pipe.fill(slot)
+                _lib.check(lib.tsock_producer_publish(self._h, slot,
+                                                      lib.tsock_slot_planned(slot)),
+                           "tsock_producer_publish")
+                self._slot = None
+                published += 1
+            self.finish()
+            return published
+        finally:
+            # The slots hold decoded images only; the pipeline is no longer needed.
+            pipe.close()
 
     def _sample_batch(self, sample):
         """One sample as a batch of one, for the layout."""
