@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "backend/cuda/devapi.h"
+#include "backend/cuda/nvjpeg_decode.h"
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == TSOCK__DEV_HANDLE_SIZE, "64-byte memory handles");
 _Static_assert(sizeof(cudaIpcEventHandle_t) == TSOCK__DEV_HANDLE_SIZE, "64-byte event handles");
@@ -392,6 +393,9 @@ const struct tsock__devapi tsock__devapi_real = {
     .convert_launch = convert_launch,
     .capture_relax = capture_relax,
     .capture_restore = capture_restore,
+    .jpeg_create = tsock__nvjpeg_create,
+    .jpeg_decode = tsock__nvjpeg_decode,
+    .jpeg_destroy = tsock__nvjpeg_destroy,
 };
 
 #endif
