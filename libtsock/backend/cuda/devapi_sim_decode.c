@@ -14,9 +14,10 @@
  *                                         GPU decode failing for one image would;
  *   TSOCK_CUDA_SIM_DECODE_HW=0            act as nvJPEG's CUDA backend, which takes progressive
  *                                         JPEGs (default 1: the hardware engine, which does not);
- *   TSOCK_CUDA_SIM_DECODE_HOLD=path       the first decode queues half its images, creates `path`
- *                                         and never returns, so that a test can kill the
- *                                         producer mid-decode. */
+ *   TSOCK_CUDA_SIM_DECODE_HOLD=path       a decode queues half its images, creates `path` and
+ *                                         never returns, so that a test can kill the producer
+ *                                         mid-decode: the first decode, or the one after
+ *   TSOCK_CUDA_SIM_DECODE_HOLD_AFTER=N    N decodes (batches) have returned. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@ struct tsock__dev_jpeg {
     uint64_t fail[MAX_FAIL];
     int nfail;
     const char *hold;
+    unsigned long hold_after, calls;
 };
 
 static void
@@ -55,6 +57,8 @@ read_controls(struct tsock__dev_jpeg *j, int *hardware)
     *hardware = !(v && strcmp(v, "0") == 0);
     v = getenv("TSOCK_CUDA_SIM_DECODE_HOLD");
     j->hold = v && *v ? v : NULL;
+    v = getenv("TSOCK_CUDA_SIM_DECODE_HOLD_AFTER");
+    j->hold_after = v ? strtoul(v, NULL, 10) : 0;
 }
 
 int
@@ -125,7 +129,7 @@ tsock__sim_jpeg_decode(struct tsock__dev_jpeg *j, const struct tsock__dev_jpeg_j
     size_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
         const struct tsock__dev_jpeg_job *job = &jobs[i];
-        if (j->hold && i == n / 2)
+        if (j->hold && j->calls == j->hold_after && i == n / 2)
             hold(j->hold);
         size_t bytes = (size_t)job->out_w * (size_t)job->out_h * 3;
         struct tsock__resize_spec spec = {
@@ -150,6 +154,7 @@ tsock__sim_jpeg_decode(struct tsock__dev_jpeg *j, const struct tsock__dev_jpeg_j
     }
     e = d->event_record(j->written[c], s);
     j->cur ^= 1;
+    j->calls++;
     return e;
 }
 
