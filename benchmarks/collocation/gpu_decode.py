@@ -54,11 +54,17 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     benchlib.add_tree_args(ap)
     ap.add_argument("--phases", default="decode,collocation")
-    ap.add_argument("--span", type=float, default=20.0, help="seconds each job runs (20)")
+    ap.add_argument("--span", type=float, default=20.0,
+                    help="seconds each collocation job runs after its first batch (20)")
+    ap.add_argument("--decode-span", type=float, default=10.0,
+                    help="the same for the decode phase (10)")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds from now after which no run starts that could not end in "
+                         "time (its row says so): for a machine lent for a fixed time")
     ap.add_argument("--cpus", type=int, default=4)
     ap.add_argument("--ks", default="1,4")
     ap.add_argument("--models", default="resnet18,mobilenet_v3_small")
-    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--bin-dir", default=os.path.join(REPO, "build", "normal", "producer"))
     ap.add_argument("--library", default=os.environ.get(
@@ -107,9 +113,9 @@ class GpuUtil:
         return statistics.mean(self.values) if self.values else None
 
 
-def job_argv(args, loader, name, gate, model, endpoint=None, root=None, workers=1):
+def job_argv(args, loader, name, gate, model, span, endpoint=None, root=None, workers=1):
     argv = [sys.executable, os.path.join(HERE, "job.py"), "--loader", loader, "--name", name,
-            "--epochs", "1000", "--max-seconds", str(args.span), "--batch-size",
+            "--epochs", "1000", "--max-seconds", str(span), "--batch-size",
             str(args.batch_size), "--delay-ms", "0", "--device", "cuda", "--model", model,
             "--ready-file", gate.ready(name), "--go-file", gate.go]
     if endpoint:
@@ -138,7 +144,7 @@ def last_pipeline(stats):
     return {}
 
 
-def run_one(args, config, model, k, root, workdir, env, tag):
+def run_one(args, config, model, k, span, root, workdir, env, tag):
     gate = colo.Gate(workdir, tag)
     jobs, producer, stats = [], None, os.path.join(workdir, f"{tag}.stats")
     endpoint = f"ipc://{workdir}/{tag}.sock"
@@ -147,9 +153,9 @@ def run_one(args, config, model, k, root, workdir, env, tag):
     try:
         for i in range(k):
             if config.startswith("tsock"):
-                argv = job_argv(args, "tsock", f"j{i}", gate, model, endpoint=endpoint)
+                argv = job_argv(args, "tsock", f"j{i}", gate, model, span, endpoint=endpoint)
             else:
-                argv = job_argv(args, config, f"j{i}", gate, model, root=root,
+                argv = job_argv(args, config, f"j{i}", gate, model, span, root=root,
                                 workers=max(1, args.cpus // k))
             jobs.append(colo.Proc("job", argv, workdir, f"{tag}-j{i}", env))
         gate.wait_ready(jobs, timeout=180)
@@ -159,13 +165,13 @@ def run_one(args, config, model, k, root, workdir, env, tag):
                 args, root, endpoint, "gpu" if config == "tsock_gpu" else "cpu", k, stats),
                 workdir, f"{tag}-producer", env)
         gate.open()
-        deadline = time.monotonic() + args.span + 240
+        deadline = time.monotonic() + span + 240
         while not all(j.poll() for j in jobs):
             if producer and producer.poll():
                 raise RuntimeError(f"the producer exited ({producer.status}): "
                                    f"{producer.stderr()[-3000:]}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{tag}: the jobs ran past {args.span + 240} s")
+                raise RuntimeError(f"{tag}: the jobs ran past {span + 240} s")
             time.sleep(0.05)
         if producer:
             producer.popen.send_signal(signal.SIGTERM)
@@ -196,14 +202,17 @@ def run_one(args, config, model, k, root, workdir, env, tag):
 
 def markdown(out):
     lines = [f"# Issue 20: GPU decoding and collocation, {out['gpu']}, {out['cpus']} cores",
-             "", f"commit {out['commit']}, {out['date_utc']}, span {out['span_s']} s per job", "",
+             "", f"commit {out['commit']}, {out['date_utc']}; each job runs {out['span_s']} s "
+             f"(decode phase: {out['decode_span_s']} s) after its first batch; photographs: "
+             f"{out.get('dataset', {}).get('source', out.get('dataset'))}", "",
              "| Phase | Model | Config | K | images/s per job | aggregate | CPU ms/image | "
              "GPU util % | data wait | decoded gpu/cpu |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in out["runs"]:
-        if "error" in r:
+        if "error" in r or "skipped" in r:
+            why = f"FAILED: {r['error'][:80]}" if "error" in r else f"not run: {r['skipped']}"
             lines.append(f"| {r['phase']} | {r['model']} | {r['config']} | {r['k']} | "
-                         f"FAILED: {r['error'][:80]} | | | | | |")
+                         f"{why} | | | | | |")
             continue
         util = "" if r["gpu_util_percent"] is None else f"{r['gpu_util_percent']:.0f}"
         dec = "" if r["decoded_gpu"] is None else f"{r['decoded_gpu']}/{r['decoded_cpu']}"
@@ -223,6 +232,7 @@ def main():
     out = {"benchmark": "gpu_decode", "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
            "commit": benchlib.git_commit(), "machine": benchlib.machine(),
            "gpu": gpu[0] if gpu else "?", "cpus": cores, "span_s": args.span,
+           "decode_span_s": args.decode_span,
            "batch_size": args.batch_size,
            "command": " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]), "runs": []}
     workdir = tempfile.mkdtemp(prefix="tsock-gpudec-", dir="/tmp")
@@ -232,23 +242,33 @@ def main():
         plan += [("decode", c, "none", 1) for c in ("tsock_cpu", "tsock_gpu", "tvgpu",
                                                      "torchvision")]
     if "collocation" in args.phases:
-        plan += [("collocation", c, m, k) for m in args.models for k in args.ks
-                 for c in ("tsock_cpu", "tsock_gpu", "torchvision")]
+        # The most telling runs first (most jobs, the model where loading dominates), so that
+        # a deadline cuts the least telling.
+        plan += [("collocation", c, m, k) for k in sorted(args.ks, reverse=True)
+                 for m in reversed(args.models) for c in ("tsock_gpu", "tsock_cpu",
+                                                          "torchvision")]
     t0 = time.monotonic()
+    end = t0 + args.deadline if args.deadline else None
     failed = 0
     try:
         root, out["dataset"] = ((args.root, {"root": args.root}) if args.root
                                 else colo.make_tree(args, workdir))
         for n, (phase, config, model, k) in enumerate(plan):
             tag = f"{n}-{config}-{model}-{k}"
+            span = args.decode_span if phase == "decode" else args.span
+            if end and time.monotonic() + span + 15 > end:
+                out["runs"].append({"phase": phase, "config": config, "model": model, "k": k,
+                                    "skipped": "the deadline (--deadline) came first"})
+                continue
             try:
-                r = run_one(args, config, model, k, root, workdir, env, tag)
+                r = run_one(args, config, model, k, span, root, workdir, env, tag)
             except Exception as e:  # one failed run is reported; the others still run
                 failed += 1
                 r = {"config": config, "model": model, "k": k, "error": str(e)[-2000:]}
                 print(f"{tag}: FAILED: {e}", file=sys.stderr, flush=True)
             r["phase"] = phase
             out["runs"].append(r)
+            write(args, out)
             if "error" not in r:
                 print(f"[{time.monotonic() - t0:5.0f} s] {phase} {model} {config} K={k}: "
                       f"{r['images_per_s_per_job']:.0f} img/s/job, {r['cpu_ms_per_image']:.2f} "
@@ -256,6 +276,12 @@ def main():
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     out["duration_s"] = time.monotonic() - t0
+    print(write(args, out))
+    return 1 if failed else 0
+
+
+def write(args, out):
+    """The JSON and its table, rewritten after every run: a run cut short keeps the rest."""
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=2)
@@ -263,8 +289,7 @@ def main():
     md = markdown(out)
     with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
         f.write(md)
-    print(md)
-    return 1 if failed else 0
+    return md
 
 
 if __name__ == "__main__":
