@@ -57,6 +57,7 @@ struct tsock__nvjpeg {
                                     tsock__nvjpeg_params p, int *is_supported);
     int (*JpegStreamCreate)(tsock__nvjpeg_handle h, tsock__nvjpeg_stream *js);
     int (*JpegStreamDestroy)(tsock__nvjpeg_stream js);
+    int (*JpegStreamGetFrameDimensions)(tsock__nvjpeg_stream js, unsigned *w, unsigned *h);
     int (*JpegStreamParse)(tsock__nvjpeg_handle h, const unsigned char *data, size_t length,
                            int save_metadata, int save_stream, tsock__nvjpeg_stream js);
     int (*DecodeParamsCreate)(tsock__nvjpeg_handle h, tsock__nvjpeg_params *p);

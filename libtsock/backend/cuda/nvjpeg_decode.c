@@ -28,6 +28,11 @@ cudaError_t tsock__cuda_resize_launch(const uint8_t *src, const struct tsock__re
                                       uint8_t *dst, cudaStream_t stream);
 
 #define ROI_BUDGET ((size_t)512 << 20)
+
+/* How an image of a chunk is decoded: the hardware engine, its crop only (ROI) or, where the
+ * engine takes the image but not the region, whole (the resize kernel then reads the crop out
+ * of it); or nvJPEG's CUDA decoder, its crop only. */
+enum mode { MODE_ROI, MODE_FULL, MODE_CUDA };
 #define ROI_ALIGN 256
 
 struct tsock__dev_jpeg {
@@ -52,6 +57,8 @@ struct tsock__dev_jpeg {
     tsock__nvjpeg_image *dest;
     tsock__nvjpeg_params *batch_params;
     uint32_t *hw_idx;
+    uint8_t *mode; /* enum mode, per image of a chunk */
+    unsigned *full_w, *full_h;
     uint8_t *roi; /* device */
     size_t roi_cap;
     int warned;
@@ -166,6 +173,9 @@ reserve(struct tsock__dev_jpeg *j, uint32_t n)
     GROW(batch_params);
     GROW(hw_idx);
     GROW(hw_params);
+    GROW(mode);
+    GROW(full_w);
+    GROW(full_h);
 #undef GROW
     for (uint32_t i = j->cap; i < n; i++)
         j->hw_params[i] = NULL;
@@ -200,37 +210,69 @@ reserve_roi(struct tsock__dev_jpeg *j, size_t bytes, tsock__dev_stream_t s)
 }
 
 static size_t
-roi_bytes(const struct tsock__dev_jpeg_job *job)
+aligned(size_t b)
 {
-    size_t b = (size_t)job->crop_w * (size_t)job->crop_h * 3;
     return (b + ROI_ALIGN - 1) & ~(size_t)(ROI_ALIGN - 1);
 }
 
-/* The hardware engine's share of a chunk: the images it takes, decoded as one batch. Those it
- * refuses keep status 1 (for the CUDA decoder); those nvJPEG cannot parse get their error. */
+static size_t
+roi_bytes(const struct tsock__dev_jpeg_job *job)
+{
+    return aligned((size_t)job->crop_w * (size_t)job->crop_h * 3);
+}
+
+/* Whether the hardware engine takes image i of a chunk, and how (mode); an image nvJPEG cannot
+ * parse gets its error (the caller decodes it on the CPU). */
+static void
+classify(struct tsock__dev_jpeg *j, const struct tsock__dev_jpeg_job *job, uint32_t i, int *status)
+{
+    const struct tsock__nvjpeg *nv = j->nv;
+    tsock__nvjpeg_params p = j->hw_params[i];
+    int unsupported = 1;
+    j->mode[i] = MODE_CUDA;
+    int st = nv->JpegStreamParse(j->hw, job->data, job->size, 0, 0, j->hw_js);
+    if (st != 0) {
+        *status = image_error(st);
+        return;
+    }
+    if (nv->JpegStreamGetFrameDimensions(j->hw_js, &j->full_w[i], &j->full_h[i]) != 0)
+        return;
+    if (nv->DecodeParamsSetROI(p, job->crop_x, job->crop_y, job->crop_w, job->crop_h) == 0 &&
+        nv->DecodeBatchedSupportedEx(j->hw, j->hw_js, p, &unsupported) == 0 && !unsupported) {
+        j->mode[i] = MODE_ROI;
+        return;
+    }
+    unsupported = 1;
+    if (nv->DecodeParamsSetROI(p, 0, 0, -1, -1) == 0 &&
+        nv->DecodeBatchedSupportedEx(j->hw, j->hw_js, p, &unsupported) == 0 && !unsupported)
+        j->mode[i] = MODE_FULL;
+}
+
+/* Bytes image i takes in the crop buffer. */
+static size_t
+buffer_bytes(const struct tsock__dev_jpeg *j, const struct tsock__dev_jpeg_job *job, uint32_t i)
+{
+    if (j->mode[i] == MODE_FULL)
+        return aligned((size_t)j->full_w[i] * j->full_h[i] * 3);
+    return roi_bytes(job);
+}
+
+/* The hardware engine's share of a chunk, decoded as one batch. When nvJPEG refuses the batch
+ * as a whole, its images go to the CUDA decoder (mode MODE_CUDA, status still 1). */
 static void
 decode_hardware(struct tsock__dev_jpeg *j, const struct tsock__dev_jpeg_job *jobs, uint32_t n,
-                int *status, tsock__dev_stream_t s)
+                const int *status, tsock__dev_stream_t s)
 {
     const struct tsock__nvjpeg *nv = j->nv;
     uint32_t m = 0;
     for (uint32_t i = 0; i < n; i++) {
-        const struct tsock__dev_jpeg_job *job = &jobs[i];
-        int st = nv->JpegStreamParse(j->hw, job->data, job->size, 0, 0, j->hw_js);
-        if (st != 0) {
-            status[i] = image_error(st);
+        if (status[i] != 1 || j->mode[i] == MODE_CUDA)
             continue;
-        }
-        int unsupported = 1;
-        if (nv->DecodeParamsSetROI(j->hw_params[m], job->crop_x, job->crop_y, job->crop_w,
-                                   job->crop_h) != 0 ||
-            nv->DecodeBatchedSupportedEx(j->hw, j->hw_js, j->hw_params[m], &unsupported) != 0 ||
-            unsupported)
-            continue;
-        j->data[m] = job->data;
-        j->len[m] = job->size;
-        j->dest[m] = (tsock__nvjpeg_image){{j->roi + j->roi_off[i]}, {(size_t)job->crop_w * 3}};
-        j->batch_params[m] = j->hw_params[m];
+        size_t w = j->mode[i] == MODE_FULL ? j->full_w[i] : (size_t)jobs[i].crop_w;
+        j->data[m] = jobs[i].data;
+        j->len[m] = jobs[i].size;
+        j->dest[m] = (tsock__nvjpeg_image){{j->roi + j->roi_off[i]}, {w * 3}};
+        j->batch_params[m] = j->hw_params[i];
         j->hw_idx[m++] = i;
     }
     if (m == 0)
@@ -244,17 +286,16 @@ decode_hardware(struct tsock__dev_jpeg *j, const struct tsock__dev_jpeg_job *job
         st = nv->DecodeBatchedEx(j->hw, j->hw_state, j->data, j->len, j->dest, j->batch_params,
                                  (tsock__nvjpeg_cuda_stream)s);
     if (st != 0) {
-        /* The whole batch goes to the CUDA decoder, which tells the images apart. */
+        /* The CUDA decoder tells the images apart. */
         if (!j->warned++)
             tsock__log(TSOCK_LOG_WARN,
                        "nvJPEG's hardware engine failed a batch (%s): the CUDA decoder takes it "
                        "(said once)",
                        tsock__nvjpeg_status_text(st));
         j->hw_batch = 0;
-        return;
+        for (uint32_t k = 0; k < m; k++)
+            j->mode[j->hw_idx[k]] = MODE_CUDA;
     }
-    for (uint32_t k = 0; k < m; k++)
-        status[j->hw_idx[k]] = 0;
 }
 
 /* The CUDA decoder, image by image, for every image still at status 1. */
@@ -264,7 +305,7 @@ decode_cuda(struct tsock__dev_jpeg *j, const struct tsock__dev_jpeg_job *jobs, u
 {
     const struct tsock__nvjpeg *nv = j->nv;
     for (uint32_t i = 0; i < n; i++) {
-        if (status[i] != 1)
+        if (status[i] != 1 || j->mode[i] != MODE_CUDA)
             continue;
         const struct tsock__dev_jpeg_job *job = &jobs[i];
         tsock__nvjpeg_image dest = {{j->roi + j->roi_off[i]}, {(size_t)job->crop_w * 3}};
@@ -284,30 +325,42 @@ decode_cuda(struct tsock__dev_jpeg *j, const struct tsock__dev_jpeg_job *jobs, u
     return TSOCK__DEV_OK;
 }
 
-/* One chunk: decode the crops, then resize each into its place. */
+/* One chunk: decode the crops (or whole images), then resize each into its place. */
 static int
 decode_chunk(struct tsock__dev_jpeg *j, const struct tsock__dev_jpeg_job *jobs, uint32_t n,
              int *status, tsock__dev_stream_t s)
 {
     size_t total = 0;
     for (uint32_t i = 0; i < n; i++) {
+        status[i] = 1; /* not decoded yet */
+        j->mode[i] = MODE_CUDA;
+        if (j->hw)
+            classify(j, &jobs[i], i, &status[i]);
         j->roi_off[i] = total;
-        total += roi_bytes(&jobs[i]);
-        status[i] = 1;
+        total += buffer_bytes(j, &jobs[i], i);
     }
     int e = reserve_roi(j, total, s);
     if (e != TSOCK__DEV_OK)
         return e;
     if (j->hw)
         decode_hardware(j, jobs, n, status, s);
+    for (uint32_t i = 0; i < n; i++)
+        if (status[i] == 1 && j->mode[i] != MODE_CUDA)
+            status[i] = 0; /* the hardware batch took it */
     e = decode_cuda(j, jobs, n, status, s);
     for (uint32_t i = 0; i < n && e == TSOCK__DEV_OK; i++) {
         if (status[i] != 0)
             continue;
         const struct tsock__dev_jpeg_job *job = &jobs[i];
+        const uint8_t *src = j->roi + j->roi_off[i];
+        size_t pitch = (size_t)job->crop_w * 3;
+        if (j->mode[i] == MODE_FULL) {
+            pitch = (size_t)j->full_w[i] * 3;
+            src += (size_t)job->crop_y * pitch + (size_t)job->crop_x * 3;
+        }
         struct tsock__resize_geom g = {.src_w = job->crop_w,
                                        .src_h = job->crop_h,
-                                       .pitch = (size_t)job->crop_w * 3,
+                                       .pitch = pitch,
                                        .resize_w = job->resize_w,
                                        .resize_h = job->resize_h,
                                        .win_x = job->win_x,
@@ -315,8 +368,7 @@ decode_chunk(struct tsock__dev_jpeg *j, const struct tsock__dev_jpeg_job *jobs, 
                                        .out_w = job->out_w,
                                        .out_h = job->out_h,
                                        .flip = job->flip};
-        if (tsock__cuda_resize_launch(j->roi + j->roi_off[i], &g, job->dst, (cudaStream_t)s) !=
-            cudaSuccess)
+        if (tsock__cuda_resize_launch(src, &g, job->dst, (cudaStream_t)s) != cudaSuccess)
             e = TSOCK__DEV_LAUNCH;
     }
     return e;
@@ -381,6 +433,9 @@ tsock__nvjpeg_destroy(struct tsock__dev_jpeg *j)
     free(j->batch_params);
     free(j->hw_idx);
     free(j->hw_params);
+    free(j->mode);
+    free(j->full_w);
+    free(j->full_h);
     free(j);
 }
 

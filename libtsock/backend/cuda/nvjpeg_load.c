@@ -36,6 +36,7 @@ resolve(void *lib)
     SYM(JpegStreamCreate, "nvjpegJpegStreamCreate");
     SYM(JpegStreamDestroy, "nvjpegJpegStreamDestroy");
     SYM(JpegStreamParse, "nvjpegJpegStreamParse");
+    SYM(JpegStreamGetFrameDimensions, "nvjpegJpegStreamGetFrameDimensions");
     SYM(DecodeParamsCreate, "nvjpegDecodeParamsCreate");
     SYM(DecodeParamsDestroy, "nvjpegDecodeParamsDestroy");
     SYM(DecodeParamsSetOutputFormat, "nvjpegDecodeParamsSetOutputFormat");
