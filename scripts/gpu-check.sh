@@ -249,6 +249,18 @@ issue20_steps() {
     [ ${#photos[@]} -eq 0 ] && echo "gpu-check: NO PHOTOGRAPHS (--photos DIR): the tree is SYNTHETIC" >&2
     step tree tree "$BUILD/producer/tsock-mkdataset" "$tree" --images 2000 --classes 10 --force \
         "${photos[@]}" --json
+    # Without nvJPEG, --decoder gpu stops at start with one message saying what to install.
+    missing_nvjpeg() {
+        local err rc
+        err=$(TSOCK_NVJPEG_LIBRARY=/nonexistent/libnvjpeg.so.13 "$BUILD/producer/tsock-producer" \
+            --dataset imagenet --root "$tree" --device cuda --decoder gpu \
+            --endpoint "ipc://$OUT/missing.sock" 2>&1)
+        rc=$?
+        echo "exit $rc: $err"
+        [ "$rc" -ne 0 ] && echo "$err" | grep -q 'nvidia-nvjpeg' &&
+            ! echo "$err" | grep -q 'indexed\|serving'
+    }
+    step "no nvJPEG: one message at start" nvjpeg-missing missing_nvjpeg
     step "pixels (train)" pixels-train sh -c "'$BUILD/benchmarks/tsock-bench-gpudecode' '$tree' --images 400 > '$OUT/pixels-train.json'"
     step "pixels (val)" pixels-val sh -c "'$BUILD/benchmarks/tsock-bench-gpudecode' '$tree' --images 400 --val > '$OUT/pixels-val.json'"
     local left=$((BUDGET - (SECONDS - START_S) - 20))
