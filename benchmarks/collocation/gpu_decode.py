@@ -141,6 +141,8 @@ def last_pipeline(stats):
     for r in reversed(recs):
         if "pipeline" in r:
             return r["pipeline"]
+        if "decoded_gpu" in r:  # an interval record (a producer stopped before its final one)
+            return r
     return {}
 
 

@@ -11,6 +11,7 @@ those on a GPU).
 
 Standard library only; the harness is pipeline_test.py's Env.
 """
+import json
 import os
 import signal
 import subprocess
@@ -53,7 +54,8 @@ def test_content(env):
     tree = env.mkdataset("tree", "--edge-cases")
     for extra in ([], CONVERTED):
         cpu, cst, _ = serve(env, tree, "cpu", *extra)
-        gpu, gst, err = serve(env, tree, "gpu", *extra)
+        name = f"gpu{len(extra)}.json"
+        gpu, gst, err = serve(env, tree, "gpu", *extra, "--stats-interval", "0.1", stats=name)
         check(gpu["epoch_digests"] == cpu["epoch_digests"],
               f"{extra}: the GPU decoder's epochs differ from the CPU's: {gpu['epoch_digests']} "
               f"{cpu['epoch_digests']}")
@@ -62,6 +64,12 @@ def test_content(env):
               f"{extra}: decoded gpu {pl['decoded_gpu']} cpu {pl['decoded_cpu']}, expected "
               f"{2 * ON_DEVICE} and {2 * ON_CPU}")
         check(cst["pipeline"]["decoded_gpu"] == 0, "--decoder cpu decoded on the device")
+        with open(env.path(name)) as f:
+            intervals = [json.loads(l) for l in f if '"interval"' in l]
+        # As many interval records as the run lasted tenths of a second (none on a fast
+        # machine: the count is not checked, only what each one holds).
+        check(all("decoded_gpu" in r and "decoded_cpu" in r for r in intervals),
+              "an interval record without decoded_gpu and decoded_cpu")
         check(pl["bad_files"] == CLASSES and pl["replaced"] == 2 * CLASSES,
               f"the truncated files, with --on-error skip: {pl}")
     check(not sim_objects(), f"simulated device memory left behind: {sim_objects()}")
@@ -130,7 +138,6 @@ def test_killed_mid_decode(env):
     p.wait()
     out, err = c.communicate(timeout=60)
     env.log.append((argv, c.returncode, out, err))
-    import json
     lines = [l for l in out.splitlines() if l.startswith("{")]
     check(lines, f"tsock-consume printed no JSON (exit {c.returncode}): {err}")
     res = json.loads(lines[-1])
