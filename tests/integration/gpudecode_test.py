@@ -35,10 +35,24 @@ def sim_objects():
     return [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
 
 
+# Heartbeats that a sanitizer build on a loaded machine cannot miss: a consumer lost to a slow
+# beat would rejoin and read a partial epoch, which is not what these tests are about.
+SLOW_BEATS = ["--heartbeat-ms", "250", "--heartbeat-timeout-ms", "20000"]
+
+
 def serve(env, tree, decoder, *extra, epochs=2, stats=None):
+    """pipeline_test's Env.serve, with SLOW_BEATS on both sides."""
     stats = stats or f"{decoder}{len(env.log)}.json"
-    rc, res, prc, err, st = env.serve(tree, epochs, "--device", "cuda", "--decoder", decoder,
-                                      *extra, stats=stats)
+    p = env.producer("--dataset", "imagenet", "--root", tree, "--epochs", str(epochs), "--device",
+                     "cuda", "--decoder", decoder, *extra, *SLOW_BEATS, stats=stats)
+    try:
+        rc, res = env.consume(epochs, *SLOW_BEATS)
+        prc, err = env.finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    st = env.stats(stats)
     check(prc == 0, f"--decoder {decoder} {extra}: producer exit {prc}: {err[-2000:]}")
     # 3: tsock-consume flags the truncated files' replacements (a duplicate and a missing id).
     check(rc == 3, f"--decoder {decoder} {extra}: consumer exit {rc}")
