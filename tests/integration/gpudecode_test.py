@@ -64,9 +64,10 @@ def serve(env, tree, decoder, *extra, epochs=2, stats=None):
 
 def test_content(env):
     """Bit for bit the CPU decoder's epochs, uint8 and converted (float16, NCHW, normalised: the
-    device-decoded images are merged into the slot before the conversion kernel runs)."""
+    device-decoded images are merged into the slot before the conversion kernel runs), and with
+    the val preset (resize, then the centre window)."""
     tree = env.mkdataset("tree", "--edge-cases")
-    for extra in ([], CONVERTED):
+    for extra in ([], CONVERTED, ["--split", "val"]):
         cpu, cst, _ = serve(env, tree, "cpu", *extra)
         name = f"gpu{len(extra)}.json"
         gpu, gst, err = serve(env, tree, "gpu", *extra, "--stats-interval", "0.1", stats=name)
