@@ -160,20 +160,20 @@ def run_one(args, config, model, k, span, root, workdir, env, tag):
                 argv = job_argv(args, config, f"j{i}", gate, model, span, root=root,
                                 workers=max(1, args.cpus // k))
             jobs.append(colo.Proc("job", argv, workdir, f"{tag}-j{i}", env))
-        gate.wait_ready(jobs, timeout=180)
+        gate.wait_ready(jobs, timeout=90)
         util = GpuUtil()
         if config.startswith("tsock"):
             producer = colo.Proc("producer", producer_argv(
                 args, root, endpoint, "gpu" if config == "tsock_gpu" else "cpu", k, stats),
                 workdir, f"{tag}-producer", env)
         gate.open()
-        deadline = time.monotonic() + span + 240
+        deadline = time.monotonic() + span + 90
         while not all(j.poll() for j in jobs):
             if producer and producer.poll():
                 raise RuntimeError(f"the producer exited ({producer.status}): "
                                    f"{producer.stderr()[-3000:]}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{tag}: the jobs ran past {span + 240} s")
+                raise RuntimeError(f"{tag}: the jobs ran past {span + 90} s")
             time.sleep(0.05)
         if producer:
             producer.popen.send_signal(signal.SIGTERM)
