@@ -1,7 +1,7 @@
 /* The device API of the CUDA backend: every CUDA runtime and driver call that backend/cuda makes
- * goes through one table, so the same backend code runs on a real GPU (devapi_real.c, the only
- * C file besides convert.cu that includes CUDA headers) or on the simulated device
- * (devapi_sim.c, plain C: POSIX shared memory, executor threads), which the GPU tests use on
+ * goes through one table, so the same backend code runs on a real GPU (devapi_real.c and, for
+ * the GPU decoder, nvjpeg_decode.c: the C files that include CUDA headers) or on the simulated
+ * device (devapi_sim.c, plain C: POSIX shared memory, executor threads), which the GPU tests use on
  * machines without a GPU.
  *
  * tsock__dev() picks the table once per process: the simulated device when the environment

@@ -1,6 +1,7 @@
-/* The device API on the real CUDA runtime (cudart, linked statically). With convert.cu this is
- * the only file of tsock that includes CUDA headers. Every wrapper records the raw cudaError_t
- * for error_text and maps it to what the user must do about it. */
+/* The device API on the real CUDA runtime (cudart, linked statically). With the .cu files and
+ * nvjpeg_decode.c (the GPU decoder's entries) it is all of tsock that includes CUDA headers. Every
+ * wrapper records the raw cudaError_t for error_text and maps it to what the user must do about it.
+ */
 #ifdef TSOCK_HAVE_CUDA /* else devapi_none.c */
 #include <cuda.h>      /* CUcontext and CUresult only: nothing links against libcuda */
 #include <cuda_runtime_api.h>
