@@ -27,7 +27,9 @@ set(TSOCK_ALLOW_ring core)
 set(TSOCK_ALLOW_transport core proto)
 set(TSOCK_ALLOW_backend core)
 set(TSOCK_ALLOW_backend_shm core backend)
-set(TSOCK_ALLOW_backend_cuda core backend)
+# backend/cuda implements the pipeline's device decoder (image/device_decoder.h), and the
+# simulated device decodes with the CPU decoder (image/image.h): issue 20.
+set(TSOCK_ALLOW_backend_cuda core backend image/image.h image/device_decoder.h)
 set(TSOCK_ALLOW_dataset core)
 set(TSOCK_ALLOW_io core)
 set(TSOCK_ALLOW_image core)

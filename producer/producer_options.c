@@ -54,6 +54,9 @@ usage(FILE *f)
             "  --io-depth N               reads in flight (default 64)\n"
             "  --on-error skip|fail       a file that cannot be decoded: replace it with the\n"
             "                             next good sample and go on (default), or stop\n"
+            "  --decoder cpu|gpu          where JPEGs are decoded: the workers (default), or\n"
+            "                             the GPU (nvJPEG, with --device cuda; the rest on\n"
+            "                             the workers)\n"
             "  --index-cache FILE         keep the dataset index here between runs (outside\n"
             "                             the dataset)\n"
             "  --samples N                samples in the synthetic dataset (default 4096)\n"
@@ -132,6 +135,7 @@ enum {
     OPT_IO,
     OPT_IO_DEPTH,
     OPT_ON_ERROR,
+    OPT_DECODER,
     OPT_INDEX_CACHE,
     OPT_SAMPLES,
     OPT_ENDPOINT,
@@ -175,6 +179,7 @@ static const struct option longopts[] = {
     {"io", required_argument, NULL, OPT_IO},
     {"io-depth", required_argument, NULL, OPT_IO_DEPTH},
     {"on-error", required_argument, NULL, OPT_ON_ERROR},
+    {"decoder", required_argument, NULL, OPT_DECODER},
     {"index-cache", required_argument, NULL, OPT_INDEX_CACHE},
     {"samples", required_argument, NULL, OPT_SAMPLES},
     {"endpoint", required_argument, NULL, OPT_ENDPOINT},
@@ -378,6 +383,12 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
         cfg->on_error = parse_choice("on-error", arg, on_errors);
         seen->image_only = "--on-error";
         break;
+    case OPT_DECODER: {
+        static const char *const decoders[] = {"cpu", "gpu", NULL};
+        cfg->decoder = parse_choice("decoder", arg, decoders);
+        seen->image_only = "--decoder";
+        break;
+    }
     case OPT_INDEX_CACHE:
         cfg->index_cache = non_empty("index-cache", arg);
         seen->image_only = "--index-cache";
@@ -515,6 +526,8 @@ check_combination(struct config *cfg, const struct seen *seen)
         if (cfg->dataset != DATASET_LIST && cfg->list)
             cli_bad_usage("--list: only for --dataset list");
     }
+    if (cfg->decoder == TSOCK_DECODER_GPU && cfg->device < 0)
+        cli_bad_usage("--decoder gpu: decodes into the ring on the GPU; add --device cuda");
     if (seen->gpu_only && cfg->device < 0)
         cli_bad_usage("%s: converting images is done on the GPU; add --device cuda",
                       seen->gpu_only);

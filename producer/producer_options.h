@@ -34,6 +34,7 @@ struct config {
     int io_depth;
     int flip;
     int on_error; /* tsock_on_error */
+    int decoder;  /* tsock_decoder */
     double scale_min, scale_max;
     int heartbeat_ms, heartbeat_timeout_ms;
     double status_interval_s; /* live status line and --stats-json records */

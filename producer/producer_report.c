@@ -179,6 +179,8 @@ write_pipeline(struct jw *w, tsock_pipeline *pl)
     jw_u64(w, "index_bytes", pipeline_stat(pl, TSOCK_PIPELINE_INDEX_BYTES));
     jw_bool(w, "index_from_cache", pipeline_stat(pl, TSOCK_PIPELINE_FROM_CACHE) != 0);
     jw_u64(w, "workers", pipeline_stat(pl, TSOCK_PIPELINE_WORKERS));
+    jw_u64(w, "decoded_gpu", pipeline_stat(pl, TSOCK_PIPELINE_DECODED_GPU));
+    jw_u64(w, "decoded_cpu", pipeline_stat(pl, TSOCK_PIPELINE_DECODED_CPU));
     jw_str(w, "read_mode", mode < 3 ? modes[mode] : "?");
     jw_u64(w, "classes", tsock_pipeline_classes(pl));
     jw_close(w);
@@ -269,6 +271,11 @@ print_line(const struct reporter *r, const struct rates *x, const struct consume
                      "%7.0f img/s %6.1f MB/s read %5.2f ms/img decode cpu %4.0f%% slots %" PRIu64
                      "/%" PRIu64 " |",
                      x->images_s, x->mb_read_s, x->decode_ms, x->cpu_pct, held, r->cfg->slots);
+    if (r->cfg->decoder == TSOCK_DECODER_GPU && n > 0 && (size_t)n < sizeof line)
+        n += snprintf(line + n, sizeof line - (size_t)n,
+                      " decoded gpu %" PRIu64 " cpu %" PRIu64 " |",
+                      pipeline_stat(r->pipeline, TSOCK_PIPELINE_DECODED_GPU),
+                      pipeline_stat(r->pipeline, TSOCK_PIPELINE_DECODED_CPU));
     for (size_t i = 0; i < t->count && n > 0 && (size_t)n < sizeof line; i++)
         if (t->recs[i].connected)
             n += snprintf(line + n, sizeof line - (size_t)n, " c%" PRIu64 " %.0f b/s held %" PRIu64,
@@ -286,10 +293,13 @@ publish_status(const struct reporter *r, const struct rates *x)
     snprintf(status, sizeof status,
              "{\"dataset\": \"%s\", \"images_per_s\": %.1f, \"mb_read_per_s\": %.2f, "
              "\"decode_ms_per_image\": %.3f, \"cpu_percent\": %.1f, \"bad_files\": %" PRIu64
-             ", \"replaced\": %" PRIu64 ", \"rss_bytes\": %" PRIu64 "}",
+             ", \"replaced\": %" PRIu64 ", \"rss_bytes\": %" PRIu64 ", \"decoded_gpu\": %" PRIu64
+             ", \"decoded_cpu\": %" PRIu64 "}",
              r->cfg->dataset_name, x->images_s, x->mb_read_s, x->decode_ms, x->cpu_pct,
              pipeline_stat(r->pipeline, TSOCK_PIPELINE_BAD_FILES),
-             pipeline_stat(r->pipeline, TSOCK_PIPELINE_REPLACED), rss_bytes());
+             pipeline_stat(r->pipeline, TSOCK_PIPELINE_REPLACED), rss_bytes(),
+             pipeline_stat(r->pipeline, TSOCK_PIPELINE_DECODED_GPU),
+             pipeline_stat(r->pipeline, TSOCK_PIPELINE_DECODED_CPU));
     tsock_producer_set_status(r->producer, status);
 }
 
@@ -320,6 +330,10 @@ reporter_tick(struct reporter *r, const struct run_stats *st, struct consumer_ta
     jw_num(&w, "mb_read_per_s", x.mb_read_s);
     jw_num(&w, "decode_ms_per_image", x.decode_ms);
     jw_num(&w, "cpu_percent", x.cpu_pct);
+    if (r->pipeline) {
+        jw_u64(&w, "decoded_gpu", pipeline_stat(r->pipeline, TSOCK_PIPELINE_DECODED_GPU));
+        jw_u64(&w, "decoded_cpu", pipeline_stat(r->pipeline, TSOCK_PIPELINE_DECODED_CPU));
+    }
     write_consumers(&w, t);
     jw_close(&w);
     end_record(r);

@@ -88,7 +88,17 @@ open_pipeline(const struct config *cfg, tsock_pipeline **out)
                  : cfg->dataset == DATASET_WEBDATASET ? TSOCK_SOURCE_WEBDATASET
                                                       : TSOCK_SOURCE_FOLDER;
     tsock_pipeline *pl = NULL;
-    int rc = tsock_pipeline_create(&pl, source, path);
+    /* A missing nvJPEG is one message at start, before a long index scan (issue 20). */
+    int rc = cfg->decoder == TSOCK_DECODER_GPU ? tsock_cuda_decoder_check(cfg->device) : 0;
+    if (rc < 0) {
+        fprintf(stderr, PROG ": --decoder gpu: %s\n",
+                rc == -ENOPKG ? "nvJPEG is not available (see the log above for what to install)"
+                              : tsock_strerror(rc));
+        free(path);
+        *out = NULL;
+        return rc;
+    }
+    rc = tsock_pipeline_create(&pl, source, path);
     if (rc == 0 && source == TSOCK_SOURCE_WEBDATASET)
         rc = tsock_pipeline_set_shard_options(pl, cfg->val ? "val" : "train", cfg->label_key);
     if (rc == 0 &&
@@ -101,6 +111,7 @@ open_pipeline(const struct config *cfg, tsock_pipeline **out)
         (rc = tsock_pipeline_set_io(pl, cfg->io_mode, cfg->io_depth)) == 0 &&
         (rc = tsock_pipeline_set_seed(pl, cfg->seed)) == 0 &&
         (rc = tsock_pipeline_set_on_error(pl, cfg->on_error)) == 0 &&
+        (rc = tsock_pipeline_set_decoder(pl, cfg->decoder)) == 0 &&
         (rc = tsock_pipeline_set_index_cache(pl, cfg->index_cache)) == 0) {
         atomic_store(&g_indexing, pl);
         if (g_signal) /* came before the handler could see the pipeline */

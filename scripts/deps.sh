@@ -109,10 +109,56 @@ tsock_install_cuda_toolkit()
     echo "deps: CUDA compiler from NVIDIA's wheels: $CUDACXX ($("$CUDACXX" --version | tail -n 1))"
 }
 
+# nvJPEG, for tsock-producer --decoder gpu (issue 20): loaded at run time, never needed to build
+# or test (the tests run the GPU decoder on the simulated device). So it is installed only on a
+# machine with a GPU (nvidia-smi works) where no CUDA toolkit provides libnvjpeg: NVIDIA's
+# nvidia-nvjpeg wheel (CUDA 13; nvidia-nvjpeg-cu12 where the driver only runs CUDA 12) into
+# TSOCK_NVJPEG_WHEELS (default ~/.cache/tsock/nvjpeg), and TSOCK_NVJPEG_LIBRARY is exported for
+# the library to find. Elsewhere, or when pip cannot reach PyPI, it says so and goes on.
+tsock_install_nvjpeg()
+{
+    if [ -n "${TSOCK_NVJPEG_LIBRARY:-}" ]; then
+        echo "deps: nvJPEG: TSOCK_NVJPEG_LIBRARY=$TSOCK_NVJPEG_LIBRARY"
+        return 0
+    fi
+    if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+        echo "deps: no GPU here: nvJPEG not installed (--decoder gpu is tested on the simulated device)"
+        return 0
+    fi
+    local lib
+    for lib in /usr/local/cuda/lib64/libnvjpeg.so.13 /usr/local/cuda/lib64/libnvjpeg.so.12; do
+        if [ -e "$lib" ]; then
+            echo "deps: nvJPEG from the CUDA toolkit: $lib"
+            return 0
+        fi
+    done
+    if ldconfig -p 2>/dev/null | grep -q 'libnvjpeg\.so\.1[23]'; then
+        echo "deps: nvJPEG on the loader's path"
+        return 0
+    fi
+    local prefix=${TSOCK_NVJPEG_WHEELS:-$HOME/.cache/tsock/nvjpeg} wheel=nvidia-nvjpeg
+    # The driver's CUDA version (nvidia-smi's header): a 12.x driver cannot run CUDA 13's nvJPEG.
+    if nvidia-smi | grep -q 'CUDA Version: 12\.'; then wheel=nvidia-nvjpeg-cu12; fi
+    lib=$(find "$prefix" -name 'libnvjpeg.so.1[23]' 2>/dev/null | head -n 1)
+    if [ -z "$lib" ]; then
+        echo "deps: pip installing $wheel (nvJPEG, for --decoder gpu) into $prefix"
+        python3 -m pip install -q --no-deps --upgrade --target "$prefix" "$wheel" ||
+            python3 -m pip install -q --no-deps --upgrade --break-system-packages --target \
+                "$prefix" "$wheel" || {
+            echo "deps: WARNING: installing $wheel failed: --decoder gpu will say nvJPEG is missing" >&2
+            return 0
+        }
+        lib=$(find "$prefix" -name 'libnvjpeg.so.1[23]' | head -n 1)
+    fi
+    export TSOCK_NVJPEG_LIBRARY=$lib
+    echo "deps: nvJPEG from the $wheel wheel: TSOCK_NVJPEG_LIBRARY=$lib"
+}
+
 # Run directly (not sourced): install now.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     set -euo pipefail
     tsock_install_deps
     tsock_install_python_deps
     tsock_install_cuda_toolkit
+    tsock_install_nvjpeg
 fi

@@ -20,6 +20,18 @@
 #      precision, shared (one tsock-producer --device cuda) versus independent (torchvision
 #      DataLoaders) loading, K = 1, 2, 4 jobs, at a fixed number of cores (--cpus, default: all);
 #   7. writes DIR/gpu-check-report.json and DIR/gpu-check-report.md.
+# --issue20: the GPU decoder's steps only (issue 20), within --budget S seconds (default 450)
+#   from the start, for a machine lent for a fixed time: after the GPU and build checks,
+#   ctest -L gpu and the GPU decoder's gpusim tests; an image tree (tsock-mkdataset, 2000 images
+#   of --photos DIR, loudly synthetic without it); the pixels of the GPU decoder against the CPU
+#   decoder on the same crops, train and val presets (tsock-bench-gpudecode: mean abs diff
+#   <= 1.0, PSNR >= 40 dB); decode throughput and CPU ms/image of tsock --decoder cpu, --decoder
+#   gpu, the torchvision GPU-decode peer and torchvision on the CPU, then collocation at 4 cores
+#   (ResNet-18, MobileNetV3-Small; K = 1, 4; tsock shared with either decoder versus K
+#   torchvision DataLoaders), jobs of 20 s spans (benchmarks/collocation/gpu_decode.py, cut at
+#   the budget: the rows it had no time for say so). nvJPEG: TSOCK_NVJPEG_LIBRARY, else the
+#   wheel given with --nvjpeg-wheel FILE (unpacked into DIR), else an installed nvidia-nvjpeg
+#   wheel, else the CUDA toolkit's, else the copy torchvision bundles (said in the report).
 # --quick: K = 1, 2, one epoch, 400 images and one repeat in step 6 (a smoke run).
 # --build DIR: check an existing build of this checkout (configured with the CUDA toolkit)
 #   instead of building one: for a GPU machine that runs what was built elsewhere.
@@ -32,9 +44,11 @@ set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$ROOT/build/gpu-check
 QUICK=0 BUILD= INSTALL=1 PHOTOS= STEP_TIMEOUT= COLLOC_ARGS=
+ISSUE20=0 BUDGET=450 NVJPEG_WHEEL=
+START_S=$SECONDS
 usage() {
     echo "usage: $0 [--out DIR] [--quick] [--build DIR] [--no-install] [--photos DIR]" \
-        "[--step-timeout S] [--collocation ARGS]" >&2
+        "[--step-timeout S] [--collocation ARGS] [--issue20 [--budget S] [--nvjpeg-wheel FILE]]" >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -46,6 +60,9 @@ while [ $# -gt 0 ]; do
     --photos) PHOTOS=$2; shift 2 ;;
     --step-timeout) STEP_TIMEOUT=$2; shift 2 ;;
     --collocation) COLLOC_ARGS=$2; shift 2 ;;
+    --issue20) ISSUE20=1; shift ;;
+    --budget) BUDGET=$2; shift 2 ;;
+    --nvjpeg-wheel) NVJPEG_WHEEL=$(cd "$(dirname "$2")" && pwd)/$(basename "$2") || usage; shift 2 ;;
     *) usage ;;
     esac
 done
@@ -63,7 +80,7 @@ record() { STEPS+=("$1|$2|$3|$4"); echo "== $1: $2 ${4:+($4)}"; }
 # --step-timeout, a step still running after that long is stopped, all of it (each step runs
 # in its own process group), and fails.
 step() {
-    local name=$1 log=$LOGS/$2.log rc watchdog=
+    local name=$1 log=$LOGS/$2.log rc watchdog= t0=$SECONDS
     shift 2
     echo "== $name: $*"
     set -m
@@ -84,11 +101,11 @@ step() {
     [ -n "$watchdog" ] && { kill -- -"$watchdog" && wait "$watchdog"; } 2>/dev/null
     set +m
     if [ "$rc" -eq 0 ]; then
-        record "$name" PASS "$log" ""
+        record "$name" PASS "$log" "$((SECONDS - t0)) s"
         return 0
     fi
     tail -n 30 "$log"
-    record "$name" FAIL "$log" "exit $rc"
+    record "$name" FAIL "$log" "exit $rc, $((SECONDS - t0)) s"
     return 1
 }
 
@@ -174,7 +191,7 @@ elif ! step build build build; then
     echo "gpu-check: the build failed or has no real CUDA runtime (cuda=OFF): see $LOGS/build.log" >&2
 fi
 
-# ---- 3. tests ---------------------------------------------------------------------------------
+# Every gpu.* test must run (the full check and --issue20).
 gpu_tests() {
     # Every gpu.* test must run: a skip here means the GPU was not usable, which is a failure.
     local out=$LOGS/ctest-gpu.out rc
@@ -183,6 +200,84 @@ gpu_tests() {
     cat "$out"
     [ "$rc" -eq 0 ] && ! grep -q 'Skipped\|Not Run' "$out"
 }
+
+# ---- issue 20: the GPU decoder ------------------------------------------------------------------
+# nvJPEG for the library to load (exported here: a step runs in a subshell).
+NVJPEG_FROM=
+find_nvjpeg() {
+    if [ -n "${TSOCK_NVJPEG_LIBRARY:-}" ]; then NVJPEG_FROM="TSOCK_NVJPEG_LIBRARY (given)"; return; fi
+    local lib=
+    if [ -n "$NVJPEG_WHEEL" ]; then
+        mkdir -p "$OUT/nvjpeg" && python3 -m zipfile -e "$NVJPEG_WHEEL" "$OUT/nvjpeg" &&
+            lib=$(find "$OUT/nvjpeg" -name 'libnvjpeg.so.1[23]' | head -n 1)
+        [ -n "$lib" ] && NVJPEG_FROM="the wheel $NVJPEG_WHEEL"
+    fi
+    if [ -z "$lib" ]; then
+        lib=$(python3 - <<'PY'
+import glob, os, sys
+for d in sys.path:
+    for pat in ("nvidia/cu13/lib/libnvjpeg.so.13", "nvidia/nvjpeg/lib/libnvjpeg.so.1*",
+                "nvidia/cu12/lib/libnvjpeg.so.12"):
+        hits = glob.glob(os.path.join(d, pat))
+        if hits:
+            print(hits[0]); sys.exit()
+PY
+)
+        [ -n "$lib" ] && NVJPEG_FROM="an installed nvidia-nvjpeg wheel"
+    fi
+    if [ -z "$lib" ]; then
+        for f in /usr/local/cuda/lib64/libnvjpeg.so.13 /usr/local/cuda/lib64/libnvjpeg.so.12; do
+            [ -e "$f" ] && { NVJPEG_FROM="the CUDA toolkit ($f)"; return; }
+        done
+        lib=$(python3 -c 'import glob, os, torchvision
+print((glob.glob(os.path.join(os.path.dirname(os.path.dirname(torchvision.__file__)),
+      "torchvision.libs", "libnvjpeg*.so*")) + [""])[0])' 2>/dev/null)
+        [ -n "$lib" ] && NVJPEG_FROM="the copy torchvision bundles ($lib): no nvidia-nvjpeg wheel"
+    fi
+    if [ -n "$lib" ]; then export TSOCK_NVJPEG_LIBRARY=$lib; else NVJPEG_FROM="NOT FOUND"; fi
+}
+issue20_steps() {
+    find_nvjpeg
+    record nvjpeg "$([ "$NVJPEG_FROM" = "NOT FOUND" ] && echo FAIL || echo PASS)" "" \
+        "${TSOCK_NVJPEG_LIBRARY:-} from $NVJPEG_FROM"
+    # Bounded, so that a hang cannot eat the machine's time (--step-timeout overrides).
+    STEP_TIMEOUT=${STEP_TIMEOUT:-180} step ctest-gpu ctest-gpu gpu_tests
+    STEP_TIMEOUT=${STEP_TIMEOUT:-120} step gpusim-decoder gpusim-decoder ctest --test-dir "$BUILD" -R '^gpusim\.decoder_' \
+        --output-on-failure -j4
+    local tree=$OUT/tree photos=()
+    [ -n "$PHOTOS" ] && photos=(--photos "$PHOTOS")
+    [ -z "$PHOTOS" ] && [ -d /usr/share/backgrounds/mate ] && photos=(--photos /usr/share/backgrounds/mate)
+    [ ${#photos[@]} -eq 0 ] && echo "gpu-check: NO PHOTOGRAPHS (--photos DIR): the tree is SYNTHETIC" >&2
+    step tree tree "$BUILD/producer/tsock-mkdataset" "$tree" --images 2000 --classes 10 --force \
+        "${photos[@]}" --json
+    # Without nvJPEG, --decoder gpu stops at start with one message saying what to install.
+    missing_nvjpeg() {
+        local err rc
+        err=$(TSOCK_NVJPEG_LIBRARY=/nonexistent/libnvjpeg.so.13 "$BUILD/producer/tsock-producer" \
+            --dataset imagenet --root "$tree" --device cuda --decoder gpu \
+            --endpoint "ipc://$OUT/missing.sock" 2>&1)
+        rc=$?
+        echo "exit $rc: $err"
+        [ "$rc" -ne 0 ] && echo "$err" | grep -q 'nvidia-nvjpeg' &&
+            ! echo "$err" | grep -q 'indexed\|serving'
+    }
+    step "no nvJPEG: one message at start" nvjpeg-missing missing_nvjpeg
+    step "pixels (train)" pixels-train sh -c "'$BUILD/benchmarks/tsock-bench-gpudecode' '$tree' --images 400 > '$OUT/pixels-train.json'"
+    step "pixels (val)" pixels-val sh -c "'$BUILD/benchmarks/tsock-bench-gpudecode' '$tree' --images 400 --val > '$OUT/pixels-val.json'"
+    local left=$((BUDGET - (SECONDS - START_S) - 20))
+    if [ "$left" -lt 40 ]; then
+        record "decode and collocation" SKIPPED "" "no time left of --budget $BUDGET s"
+        return
+    fi
+    STEP_TIMEOUT=$((left + 60)) step "decode and collocation" gpu-decode python3 "$ROOT/benchmarks/collocation/gpu_decode.py" \
+        --root "$tree" --bin-dir "$BUILD/producer" --library "$BUILD/libtsock/libtsock.so" \
+        --deadline "$left" --out "$OUT/gpu_decode.json"
+}
+
+if [ "$ISSUE20" = 1 ]; then
+    issue20_steps
+else
+# ---- 3. tests ---------------------------------------------------------------------------------
 step ctest-gpu ctest-gpu gpu_tests
 python_gpu_tests() {
     # The binding's CUDA tensors, with torch's own CUDA build; a skip here is a failure.
@@ -228,6 +323,8 @@ colloc() {
 mkdir -p "$OUT/collocation"
 step "collocation --device cuda" collocation colloc
 
+fi
+
 # ---- 7. report --------------------------------------------------------------------------------
 python3 - "$OUT" "$GPU" "$DRIVER" "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null)" "${STEPS[@]}" <<'PY'
 import json, os, sys
@@ -241,7 +338,10 @@ def load(path):
         return None
 report = {"gpu": gpu, "driver": driver, "commit": commit, "steps": rows,
           "bench_gpu": load(os.path.join(out, "bench-gpu.json")),
-          "collocation": load(os.path.join(out, "collocation", "collocation_cuda.json"))}
+          "collocation": load(os.path.join(out, "collocation", "collocation_cuda.json")),
+          "pixels_train": load(os.path.join(out, "pixels-train.json")),
+          "pixels_val": load(os.path.join(out, "pixels-val.json")),
+          "gpu_decode": load(os.path.join(out, "gpu_decode.json"))}
 with open(os.path.join(out, "gpu-check-report.json"), "w") as f:
     json.dump(report, f, indent=2)
 lines = [f"# tsock GPU check: {gpu} (driver {driver}), commit {commit}", "",
@@ -257,6 +357,23 @@ if report["collocation"]:
         lines.append(f"| {r.get('config')} | {r.get('model')} | {r.get('k')} | "
                      f"{r.get('images_per_s_per_job', 0):.1f} | {r.get('cpu_ms_per_image', 0):.2f} | "
                      f"{r.get('data_wait', 0):.1%} |")
+for name in ("pixels_train", "pixels_val"):
+    px = report[name]
+    if px:
+        p = px["pixels"]
+        lines += ["", f"## GPU decoder pixels against the CPU decoder ({px['preset']})", "",
+                  f"{px['decoder']}: {px['compared']} images, mean abs diff "
+                  f"{p['mean_abs_diff']:.3f}, PSNR {p['psnr_db']:.1f} dB (worst image "
+                  f"{p['worst_image_psnr_db']:.1f} dB), max diff {p['max_abs_diff']}: "
+                  f"{'PASS' if p['pass'] else 'FAIL'} ({p['bounds']}); CPU decoder "
+                  f"{px['cpu_decoder']['images_per_s']:.0f} images/s on 1 thread "
+                  f"({px['cpu_decoder']['cpu_ms_per_image']:.2f} CPU ms/image), GPU decoder "
+                  f"{px['gpu_decoder']['images_per_s']:.0f} images/s "
+                  f"({px['gpu_decoder']['cpu_ms_per_image']:.2f} CPU ms/image)"]
+md = os.path.join(out, "gpu_decode.md")
+if os.path.exists(md):
+    with open(md) as f:
+        lines += ["", f.read().replace("# Issue 20", "## Issue 20")]
 with open(os.path.join(out, "gpu-check-report.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
 print("\n".join(lines))

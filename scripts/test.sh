@@ -216,6 +216,7 @@ source "$ROOT/scripts/deps.sh"
 tsock_install_deps
 tsock_install_python_deps
 tsock_install_cuda_toolkit
+tsock_install_nvjpeg
 
 section "checks: formatting, public headers as C++"
 check_step format "clang-format --dry-run -Werror (libtsock include producer tests benchmarks examples)" \

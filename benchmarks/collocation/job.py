@@ -18,6 +18,13 @@ is really read) and then held for --delay-ms by sleeping: a training step that c
 already (the producer converts); torchvision batches are pinned, copied and normalised here.
 --model none with --device cuda keeps the sleep.
 
+--loader tvgpu (issue 20's GPU-decode peer, what a job does alone with nvJPEG and nothing
+carried): DataLoader workers read the files' bytes only; the job decodes each batch with
+torchvision.io.decode_jpeg(list, device="cuda") (batched nvJPEG) and does RandomResizedCrop(224)
+(antialiased) + RandomHorizontalFlip() on the GPU, then normalises to float16 NCHW as the
+tsock producer does. --max-seconds S: stop once S seconds have passed since the first batch
+(issue 20's spans), whatever --epochs says.
+
 --group NAME --rank R --world-size W (benchmarks/groups/run.py): this job is rank R of a
 data-parallel job of W ranks: with tsock, a rank of the group NAME on the producer; with
 torchvision, a DataLoader over DistributedSampler(num_replicas=W, rank=R), set_epoch(e) each
@@ -77,9 +84,42 @@ def make_step(torch, args):
     return step
 
 
+def tvgpu_loader(torch, torchvision, datasets, transforms, args):
+    """The GPU-decode peer: workers read bytes; the job decodes, crops and flips on the GPU."""
+    from torchvision.transforms.v2 import functional as F
+
+    ds = datasets.ImageFolder(args.root, loader=torchvision.io.read_file)
+
+    def collate(items):
+        return [x for x, _ in items], torch.tensor([y for _, y in items])
+
+    loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True,
+                                         num_workers=args.workers, collate_fn=collate,
+                                         persistent_workers=args.persistent_workers)
+    rrc = transforms.RandomResizedCrop(224)
+    dev = torch.device("cuda")
+    mean = torch.tensor([0.485, 0.456, 0.406], device=dev).view(1, 3, 1, 1) * 255
+    std = torch.tensor([0.229, 0.224, 0.225], device=dev).view(1, 3, 1, 1) * 255
+
+    def gpu_batch(data, labels):
+        decoded = torchvision.io.decode_jpeg(data, device="cuda",
+                                             mode=torchvision.io.ImageReadMode.RGB)
+        out = []
+        for img in decoded:
+            i, j, h, w = rrc.get_params(img, rrc.scale, rrc.ratio)
+            img = F.resized_crop(img, i, j, h, w, [224, 224], antialias=True)
+            if torch.rand(1).item() < 0.5:
+                img = F.horizontal_flip(img)
+            out.append(img)
+        images = ((torch.stack(out).float() - mean) / std).half()
+        return images, labels
+
+    return loader, gpu_batch
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--loader", choices=("tsock", "torchvision"), required=True)
+    ap.add_argument("--loader", choices=("tsock", "torchvision", "tvgpu"), required=True)
     ap.add_argument("--endpoint", help="tsock producer endpoint (--loader tsock)")
     ap.add_argument("--root", help="ImageFolder tree (--loader torchvision)")
     ap.add_argument("--workers", type=int, default=1, help="DataLoader num_workers (torchvision)")
@@ -90,7 +130,10 @@ def main():
                     help="torchvision: keep the DataLoader workers between epochs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    ap.add_argument("--model", choices=("none", "resnet18", "resnet50"), default="none")
+    ap.add_argument("--model", choices=("none", "resnet18", "resnet50", "mobilenet_v3_small"),
+                    default="none")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="stop this long after the first batch (default: run every epoch)")
     ap.add_argument("--name", default="job")
     ap.add_argument("--ready-file", help="create this file once the imports are done")
     ap.add_argument("--go-file", help="then wait for this file before building the loader")
@@ -105,6 +148,8 @@ def main():
         import tsock
     else:
         from torchvision import datasets, transforms
+    if args.loader == "tvgpu":
+        import torchvision
 
     # Everything up to here is interpreter start and imports: a one-off cost of any Python job,
     # reported apart so the steady state can be compared as well as the whole. The benchmark
@@ -122,6 +167,9 @@ def main():
     if args.loader == "tsock":
         loader = tsock.DataLoader(args.endpoint, timeout=60.0, name=args.name,
                                   group=args.group, rank=args.rank, world_size=args.world_size)
+    elif args.loader == "tvgpu":
+        torch.manual_seed(args.seed)
+        loader, gpu_batch = tvgpu_loader(torch, torchvision, datasets, transforms, args)
     else:
         torch.manual_seed(args.seed)
         tf = transforms.Compose([transforms.RandomResizedCrop(224),
@@ -142,7 +190,10 @@ def main():
     checksum = 0
     wait_s = wait_after_first_s = 0.0
     first_t = last_t = None
+    stop = False
     for epoch in range(args.epochs):
+        if stop:
+            break
         if sampler is not None:
             sampler.set_epoch(epoch)
         it = iter(loader)
@@ -152,6 +203,8 @@ def main():
                 images, labels = next(it)
             except StopIteration:
                 break
+            if args.loader == "tvgpu":
+                images, labels = gpu_batch(images, labels)
             t1 = time.monotonic()
             wait_s += t1 - t0
             if first_t is None:
@@ -166,11 +219,14 @@ def main():
                 if images.numel() != n * 224 * 224 * 3:
                     raise SystemExit(f"unexpected batch {images.dtype} {tuple(images.shape)}")
                 # Touch each image: ~37 bytes spread over its 150 KB.
-                checksum += int(images.reshape(n, -1)[:, ::4096].sum()) + int(labels.sum())
+                checksum += int(images.reshape(n, -1)[:, ::4096].float().sum()) + int(labels.sum())
                 if delay > 0:
                     time.sleep(delay)
             samples += n
             batches += 1
+            if args.max_seconds is not None and time.monotonic() - first_t >= args.max_seconds:
+                stop = True
+                break
     loop_self, loop_children = cpu_now()
     extra = {}
     if args.loader == "tsock":

@@ -123,6 +123,28 @@ TSOCK_API int tsock_pipeline_set_workers(tsock_pipeline *pl, int workers);
 TSOCK_API int tsock_pipeline_set_io(tsock_pipeline *pl, int mode, int depth);
 /* The seed every random decision (crop, flip) derives from, with the epoch and sample id. */
 TSOCK_API int tsock_pipeline_set_seed(tsock_pipeline *pl, uint64_t seed);
+
+/* Where JPEGs are decoded (issue 20). */
+typedef enum tsock_decoder {
+    TSOCK_DECODER_CPU = 0, /* libjpeg-turbo on the workers (the default) */
+    TSOCK_DECODER_GPU = 1  /* nvJPEG into the slot's device memory; the rest on the CPU */
+} tsock_decoder;
+/* A tsock_decoder. With TSOCK_DECODER_GPU, tsock_pipeline_fill has the slot's device (a
+ * producer on a CUDA device, tsock_producer_set_device) decode the batch's JPEGs: the files are
+ * still read and their headers parsed on the CPU, then decoded (only the crop of
+ * RandomResizedCrop), resized and flipped on the GPU straight into the slot, followed by the
+ * producer's conversion. nvJPEG's hardware engine is used where the GPU has one (A100, H100,
+ * H200), its CUDA decoder otherwise. Whatever the GPU does not take is decoded by the workers
+ * as with TSOCK_DECODER_CPU, into the same place, with the same crop, ids and labels: PNG,
+ * CMYK/YCCK and RGB-coded JPEGs, truncated JPEGs, progressive JPEGs on the hardware engine,
+ * and any image whose GPU decode fails (logged). TSOCK_PIPELINE_DECODED_GPU and _CPU count
+ * both. The pixels differ slightly from the CPU decoder's (another IDCT and resampler: see
+ * docs/gpu.md for the bound), so the val preset's byte-identical promise holds with
+ * TSOCK_DECODER_CPU only. tsock_pipeline_load (host memory) refuses to run with the GPU
+ * decoder (-EINVAL); a slot in host memory makes tsock_pipeline_fill fail with TSOCK_E_STATE;
+ * a machine without nvJPEG makes it fail with -ENOPKG (tsock_cuda_decoder_check says so before
+ * anything starts). Returns 0, -EINVAL, or TSOCK_E_STATE after open. */
+TSOCK_API int tsock_pipeline_set_decoder(tsock_pipeline *pl, int decoder);
 /* A tsock_on_error. */
 TSOCK_API int tsock_pipeline_set_on_error(tsock_pipeline *pl, int policy);
 /* A file where the index is kept between runs (copied; NULL: none). A valid cache whose tree
@@ -211,7 +233,9 @@ typedef enum tsock_pipeline_stat_key {
     TSOCK_PIPELINE_INDEX_BYTES = 11, /* memory the index holds */
     TSOCK_PIPELINE_WORKERS = 12,     /* worker threads */
     TSOCK_PIPELINE_READ_MODE = 13,   /* TSOCK_READ_URING or TSOCK_READ_PREAD, as it reads */
-    TSOCK_PIPELINE_FROM_CACHE = 14   /* 1 when the index came from the cache */
+    TSOCK_PIPELINE_FROM_CACHE = 14,  /* 1 when the index came from the cache */
+    TSOCK_PIPELINE_DECODED_GPU = 15, /* images the device decoded (TSOCK_DECODER_GPU) */
+    TSOCK_PIPELINE_DECODED_CPU = 16  /* images the workers decoded (replacements included) */
 } tsock_pipeline_stat_key;
 
 /* Reads one statistic into *value. Returns 0, or -EINVAL for an unknown key. Any thread

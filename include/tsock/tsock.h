@@ -276,6 +276,16 @@ TSOCK_API int tsock_cuda_device_count(void);
  * device < 0), TSOCK_E_NO_DEVICE, TSOCK_E_DEVICE_UNUSABLE or -EIO (logged). */
 TSOCK_API int tsock_cuda_copy_to_host(void *dst, const void *src, size_t bytes, int device);
 
+/* Whether this process can decode JPEGs on CUDA device `device` (tsock_pipeline_set_decoder
+ * with TSOCK_DECODER_GPU, issue 20): nvJPEG is loaded (at run time: the CUDA toolkit's
+ * libnvjpeg.so.13 or .12, the file TSOCK_NVJPEG_LIBRARY names, or one on the loader's path such
+ * as the nvidia-nvjpeg wheel's lib folder) and starts on the device; with TSOCK_CUDA_SIM=1 the
+ * simulated device's decoder. Call it before starting a producer, so that a missing library
+ * is one clear message at start. Logs what is missing and how to install it. Any thread.
+ * Returns 0, TSOCK_E_NO_DEVICE, TSOCK_E_DEVICE_UNUSABLE, -ENOPKG (no nvJPEG: the log says what
+ * to install), or -EIO. */
+TSOCK_API int tsock_cuda_decoder_check(int device);
+
 /* Keeps the ring in the memory of CUDA device `device` (an ordinal as this process numbers its
  * devices; -1, the default, keeps it in host shared memory). The caller still fills slots
  * through tsock_slot_data, which then points into pinned host staging memory; publishing queues

@@ -24,6 +24,7 @@
 #include "core/layout.h"
 
 struct tsock__backend;
+struct tsock__device_decoder;
 
 /* A producer's ring: the first member of every backend's producer-side object. */
 struct tsock__slot_memory {
@@ -80,6 +81,11 @@ struct tsock__backend {
      * conversion) has completed, so that a batch is never announced whose event might never
      * complete (a producer killed mid-copy). */
     int (*publish)(struct tsock__slot_memory *m, uint32_t slot, uint32_t samples);
+    /* The device decoder (image/device_decoder.h) that writes into `slot`'s device memory while
+     * the caller fills it, or NULL with *err set (logged) when it cannot start. NULL member:
+     * the backend has none (host memory). */
+    struct tsock__device_decoder *(*device_decoder)(struct tsock__slot_memory *m, uint32_t slot,
+                                                    int *err);
     /* Frees the ring (and removes its name). NULL does nothing. */
     void (*close)(struct tsock__slot_memory *m);
 

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -447,6 +448,21 @@ tsock_slot_data(tsock_slot *slot, int tensor)
     if (!slot || tensor < 0 || tensor >= slot->tensor_count)
         return NULL;
     return slot->base + slot->offsets[tensor];
+}
+
+/* The pipeline's way to the device decoder of the slot it fills (image/device_decoder.h, which
+ * the engine does not include: the decoder is opaque here, the backend's to make). */
+struct tsock__device_decoder;
+struct tsock__device_decoder *tsock__slot_device_decoder(tsock_slot *slot, int *err);
+
+struct tsock__device_decoder *
+tsock__slot_device_decoder(tsock_slot *slot, int *err)
+{
+    tsock_producer *p = (tsock_producer *)((char *)slot - offsetof(struct tsock_producer, current));
+    *err = TSOCK_E_STATE;
+    if (!p->filling || !p->memory->ops->device_decoder)
+        return NULL;
+    return p->memory->ops->device_decoder(p->memory, slot->index, err);
 }
 
 uint32_t

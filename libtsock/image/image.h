@@ -251,4 +251,11 @@ int tsock__preset_train(struct tsock__decoder *d, const uint8_t *data, size_t si
 int tsock__preset_val(struct tsock__decoder *d, const uint8_t *data, size_t size, int resize,
                       int crop, uint8_t *out);
 
+/* The presets' decisions without the decode, for a device decoder (device_decoder.h): the spec
+ * that tsock__preset_train (drawing from rng in the same order) and tsock__preset_val would
+ * decode a w x h image with. The val spec's crop is the whole image. Return 0 or -EINVAL. */
+int tsock__preset_train_spec(struct tsock__rng *rng, const struct tsock__train_params *p, int w,
+                             int h, struct tsock__resize_spec *s);
+int tsock__preset_val_spec(int w, int h, int resize, int crop, struct tsock__resize_spec *s);
+
 #endif

@@ -77,6 +77,13 @@ sample_rng(const struct tsock_pipeline *pl, uint64_t epoch, uint64_t id, struct 
     tsock__rng_seed(rng, tsock__mix64(pl->seed ^ tsock__mix64(epoch ^ tsock__mix64(~id))));
 }
 
+void
+tsock__pipeline_sample_rng(const struct tsock_pipeline *pl, uint64_t epoch, uint64_t id,
+                           struct tsock__rng *rng)
+{
+    sample_rng(pl, epoch, id, rng);
+}
+
 /* CPU time of the calling thread, in ns: decode figures must not count time a busy machine
  * spent running something else. */
 static uint64_t
@@ -112,6 +119,8 @@ decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t epoch, 
         r = tsock__preset_val(w->decoder, data, size, resize, pl->size, out);
     }
     atomic_fetch_add_explicit(&w->pl->st_decode_ns, thread_cpu_ns() - t0, memory_order_relaxed);
+    if (r == 0)
+        atomic_fetch_add_explicit(&w->pl->st_decoded_cpu, 1, memory_order_relaxed);
     return r;
 }
 
@@ -206,6 +215,9 @@ process(struct worker *w, uint32_t pos)
             r = load_on_worker(w, pos, id, id, (size_t)q->file_size + 1);
         else if (q->result < 0)
             r = (int)q->result;
+        else if (job->dd && !pl->force_cpu[pos] &&
+                 tsock__pipeline_device_try(pl, pos, q->buf, (size_t)q->result))
+            r = 0; /* the device decodes it once the workers are done */
         else
             r = decode_into(w, q->buf, (size_t)q->result, job->epoch, id,
                             job->images + (size_t)pos * image_bytes);
@@ -329,7 +341,7 @@ reserve(struct tsock_pipeline *pl, uint32_t n)
     uint32_t *queue = realloc(pl->queue, 2 * (size_t)n * sizeof *queue);
     if (queue)
         pl->queue = queue;
-    if (!reqs || !gather || !bad || !queue)
+    if (!reqs || !gather || !bad || !queue || tsock__pipeline_device_reserve(pl, n) != 0)
         return -ENOMEM;
     pl->reqs_cap = n;
     return 0;
@@ -398,9 +410,56 @@ read_batch(struct tsock_pipeline *pl, uint32_t m, const uint32_t *pos_of)
     return r < 0 ? r : 0;
 }
 
+/* Waits until the workers have done every queued position; returns the round's first error. */
+static int
+wait_workers(struct tsock_pipeline *pl)
+{
+    pthread_mutex_lock(&pl->mu);
+    while (pl->done < pl->job.n)
+        pthread_cond_wait(&pl->done_cv, &pl->mu);
+    int r = pl->error;
+    pthread_mutex_unlock(&pl->mu);
+    return r;
+}
+
+/* The device decoder's round (device_load.c), then the CPU for what it failed: the failed
+ * positions go back to the workers as a round of their own. */
+static int
+device_round(struct tsock_pipeline *pl)
+{
+    uint32_t *again = pl->queue; /* the first half: the first round is over */
+    int64_t failed = tsock__pipeline_device_round(pl, again);
+    if (failed <= 0)
+        return (int)failed;
+    pthread_mutex_lock(&pl->mu);
+    pl->job.n = (uint32_t)failed;
+    pl->q_head = 0;
+    pl->q_tail = (uint32_t)failed;
+    pl->done = 0;
+    pthread_cond_broadcast(&pl->work_cv);
+    pthread_mutex_unlock(&pl->mu);
+    return wait_workers(pl);
+}
+
+static int load_batch(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids, uint32_t n,
+                      uint8_t *images, int64_t *labels, int64_t *indices,
+                      struct tsock__device_decoder *dd);
+
 int
 tsock_pipeline_load(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids, uint32_t n,
                     uint8_t *images, int64_t *labels, int64_t *indices)
+{
+    if (pl && pl->decoder == TSOCK_DECODER_GPU) {
+        tsock__log(TSOCK_LOG_ERROR, "pipeline: the GPU decoder writes into a producer's device "
+                                    "slots only: use tsock_pipeline_fill, or TSOCK_DECODER_CPU");
+        return -EINVAL;
+    }
+    return load_batch(pl, epoch, ids, n, images, labels, indices, NULL);
+}
+
+static int
+load_batch(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids, uint32_t n, uint8_t *images,
+           int64_t *labels, int64_t *indices, struct tsock__device_decoder *dd)
 {
     if (!pl || (n && (!ids || !images || !labels || !indices)))
         return -EINVAL;
@@ -429,7 +488,10 @@ tsock_pipeline_load(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids, uin
                                 .labels = labels,
                                 .indices = indices,
                                 .reqs = pl->reqs,
-                                .known_bad = pl->known_bad};
+                                .known_bad = pl->known_bad,
+                                .dd = dd};
+    memset(pl->on_device, 0, n);
+    memset(pl->force_cpu, 0, n);
     pl->q_head = pl->q_tail = pl->done = 0;
     pl->error = 0;
     pthread_mutex_unlock(&pl->mu);
@@ -446,11 +508,9 @@ tsock_pipeline_load(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids, uin
         }
     }
 
-    pthread_mutex_lock(&pl->mu);
-    while (pl->done < n)
-        pthread_cond_wait(&pl->done_cv, &pl->mu);
-    r = pl->error;
-    pthread_mutex_unlock(&pl->mu);
+    r = wait_workers(pl);
+    if (r == 0 && dd)
+        r = device_round(pl);
 
     for (int64_t k = 0; k < m; k++) {
         const struct tsock__read_req *q = &pl->reqs[pos_of[k]];
@@ -473,7 +533,18 @@ tsock_pipeline_fill(tsock_pipeline *pl, tsock_slot *slot)
     const uint64_t *ids = tsock_slot_sample_ids(slot);
     if (pl->tensor_image < 0 || n == 0 || !ids)
         return TSOCK_E_STATE;
-    return tsock_pipeline_load(
-        pl, tsock_slot_epoch(slot), ids, n, tsock_slot_data(slot, pl->tensor_image),
-        tsock_slot_data(slot, pl->tensor_image + 1), tsock_slot_data(slot, pl->tensor_image + 2));
+    struct tsock__device_decoder *dd = NULL;
+    if (pl->decoder == TSOCK_DECODER_GPU) {
+        int err = 0;
+        dd = tsock__slot_device_decoder(slot, &err);
+        if (!dd) {
+            if (err == TSOCK_E_STATE)
+                tsock__log(TSOCK_LOG_ERROR, "pipeline: the GPU decoder needs a producer whose "
+                                            "ring is on a CUDA device (--device cuda)");
+            return err;
+        }
+    }
+    return load_batch(pl, tsock_slot_epoch(slot), ids, n, tsock_slot_data(slot, pl->tensor_image),
+                      tsock_slot_data(slot, pl->tensor_image + 1),
+                      tsock_slot_data(slot, pl->tensor_image + 2), dd);
 }

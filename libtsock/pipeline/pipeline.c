@@ -148,6 +148,17 @@ tsock_pipeline_set_seed(tsock_pipeline *pl, uint64_t seed)
 }
 
 int
+tsock_pipeline_set_decoder(tsock_pipeline *pl, int decoder)
+{
+    int r = settable(pl);
+    if (r == 0 && decoder != TSOCK_DECODER_CPU && decoder != TSOCK_DECODER_GPU)
+        r = -EINVAL;
+    if (r == 0)
+        pl->decoder = decoder;
+    return r;
+}
+
+int
 tsock_pipeline_set_on_error(tsock_pipeline *pl, int policy)
 {
     int r = settable(pl);
@@ -398,6 +409,8 @@ tsock_pipeline_stat(const tsock_pipeline *pl, int key, uint64_t *value)
         *value = pl->reader ? (uint64_t)tsock__reader_mode(pl->reader) : 0;
         break;
     case TSOCK_PIPELINE_FROM_CACHE: *value = (uint64_t)(pl->open && pl->from_cache); break;
+    case TSOCK_PIPELINE_DECODED_GPU: *value = atomic_load(&pl->st_decoded_gpu); break;
+    case TSOCK_PIPELINE_DECODED_CPU: *value = atomic_load(&pl->st_decoded_cpu); break;
     default: return -EINVAL;
     }
     return 0;
@@ -417,6 +430,7 @@ tsock_pipeline_destroy(tsock_pipeline *pl)
     free(pl->gather);
     free(pl->known_bad);
     free(pl->queue);
+    tsock__pipeline_device_free(pl);
     free(pl->path);
     free(pl->cache_path);
     free(pl->split);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "dataset/index.h"
+#include "image/device_decoder.h"
 #include "image/image.h"
 #include "io/reader.h"
 #include "tsock/pipeline.h"
@@ -29,6 +30,8 @@ struct load_job {
     int64_t *labels, *indices;
     struct tsock__read_req *reqs; /* n; result < 0 or a known-bad sample: replace it */
     uint8_t *known_bad;           /* n flags: left out before this load, not read */
+    /* The slot's device decoder (TSOCK_DECODER_GPU), or NULL: every image on the CPU. */
+    struct tsock__device_decoder *dd;
 };
 
 struct worker {
@@ -48,6 +51,7 @@ struct tsock_pipeline {
     char *cache_path;
     char *split, *label_key; /* webdataset: tsock_pipeline_set_shard_options */
     int preset, size, flip, workers, io_mode, io_depth, on_error;
+    int decoder; /* a tsock_decoder */
     double scale_min, scale_max;
     uint64_t seed;
 
@@ -69,6 +73,13 @@ struct tsock_pipeline {
     struct tsock__read_req *gather; /* the same requests side by side, for the reader */
     uint8_t *known_bad;
     uint32_t reqs_cap;
+    /* The device decoder's share of a load (device_load.c), by position: the job, whether the
+     * position waits for the device, whether it must be decoded on the CPU. */
+    struct tsock__image_job *djobs, *dlist;
+    int *dstatus;
+    uint32_t *dpos;
+    uint8_t *on_device, *force_cpu;
+    uint32_t dcap;
 
     /* Work hand-off between the driving thread and the workers, under mu. */
     pthread_mutex_t mu;
@@ -84,12 +95,29 @@ struct tsock_pipeline {
 
     /* Statistics. */
     _Atomic uint64_t st_samples, st_files, st_bytes, st_bad_files, st_replaced, st_decode_ns,
-        st_read_ns;
+        st_read_ns, st_decoded_gpu, st_decoded_cpu;
 };
 
 /* The tsock__index_check_fn of tsock__index_open_checked: reads the start of every file and
  * marks those whose header shows they cannot be decoded. `arg` is the pipeline. */
 int tsock__pipeline_header_check(void *arg, const struct tsock__index *idx, uint8_t *drop);
+
+/* The random stream of sample `id` in `epoch` (load.c): every crop and flip comes from it. */
+void tsock__pipeline_sample_rng(const struct tsock_pipeline *pl, uint64_t epoch, uint64_t id,
+                                struct tsock__rng *rng);
+
+/* device_load.c: the device decoder's share of a load.
+ * reserve: grows the per-position arrays to n (-ENOMEM).
+ * try: on a worker, queues position `pos` (its file's bytes in data/size) for the device when
+ *   the device takes it; returns 1 when queued (labels are the caller's), 0 for the CPU.
+ * round: on the driving thread once the workers are done, decodes every queued position on the
+ *   device; the positions the device failed are marked force_cpu and written to `again`.
+ *   Returns how many (>= 0), or a negative code when the device failed. */
+int tsock__pipeline_device_reserve(struct tsock_pipeline *pl, uint32_t n);
+int tsock__pipeline_device_try(struct tsock_pipeline *pl, uint32_t pos, const uint8_t *data,
+                               size_t size);
+int64_t tsock__pipeline_device_round(struct tsock_pipeline *pl, uint32_t *again);
+void tsock__pipeline_device_free(struct tsock_pipeline *pl);
 
 /* Starts and stops the workers (load.c). */
 int tsock__pipeline_start_workers(struct tsock_pipeline *pl);

@@ -52,6 +52,9 @@ size_t tsock__cuda_ring_export(const struct tsock__slot_memory *m, const uint8_t
 int tsock__cuda_ring_staging(struct tsock__slot_memory *m, uint32_t slot, uint8_t **host);
 int tsock__cuda_ring_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t samples);
 void tsock__cuda_ring_destroy(struct tsock__slot_memory *m);
+/* The ring's GPU decoder, bound to the slot being filled (backend.h, device_decoder). */
+struct tsock__device_decoder *tsock__cuda_ring_decoder(struct tsock__slot_memory *m, uint32_t slot,
+                                                       int *err);
 
 /* import.c: a consumer's view of a producer's ring (a tsock__ring_view). */
 int tsock__cuda_import_open(struct tsock__ring_view **out, const struct tsock__attach_request *req);

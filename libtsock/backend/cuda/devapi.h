@@ -1,7 +1,7 @@
 /* The device API of the CUDA backend: every CUDA runtime and driver call that backend/cuda makes
- * goes through one table, so the same backend code runs on a real GPU (devapi_real.c, the only
- * C file besides convert.cu that includes CUDA headers) or on the simulated device
- * (devapi_sim.c, plain C: POSIX shared memory, executor threads), which the GPU tests use on
+ * goes through one table, so the same backend code runs on a real GPU (devapi_real.c and, for
+ * the GPU decoder, nvjpeg_decode.c: the C files that include CUDA headers) or on the simulated
+ * device (devapi_sim.c, plain C: POSIX shared memory, executor threads), which the GPU tests use on
  * machines without a GPU.
  *
  * tsock__dev() picks the table once per process: the simulated device when the environment
@@ -37,7 +37,8 @@ enum tsock__dev_err {
     TSOCK__DEV_CAPTURE,    /* the call is illegal while a stream capture is in progress */
     TSOCK__DEV_INVALID,    /* a bad argument, handle or flag */
     TSOCK__DEV_LAUNCH,     /* a kernel launch failed */
-    TSOCK__DEV_OTHER       /* anything else */
+    TSOCK__DEV_OTHER,      /* anything else */
+    TSOCK__DEV_NO_LIBRARY  /* a library loaded at run time is missing (nvJPEG) */
 };
 
 enum tsock__dev_copy { TSOCK__DEV_H2D = 1, TSOCK__DEV_D2H = 2, TSOCK__DEV_D2D = 3 };
@@ -48,6 +49,22 @@ enum tsock__dev_copy { TSOCK__DEV_H2D = 1, TSOCK__DEV_D2H = 2, TSOCK__DEV_D2D = 
 #define TSOCK__DEV_EVENT_INTERPROCESS 0x4u
 
 typedef struct tsock__dev_stream *tsock__dev_stream_t;
+/* A JPEG decoder on a device (issue 20): nvjpeg_*.c on the real runtime, devapi_sim_decode.c on
+ * the simulated device. */
+struct tsock__dev_jpeg;
+/* One image: decode `data`, take the crop (source pixels), resize it to resize_w x resize_h,
+ * keep the out_w x out_h window at (win_x, win_y), mirror it when `flip`, and write it to dst
+ * (device memory: out_h rows of out_w RGB pixels, no padding), as image/image.h's
+ * tsock__decode_resize describes. */
+struct tsock__dev_jpeg_job {
+    const uint8_t *data; /* host memory, valid during the call only */
+    size_t size;
+    int crop_x, crop_y, crop_w, crop_h;
+    int resize_w, resize_h, win_x, win_y, out_w, out_h, flip;
+    uint8_t *dst;
+    uint64_t
+        sample; /* the sample id: the simulator fails the ones TSOCK_CUDA_SIM_DECODE_FAIL names */
+};
 typedef struct tsock__dev_event *tsock__dev_event_t;
 typedef struct {
     uint8_t bytes[TSOCK__DEV_HANDLE_SIZE];
@@ -113,6 +130,21 @@ struct tsock__devapi {
      * global mode (issue 12, item 1). restore puts the previous mode back. */
     int (*capture_relax)(int *previous);
     void (*capture_restore)(int previous);
+
+    /* JPEG decoding on the current device (issue 20). create starts a decoder for batches of up
+     * to max_batch images: TSOCK__DEV_NO_LIBRARY when nvJPEG cannot be loaded (*why: what was
+     * tried), *name says what decodes ("nvJPEG hardware", ...), *hardware is 1 when progressive
+     * JPEGs must go to the CPU (a hardware engine that takes baseline JPEGs only). decode queues
+     * n images on s: status[i] is 0 when image i will be in its dst once s reaches this point,
+     * or a negative code when the caller must decode it otherwise (known at return: bad or
+     * unsupported data). Returns TSOCK__DEV_OK or a device error (then no status is valid).
+     * The decoder is used by one thread at a time. */
+    int (*jpeg_create)(struct tsock__dev_jpeg **out, uint32_t max_batch, int *hardware,
+                       const char **name, const char **why);
+    int (*jpeg_decode)(struct tsock__dev_jpeg *j, const struct tsock__dev_jpeg_job *jobs,
+                       uint32_t n, int *status, tsock__dev_stream_t s);
+    /* Waits for the decoder's queued work, and frees it. NULL does nothing. */
+    void (*jpeg_destroy)(struct tsock__dev_jpeg *j);
 };
 
 /* The table of this process (see above). Never NULL. */

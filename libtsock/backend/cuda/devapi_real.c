@@ -1,6 +1,7 @@
-/* The device API on the real CUDA runtime (cudart, linked statically). With convert.cu this is
- * the only file of tsock that includes CUDA headers. Every wrapper records the raw cudaError_t
- * for error_text and maps it to what the user must do about it. */
+/* The device API on the real CUDA runtime (cudart, linked statically). With the .cu files and
+ * nvjpeg_decode.c (the GPU decoder's entries) it is all of tsock that includes CUDA headers. Every
+ * wrapper records the raw cudaError_t for error_text and maps it to what the user must do about it.
+ */
 #ifdef TSOCK_HAVE_CUDA /* else devapi_none.c */
 #include <cuda.h>      /* CUcontext and CUresult only: nothing links against libcuda */
 #include <cuda_runtime_api.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "backend/cuda/devapi.h"
+#include "backend/cuda/nvjpeg_decode.h"
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == TSOCK__DEV_HANDLE_SIZE, "64-byte memory handles");
 _Static_assert(sizeof(cudaIpcEventHandle_t) == TSOCK__DEV_HANDLE_SIZE, "64-byte event handles");
@@ -392,6 +394,9 @@ const struct tsock__devapi tsock__devapi_real = {
     .convert_launch = convert_launch,
     .capture_relax = capture_relax,
     .capture_restore = capture_restore,
+    .jpeg_create = tsock__nvjpeg_create,
+    .jpeg_decode = tsock__nvjpeg_decode,
+    .jpeg_destroy = tsock__nvjpeg_destroy,
 };
 
 #endif

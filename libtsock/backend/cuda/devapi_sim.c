@@ -46,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/cuda/devapi_sim_decode.h"
 #include "backend/cuda/devapi_sim_int.h"
 
 /* ---- current device and context ----------------------------------------------------------- */
@@ -642,4 +643,7 @@ const struct tsock__devapi tsock__devapi_sim = {
     .convert_launch = convert_launch,
     .capture_relax = capture_relax,
     .capture_restore = capture_restore,
+    .jpeg_create = tsock__sim_jpeg_create,
+    .jpeg_decode = tsock__sim_jpeg_decode,
+    .jpeg_destroy = tsock__sim_jpeg_destroy,
 };

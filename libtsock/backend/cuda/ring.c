@@ -24,6 +24,7 @@
 #include <sys/resource.h>
 
 #include "backend/cuda/cuda_int.h"
+#include "backend/cuda/gpudec.h"
 
 struct tsock__cuda_ring {
     struct tsock__slot_memory base;
@@ -39,6 +40,9 @@ struct tsock__cuda_ring {
     tsock__dev_stream_t stream;
     tsock__dev_event_t *events; /* interprocess, one per slot */
     uint8_t *blob;              /* the attach blob: uuid, memory handle, event handles */
+    /* The GPU decoder (gpudec.c), made on the first fill that asks for it. */
+    struct tsock__cuda_gpudec *gpudec;
+    uint32_t batch_size;
 };
 
 /* Pinned staging memory is locked: where the driver counts it against RLIMIT_MEMLOCK (some
@@ -185,6 +189,7 @@ tsock__cuda_ring_create(struct tsock__slot_memory **out, const struct tsock__rin
     r->in_stride = req->stride;
     r->out_stride = shape->stride;
     r->cv = cv;
+    r->batch_size = req->batch_size;
     r->events = calloc(r->slots, sizeof *r->events);
     r->blob = calloc(1, TSOCK__CUDA_BLOB_SIZE(r->slots));
     struct tsock__cuda_guard g;
@@ -228,6 +233,8 @@ convert_slot(struct tsock__cuda_ring *r, uint8_t *dst, uint32_t samples)
     const struct tsock__convert_plan *cv = &r->cv;
     int e = d->memcpy_async(r->scratch, r->staging[r->current], r->in_stride, TSOCK__DEV_H2D,
                             r->stream);
+    if (e == TSOCK__DEV_OK && r->gpudec)
+        e = tsock__cuda_gpudec_merge(r->gpudec, r->current, r->scratch, r->stream);
     for (int t = 0; t < cv->tensor_count && e == TSOCK__DEV_OK; t++) {
         const uint8_t *in = r->scratch + cv->in_offset[t];
         if (t == cv->tensor) {
@@ -259,6 +266,8 @@ tsock__cuda_ring_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t s
     int e = r->cv.tensor >= 0 ? convert_slot(r, dst, samples)
                               : d->memcpy_async(dst, r->staging[r->current], r->in_stride,
                                                 TSOCK__DEV_H2D, r->stream);
+    if (e == TSOCK__DEV_OK && r->cv.tensor < 0 && r->gpudec)
+        e = tsock__cuda_gpudec_merge(r->gpudec, r->current, dst, r->stream);
     if (e == TSOCK__DEV_OK)
         e = d->event_record(r->events[slot], r->stream);
     if (e == TSOCK__DEV_OK)
@@ -271,6 +280,25 @@ tsock__cuda_ring_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t s
         return tsock__cuda_fail(e, "copying a batch to the GPU");
     r->current ^= 1;
     return 0;
+}
+
+struct tsock__device_decoder *
+tsock__cuda_ring_decoder(struct tsock__slot_memory *m, uint32_t slot, int *err)
+{
+    struct tsock__cuda_ring *r = (struct tsock__cuda_ring *)m;
+    *err = 0;
+    if (!r->gpudec) {
+        struct tsock__cuda_guard g;
+        *err = tsock__cuda_enter(r->device, &g);
+        if (*err < 0)
+            return NULL;
+        *err = tsock__cuda_gpudec_create(&r->gpudec, r->device, r->stream, r->staging, r->in_stride,
+                                         r->batch_size);
+        tsock__cuda_leave(&g);
+        if (*err < 0)
+            return NULL;
+    }
+    return tsock__cuda_gpudec_bind(r->gpudec, r->current);
 }
 
 size_t
@@ -292,6 +320,7 @@ tsock__cuda_ring_destroy(struct tsock__slot_memory *m)
     if (tsock__cuda_enter(r->device, &g) == 0) {
         if (r->stream)
             (void)d->stream_sync(r->stream);
+        tsock__cuda_gpudec_destroy(r->gpudec);
         for (uint32_t s = 0; r->events && s < r->slots; s++)
             if (r->events[s])
                 (void)d->event_destroy(r->events[s]);

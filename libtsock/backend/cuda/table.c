@@ -40,6 +40,7 @@ const struct tsock__backend tsock__backend_cuda = {
     .fill_pointer = tsock__cuda_ring_staging,
     .publish = tsock__cuda_ring_publish,
     .close = tsock__cuda_ring_destroy,
+    .device_decoder = tsock__cuda_ring_decoder,
     .attach = tsock__cuda_import_open,
     .view_base = tsock__cuda_import_base,
     .view_device = tsock__cuda_import_device,
