@@ -604,6 +604,57 @@ test_partial_saves(struct tsock__decoder *d)
     free(jpeg);
 }
 
+/* The decode stops after the last row the resampler reads (issue 21): nothing below it is
+ * decoded, for every kind of JPEG, unless the file may be truncated (no end-of-image marker),
+ * which is decoded to its end so that its verdict does not depend on the crop. The pixels are
+ * those of the full decode (test_partial_and_resample). */
+static void
+test_partial_stops(struct tsock__decoder *d)
+{
+    const int w = 640, h = 480;
+    struct tsock__box b = {300, 40, 64, 48};
+    uint8_t out[32 * 32 * 3], full[32 * 32 * 3];
+
+    for (int k = 0; k < K_COUNT; k++) {
+        size_t n;
+        uint8_t *jpeg = make_jpeg((enum kind)k, w, h, 5, 85, &n);
+        CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, 32, 32, 0, out), 0);
+        const struct tsock__decode_report *rep = tsock__decoder_report(d);
+        /* The filter reads a row or two beyond the box on either side (support 1.5). */
+        if (rep->rows_read > b.y + b.h + 3)
+            fprintf(stderr, "kind %s: %d rows read for a box ending at row %d\n", kind_name[k],
+                    rep->rows_read, b.y + b.h);
+        CHECK(rep->rows_read >= b.y + b.h && rep->rows_read <= b.y + b.h + 3);
+        CHECK(rep->codec_ns > 0 && rep->resample_ns > 0);
+        tsock__decoder_set_flags(d, TSOCK__DECODE_NO_PARTIAL);
+        CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, 32, 32, 0, full), 0);
+        CHECK(memcmp(out, full, sizeof out) == 0);
+        tsock__decoder_set_flags(d, 0);
+
+        /* No EOI marker (the last two bytes cut): decoded to the end. */
+        if (k == K_420) {
+            CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n - 2, &b, 32, 32, 0, out), 0);
+            CHECK_EQ(tsock__decoder_report(d)->rows_read, h);
+            CHECK(memcmp(out, full, sizeof out) == 0);
+        }
+        free(jpeg);
+    }
+
+    /* The val preset of a 500 x 375 file: Resize(256) gives 341 x 256, CenterCrop(224) keeps
+     * rows 16..239; the last one's filter is centred on source row 239.5 * 375 / 256 = 350.8
+     * with a support of 375 / 256 = 1.46 rows, so it reads rows up to 351 (PIL's rounding):
+     * the decode stops after row 351, 23 rows before the end. */
+    {
+        size_t n;
+        uint8_t *jpeg = make_jpeg(K_420, 500, 375, 17, 90, &n);
+        uint8_t *img = malloc(224 * 224 * 3);
+        CHECK_EQ(tsock__preset_val(d, jpeg, n, 256, 224, img), 0);
+        CHECK_EQ(tsock__decoder_report(d)->rows_read, 352);
+        free(img);
+        free(jpeg);
+    }
+}
+
 /* The flip is an exact mirror of the unflipped output, for colour and gray. */
 static void
 test_flip(struct tsock__decoder *d)
@@ -1189,6 +1240,7 @@ main(void)
     test_decode_kinds(d);
     test_partial_and_resample(d);
     test_partial_saves(d);
+    test_partial_stops(d);
     test_flip(d);
     test_rgba_resize(d);
     test_pil_golden(d);
