@@ -9,11 +9,14 @@
  * hashes were computed with Pillow 13 on the pattern described at test_pil_golden.
  */
 #include <errno.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 #include <png.h>
 #include <turbojpeg.h>
@@ -655,6 +658,108 @@ test_partial_stops(struct tsock__decoder *d)
     }
 }
 
+/* Photographs (Debian's mate-backgrounds, which scripts/deps.sh installs; TSOCK_TEST_PHOTOS
+ * names another folder): the JPEG files found there, sorted, up to MAX_PHOTOS. */
+#define MAX_PHOTOS 6
+static char *g_photo[MAX_PHOTOS * 8];
+static int g_nphoto;
+
+static int
+collect_photo(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    size_t n = strlen(path);
+    if (type == FTW_F && g_nphoto < MAX_PHOTOS * 8 && n > 4 &&
+        (strcasecmp(path + n - 4, ".jpg") == 0 || strcasecmp(path + n - 5, ".jpeg") == 0))
+        g_photo[g_nphoto++] = strdup(path);
+    return 0;
+}
+
+static int
+cmp_path(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static uint8_t *
+read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *buf = NULL;
+    long n;
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    *size = buf ? (size_t)n : 0;
+    fclose(f);
+    return buf;
+}
+
+/* On photographs, the train and val presets give exactly the bytes of decoding every row and
+ * column (TSOCK__DECODE_NO_PARTIAL) with the same box, flip and DCT scale: the partial decode
+ * (crop_scanline, skip_scanlines, the stop after the window's last row) costs nothing in
+ * pixels. The bound docs/pipeline.md states is this test's: max and mean difference 0. */
+static void
+test_photos(struct tsock__decoder *d)
+{
+    const char *dir =
+        getenv("TSOCK_TEST_PHOTOS") ? getenv("TSOCK_TEST_PHOTOS") : "/usr/share/backgrounds";
+    nftw(dir, collect_photo, 16, FTW_PHYS);
+    if (g_nphoto == 0) {
+        fprintf(stderr,
+                "SKIP photographs: no JPEG under %s (install mate-backgrounds, as "
+                "scripts/deps.sh does, or set TSOCK_TEST_PHOTOS)\n",
+                dir);
+        return;
+    }
+    qsort(g_photo, (size_t)g_nphoto, sizeof *g_photo, cmp_path);
+    struct tsock__train_params p = {224, 0.08, 1.0, 3.0 / 4, 4.0 / 3, 1};
+    uint8_t *a = malloc(224 * 224 * 3), *b = malloc(224 * 224 * 3);
+    long differing = 0, compared = 0;
+    int maxdiff = 0, files = 0;
+    for (int i = 0; i < g_nphoto && files < MAX_PHOTOS; i++) {
+        size_t n;
+        uint8_t *jpeg = read_file(g_photo[i], &n);
+        struct tsock__box box;
+        int flipped;
+        if (!jpeg)
+            continue;
+        files++;
+        for (uint64_t k = 0; k < 5; k++) {
+            struct tsock__rng rng;
+            tsock__rng_seed(&rng, tsock__mix64(k * 977 + (uint64_t)i));
+            int r = k < 4 ? tsock__preset_train(d, jpeg, n, &rng, &p, a, &box, &flipped)
+                          : tsock__preset_val(d, jpeg, n, 256, 224, a);
+            CHECK_EQ(r, 0);
+            tsock__decoder_set_flags(d, TSOCK__DECODE_NO_PARTIAL);
+            r = k < 4 ? tsock__decode_crop_resize(d, jpeg, n, &box, 224, 224, flipped, b)
+                      : tsock__preset_val(d, jpeg, n, 256, 224, b);
+            CHECK_EQ(r, 0);
+            tsock__decoder_set_flags(d, 0);
+            for (size_t j = 0; j < 224 * 224 * 3; j++) {
+                int diff = abs((int)a[j] - (int)b[j]);
+                differing += diff != 0;
+                maxdiff = diff > maxdiff ? diff : maxdiff;
+            }
+            compared += 224 * 224 * 3;
+        }
+        free(jpeg);
+    }
+    fprintf(stderr, "photographs: %d files under %s, %ld samples compared, %ld differ, max %d\n",
+            files, dir, compared, differing, maxdiff);
+    CHECK(files > 0);
+    CHECK_EQ(differing, 0);
+    for (int i = 0; i < g_nphoto; i++)
+        free(g_photo[i]);
+    free(a);
+    free(b);
+}
+
 /* The flip is an exact mirror of the unflipped output, for colour and gray. */
 static void
 test_flip(struct tsock__decoder *d)
@@ -1241,6 +1346,7 @@ main(void)
     test_partial_and_resample(d);
     test_partial_saves(d);
     test_partial_stops(d);
+    test_photos(d);
     test_flip(d);
     test_rgba_resize(d);
     test_pil_golden(d);
