@@ -180,7 +180,10 @@ const struct tsock__decode_report *tsock__decoder_report(const struct tsock__dec
  * slower than a full-size decode.
  *
  * Partial decoding: a JPEG is decoded only in the MCU columns and rows the filter reads, plus
- * a margin that keeps libjpeg's fancy upsampling at the cut identical to a full decode.
+ * a margin that keeps libjpeg's fancy upsampling at the cut identical to a full decode: rows
+ * above are skipped (entropy decoding only), and the decode stops after the last row the
+ * filter reads (nothing below is decoded at all), except for a file without an end-of-image
+ * marker, decoded to its end so that its truncation verdict does not depend on the crop.
  *
  * Returns 0 or a negative code (see above); `out` is unspecified after a failure. */
 struct tsock__resize_spec {
