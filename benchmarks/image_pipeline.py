@@ -442,12 +442,21 @@ def print_summary(args, out, floor):
         print(f"{label:<56} "
               f"{t['cpu_ms_per_image']:>12.3f} {res['over_floor']:>8.2f}")
         st = t["stage_cpu_ms_per_image"]
-        print(f"      stages: read {st['read']:.3f}, codec {st['codec']:.3f}, resample "
-              f"{st['resample']:.3f}, publish {st['publish']:.4f} ms/image")
+        if None in st.values():
+            print("      stages: not in this build's statistics (a build before issue 21)")
+        else:
+            print(f"      stages: read {st['read']:.3f}, codec {st['codec']:.3f}, resample "
+                  f"{st['resample']:.3f}, publish {st['publish']:.4f} ms/image")
     if "torchvision" in out:
         print(f"{f'(c) torchvision DataLoader train, {args.workers[-1]} workers':<56} "
               f"{out['torchvision']['cpu_ms_per_image']:>12.3f}")
     for preset, res in out["presets"].items():
+        if res["model"] is None:
+            print(f"(d) {preset} scaling, images/s: " + ", ".join(
+                f"{row['workers']}w {row['images_per_s'] or 0:.0f}" for row in res["scaling"])
+                + " (no model: this build's final record has no per-thread CPU, or no "
+                  "1-worker run)")
+            continue
         print(f"(d) {preset} scaling, images/s (model): " + ", ".join(
             f"{m['workers']}w {m['measured_images_per_s'] or 0:.0f} "
             f"({m['predicted_images_per_s']:.0f})" for m in res["model"]["at_measured_workers"]))
