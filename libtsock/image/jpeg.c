@@ -261,6 +261,9 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
     uint8_t *lines, *rows;
     JSAMPROW ptrs[LINES_PER_CALL];
 
+    /* Everything up to the first resampling is the codec's: for a progressive JPEG,
+     * jpeg_start_decompress entropy-decodes the whole file. */
+    struct stage_clock clk = {tsock__now_ns()};
     partial = !(d->flags & TSOCK__DECODE_NO_PARTIAL);
     suspect = !tsock__jpeg_has_eoi(j->data, j->size, info->header_size);
 
@@ -309,7 +312,9 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
             cx1 = sw;
         if (cy1 > sh)
             cy1 = sh;
+        stage_switch(&clk, &d->report.codec_ns);
         r = tsock__resize_plan_make(d, &pl, sw, sh, bx0, by0, bx1, by1, cx0, cy0, cx1, cy1, s, nch);
+        stage_switch(&clk, &d->report.resample_ns); /* the filter's coefficients */
         if (r != 0)
             return r;
     }
@@ -349,7 +354,6 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
      * at all (see stop_early). */
     {
         int last = suspect ? pl.src_h : pl.need_y1;
-        struct stage_clock clk = {tsock__now_ns()};
         while ((int)cinfo->output_scanline < last) {
             int y = (int)cinfo->output_scanline;
             int want = last - y;
@@ -412,12 +416,10 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
         if (valid < TSOCK__IMAGE_MIN_VALID)
             return -EPROTO;
     }
-    {
-        struct stage_clock clk = {tsock__now_ns()};
-        r = pl.hfirst ? tsock__resize_plan_finish(d, &pl, rows, keep_bytes, 0, nch, out)
-                      : tsock__resize_plan_finish(d, &pl, rows, keep_bytes, (int)x0, px, out);
-        stage_switch(&clk, &d->report.resample_ns);
-    }
+    stage_switch(&clk, &d->report.codec_ns);
+    r = pl.hfirst ? tsock__resize_plan_finish(d, &pl, rows, keep_bytes, 0, nch, out)
+                  : tsock__resize_plan_finish(d, &pl, rows, keep_bytes, (int)x0, px, out);
+    stage_switch(&clk, &d->report.resample_ns);
     return r;
 }
 
