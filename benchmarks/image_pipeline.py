@@ -280,8 +280,9 @@ MODEL_CORES = (16, 32, 64)
 
 
 def amdahl(scaling):
-    """Images/s against workers from the 1-worker run's medians: the main thread's CPU per
-    image (reads, hand-off, publishing: it runs once per batch for all workers) is serial, the
+    """Images/s against workers from the 1-worker run's medians: the driving thread's CPU per
+    image in the pipeline's loads (reads, hand-off) and in publishing is serial (it runs once
+    per batch for all workers; thread CPU time, so a busy machine does not inflate it), the
     decode workers' CPU per image divides among the workers:
         X(N) = 1 / (s + p / N),  ceiling 1 / s.
     With N workers on N cores, the service and ZeroMQ threads and the consumer also need CPU;
@@ -291,10 +292,11 @@ def amdahl(scaling):
     if one is None:
         return None
     t = one["thread_cpu_ms_per_image"]
-    s, p = t["main_serial"], t["decode_workers"]
-    aux = (t["service"] or 0.0) + (t["zmq"] or 0.0)
-    if s is None or p is None:
+    if t["driver"] is None or t["decode_workers"] is None:
         return None
+    s = t["driver"] + (one["stage_cpu_ms_per_image"]["publish"] or 0.0)
+    p = t["decode_workers"]
+    aux = (t["service"] or 0.0) + (t["zmq"] or 0.0)
 
     def predict(n):
         amd = 1e3 / (s + p / n)
