@@ -653,6 +653,10 @@ test_partial_stops(struct tsock__decoder *d)
         uint8_t *img = malloc(224 * 224 * 3);
         CHECK_EQ(tsock__preset_val(d, jpeg, n, 256, 224, img), 0);
         CHECK_EQ(tsock__decoder_report(d)->rows_read, 352);
+        /* Columns: the crop's 224 of 341 map to source columns 85..413 (plus the support), so
+         * libjpeg decodes those iMCU columns only (16 pixels each, a 2-pixel margin). */
+        CHECK(tsock__decoder_report(d)->decoded_w >= 413 - 85 &&
+              tsock__decoder_report(d)->decoded_w <= 413 - 85 + 2 * 16 + 8);
         free(img);
         free(jpeg);
     }
