@@ -183,6 +183,27 @@ write_pipeline(struct jw *w, tsock_pipeline *pl)
     jw_u64(w, "decoded_cpu", pipeline_stat(pl, TSOCK_PIPELINE_DECODED_CPU));
     jw_str(w, "read_mode", mode < 3 ? modes[mode] : "?");
     jw_u64(w, "classes", tsock_pipeline_classes(pl));
+    /* CPU per stage, thread CPU time summed over the threads (docs/stats.md). */
+    jw_num(w, "read_cpu_s", (double)pipeline_stat(pl, TSOCK_PIPELINE_READ_CPU_NS) * 1e-9);
+    jw_num(w, "codec_cpu_s", (double)pipeline_stat(pl, TSOCK_PIPELINE_CODEC_CPU_NS) * 1e-9);
+    jw_num(w, "resample_cpu_s", (double)pipeline_stat(pl, TSOCK_PIPELINE_RESAMPLE_CPU_NS) * 1e-9);
+    jw_num(w, "driver_cpu_s", (double)pipeline_stat(pl, TSOCK_PIPELINE_DRIVER_CPU_NS) * 1e-9);
+    jw_close(w);
+}
+
+/* The final record's per-thread CPU (struct thread_cpu). */
+static void
+write_threads(struct jw *w, const struct thread_cpu *t)
+{
+    if (!t->ok)
+        return;
+    jw_open(w, "threads_cpu_s");
+    jw_num(w, "main", t->main_s);
+    jw_num(w, "decode_workers", t->workers_s);
+    jw_u64(w, "decode_worker_threads", (uint64_t)t->workers);
+    jw_num(w, "service", t->service_s);
+    jw_num(w, "zmq", t->zmq_s);
+    jw_num(w, "other", t->other_s);
     jw_close(w);
 }
 
@@ -236,9 +257,23 @@ end_record(struct reporter *r)
 
 /* ---- the interval ---------------------------------------------------------------------------- */
 
+/* The stages of docs/stats.md, in the order of struct reporter's last_stage_ns. */
+enum { STAGE_READ, STAGE_CODEC, STAGE_RESAMPLE, STAGE_PUBLISH, STAGES };
+
 struct rates {
     double images_s, mb_read_s, decode_ms, cpu_pct;
+    double stage_ms[STAGES]; /* CPU ms per image in each stage over the interval */
 };
+
+/* The stages' CPU so far, in ns. */
+static void
+stage_ns(const struct reporter *r, uint64_t out[STAGES])
+{
+    out[STAGE_READ] = pipeline_stat(r->pipeline, TSOCK_PIPELINE_READ_CPU_NS);
+    out[STAGE_CODEC] = pipeline_stat(r->pipeline, TSOCK_PIPELINE_CODEC_CPU_NS);
+    out[STAGE_RESAMPLE] = pipeline_stat(r->pipeline, TSOCK_PIPELINE_RESAMPLE_CPU_NS);
+    out[STAGE_PUBLISH] = r->publish_cpu_ns ? *r->publish_cpu_ns : 0;
+}
 
 static struct rates
 interval_rates(struct reporter *r, const struct run_stats *st, double t, double dt)
@@ -253,6 +288,13 @@ interval_rates(struct reporter *r, const struct run_stats *st, double t, double 
     x.mb_read_s = (double)(bytes - r->last_bytes) / dt / 1e6;
     x.decode_ms = images ? (double)(decode_ns - r->last_decode_ns) * 1e-6 / (double)images : 0;
     x.cpu_pct = 100.0 * (cpu - r->last_cpu) / dt;
+    uint64_t stages[STAGES];
+    stage_ns(r, stages);
+    for (int i = 0; i < STAGES; i++) {
+        x.stage_ms[i] =
+            images ? (double)(stages[i] - r->last_stage_ns[i]) * 1e-6 / (double)images : 0;
+        r->last_stage_ns[i] = stages[i];
+    }
     r->last_t = t;
     r->last_cpu = cpu;
     r->last_samples = st->samples;
@@ -266,11 +308,13 @@ print_line(const struct reporter *r, const struct rates *x, const struct consume
 {
     uint64_t held = 0;
     tsock_producer_stat(r->producer, -1, TSOCK_STAT_HELD, &held);
-    char line[512];
+    char line[768];
     int n = snprintf(line, sizeof line,
                      "%7.0f img/s %6.1f MB/s read %5.2f ms/img decode cpu %4.0f%% slots %" PRIu64
-                     "/%" PRIu64 " |",
-                     x->images_s, x->mb_read_s, x->decode_ms, x->cpu_pct, held, r->cfg->slots);
+                     "/%" PRIu64 " | ms/img read %.3f codec %.3f resample %.3f publish %.3f |",
+                     x->images_s, x->mb_read_s, x->decode_ms, x->cpu_pct, held, r->cfg->slots,
+                     x->stage_ms[STAGE_READ], x->stage_ms[STAGE_CODEC], x->stage_ms[STAGE_RESAMPLE],
+                     x->stage_ms[STAGE_PUBLISH]);
     if (r->cfg->decoder == TSOCK_DECODER_GPU && n > 0 && (size_t)n < sizeof line)
         n += snprintf(line + n, sizeof line - (size_t)n,
                       " decoded gpu %" PRIu64 " cpu %" PRIu64 " |",
@@ -289,17 +333,20 @@ print_line(const struct reporter *r, const struct rates *x, const struct consume
 static void
 publish_status(const struct reporter *r, const struct rates *x)
 {
-    char status[512];
+    char status[768];
     snprintf(status, sizeof status,
              "{\"dataset\": \"%s\", \"images_per_s\": %.1f, \"mb_read_per_s\": %.2f, "
              "\"decode_ms_per_image\": %.3f, \"cpu_percent\": %.1f, \"bad_files\": %" PRIu64
              ", \"replaced\": %" PRIu64 ", \"rss_bytes\": %" PRIu64 ", \"decoded_gpu\": %" PRIu64
-             ", \"decoded_cpu\": %" PRIu64 "}",
+             ", \"decoded_cpu\": %" PRIu64
+             ", \"stage_cpu_ms_per_image\": {\"read\": %.4f, \"codec\": %.4f, "
+             "\"resample\": %.4f, \"publish\": %.4f}}",
              r->cfg->dataset_name, x->images_s, x->mb_read_s, x->decode_ms, x->cpu_pct,
              pipeline_stat(r->pipeline, TSOCK_PIPELINE_BAD_FILES),
              pipeline_stat(r->pipeline, TSOCK_PIPELINE_REPLACED), rss_bytes(),
              pipeline_stat(r->pipeline, TSOCK_PIPELINE_DECODED_GPU),
-             pipeline_stat(r->pipeline, TSOCK_PIPELINE_DECODED_CPU));
+             pipeline_stat(r->pipeline, TSOCK_PIPELINE_DECODED_CPU), x->stage_ms[STAGE_READ],
+             x->stage_ms[STAGE_CODEC], x->stage_ms[STAGE_RESAMPLE], x->stage_ms[STAGE_PUBLISH]);
     tsock_producer_set_status(r->producer, status);
 }
 
@@ -334,6 +381,12 @@ reporter_tick(struct reporter *r, const struct run_stats *st, struct consumer_ta
         jw_u64(&w, "decoded_gpu", pipeline_stat(r->pipeline, TSOCK_PIPELINE_DECODED_GPU));
         jw_u64(&w, "decoded_cpu", pipeline_stat(r->pipeline, TSOCK_PIPELINE_DECODED_CPU));
     }
+    jw_open(&w, "stage_cpu_ms_per_image");
+    jw_num(&w, "read", x.stage_ms[STAGE_READ]);
+    jw_num(&w, "codec", x.stage_ms[STAGE_CODEC]);
+    jw_num(&w, "resample", x.stage_ms[STAGE_RESAMPLE]);
+    jw_num(&w, "publish", x.stage_ms[STAGE_PUBLISH]);
+    jw_close(&w);
     write_consumers(&w, t);
     jw_close(&w);
     end_record(r);
@@ -382,6 +435,8 @@ write_final(struct reporter *r, const struct run_stats *st, const struct consume
     jw_u64(&w, "consumers_lost", st->lost);
     jw_u64(&w, "bad_messages", st->bad_messages);
     jw_num(&w, "acquire_wait_s", (double)st->wait_ns * 1e-9);
+    jw_num(&w, "publish_cpu_s", (double)st->publish_cpu_ns * 1e-9);
+    write_threads(&w, &st->threads);
     jw_bool(&w, "finished", st->finished);
     jw_str(&w, "stopped_by_signal",
            !st->stopped_by            ? NULL

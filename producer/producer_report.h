@@ -28,6 +28,19 @@ struct consumer_table {
  * connected consumers that still hold slots, or -1 when the list could not be read. */
 int table_update(struct consumer_table *t, tsock_producer *p);
 
+/* CPU time of this process's threads by kind, in seconds (from /proc/self/task/TID/schedstat,
+ * or stat's ticks where schedstat is missing): the main thread (the pipeline's driving thread:
+ * reads, publishing, reporting), the pipeline's decode workers ("tsock-decode"), the library's
+ * service thread ("tsock-service"), ZeroMQ's threads ("ZMQbg/..."), and the rest (io_uring
+ * workers, helpers). `ok` is 0 when /proc could not be read. */
+struct thread_cpu {
+    double main_s, workers_s, service_s, zmq_s, other_s;
+    int workers, ok;
+};
+
+/* Reads the figures above for the calling process; the caller is the main thread. */
+void thread_cpu_read(struct thread_cpu *t);
+
 /* What the run did, as the main loop counts it. */
 struct run_stats {
     uint64_t batches, samples, epochs;
@@ -36,6 +49,10 @@ struct run_stats {
     int finished;      /* the sampler issued every epoch and finish was called */
     int stopped_by;    /* signal number, or 0 */
     const char *error; /* NULL, or the text of the error that ended the run */
+    /* The main thread's CPU in tsock_producer_acquire and tsock_producer_publish, in ns
+     * (CLOCK_THREAD_CPUTIME_ID): the publishing stage. */
+    uint64_t publish_cpu_ns;
+    struct thread_cpu threads; /* per thread group, read before the producer is destroyed */
 };
 
 struct reporter {
@@ -48,6 +65,9 @@ struct reporter {
     int tty;         /* stderr is a terminal: show the live line */
     double t0, last_t, last_cpu;
     uint64_t last_samples, last_bytes, last_decode_ns;
+    /* per-stage CPU at the previous interval (ns): read, codec, resample, publish */
+    uint64_t last_stage_ns[4];
+    const uint64_t *publish_cpu_ns; /* the run's counter (run_stats.publish_cpu_ns) */
 };
 
 /* Sets the reporter up (the clocks of the first interval); opens no file. */

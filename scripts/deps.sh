@@ -14,6 +14,7 @@ TSOCK_APT_PACKAGES=(
     clang libclang-rt-14-dev         # fuzz targets (libFuzzer) and sanitizer runtimes
     clang-format                     # the formatting check of the test command
     python3 python3-pip python3-venv # Python binding and its tests
+    mate-backgrounds                 # photographs: the val-preset test and the benchmarks
 )
 
 tsock_install_deps()

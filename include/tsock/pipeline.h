@@ -235,7 +235,20 @@ typedef enum tsock_pipeline_stat_key {
     TSOCK_PIPELINE_READ_MODE = 13,   /* TSOCK_READ_URING or TSOCK_READ_PREAD, as it reads */
     TSOCK_PIPELINE_FROM_CACHE = 14,  /* 1 when the index came from the cache */
     TSOCK_PIPELINE_DECODED_GPU = 15, /* images the device decoded (TSOCK_DECODER_GPU) */
-    TSOCK_PIPELINE_DECODED_CPU = 16  /* images the workers decoded (replacements included) */
+    TSOCK_PIPELINE_DECODED_CPU = 16, /* images the workers decoded (replacements included) */
+    /* CPU time per stage, in ns, each thread measuring its own (CLOCK_THREAD_CPUTIME_ID),
+     * summed over the threads. The decode's share (TSOCK_PIPELINE_DECODE_NS) is split between
+     * the codec and tsock's own passes in the proportion of the monotonic time each took
+     * inside that decode (the two interleave, and the thread CPU clock is a system call). */
+    TSOCK_PIPELINE_READ_CPU_NS = 17,     /* reading files: the driving thread's reads (handing
+                                            each file to the workers included) and the workers'
+                                            own reads (replacements) */
+    TSOCK_PIPELINE_CODEC_CPU_NS = 18,    /* the codec: JPEG entropy decoding, IDCT, upsampling
+                                            and YCbCr-to-RGB (libjpeg-turbo); PNG (libpng) */
+    TSOCK_PIPELINE_RESAMPLE_CPU_NS = 19, /* colour (CMYK to RGB) and resampling, crop, flip */
+    TSOCK_PIPELINE_DRIVER_CPU_NS = 20    /* the driving thread's CPU in tsock_pipeline_load:
+                                            its reads plus handing out and waiting for the
+                                            batch (the serial part of a load) */
 } tsock_pipeline_stat_key;
 
 /* Reads one statistic into *value. Returns 0, or -EINVAL for an unknown key. Any thread

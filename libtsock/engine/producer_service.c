@@ -526,6 +526,8 @@ static void *
 service_main(void *arg)
 {
     tsock_producer *p = arg;
+    /* Named, so that per-thread CPU figures (/proc/PID/task, top -H) show the service. */
+    pthread_setname_np(pthread_self(), "tsock-service");
     pthread_mutex_lock(&p->mu);
     while (!p->stop_thread) {
         /* A group waiting for its ranks fails at its deadline. */

@@ -145,7 +145,19 @@ struct tsock__decode_report {
     int decoded_h;
     int truncated; /* the data ended before the image did */
     double valid;  /* fraction of MCU rows decoded from real data (1 when complete) */
-    int warnings;  /* libjpeg warnings (corrupt data that was decoded anyway) */
+    int warnings;  /* libjpeg warnings (corrupt data that was decoded anyway); a decode that
+                      stops after the window's last row does not see those below it */
+    /* Scanlines (decoded image rows, after scaling) the codec went through, skipped ones
+     * included: a JPEG decode stops after the last row the resampler reads, unless the file
+     * may be truncated (then every row, for the verdict) or TSOCK__DECODE_NO_PARTIAL. */
+    int rows_read;
+    /* Monotonic time of this decode inside the codec (libjpeg: entropy decoding, IDCT,
+     * upsampling, YCbCr-to-RGB; libpng) and inside tsock's own passes (CMYK conversion,
+     * resampling, the window's rows), in ns. Only their ratio is meant to be used: the
+     * pipeline splits a decode's thread CPU time in this proportion, because the two
+     * interleave and the thread CPU clock is too dear to read at every switch. */
+    uint64_t codec_ns;
+    uint64_t resample_ns;
 };
 const struct tsock__decode_report *tsock__decoder_report(const struct tsock__decoder *d);
 
@@ -168,7 +180,10 @@ const struct tsock__decode_report *tsock__decoder_report(const struct tsock__dec
  * slower than a full-size decode.
  *
  * Partial decoding: a JPEG is decoded only in the MCU columns and rows the filter reads, plus
- * a margin that keeps libjpeg's fancy upsampling at the cut identical to a full decode.
+ * a margin that keeps libjpeg's fancy upsampling at the cut identical to a full decode: rows
+ * above are skipped (entropy decoding only), and the decode stops after the last row the
+ * filter reads (nothing below is decoded at all), except for a file without an end-of-image
+ * marker, decoded to its end so that its truncation verdict does not depend on the crop.
  *
  * Returns 0 or a negative code (see above); `out` is unspecified after a failure. */
 struct tsock__resize_spec {

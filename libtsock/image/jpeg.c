@@ -24,6 +24,7 @@
 #include <jerror.h>
 #include <jpeglib.h>
 
+#include "core/core.h"
 #include "image/image_int.h"
 
 /* Columns decoded beyond each side of what the resampler reads. libjpeg-turbo's cropped decode
@@ -36,6 +37,24 @@
 /* Lines asked of jpeg_read_scanlines per call: libjpeg returns at most one row group (up to 16
  * lines with 4:2:0 at full scale), so more than that gains nothing. */
 #define LINES_PER_CALL 16
+
+/* The decode's time split between libjpeg (entropy decoding, IDCT, upsampling, its colour
+ * conversion) and tsock's own passes (CMYK conversion, resampling), on the monotonic clock:
+ * the two interleave line group by line group, and the thread CPU clock is a system call
+ * (about 0.3-0.7 us) where the monotonic one is not, so the pipeline measures the decode's
+ * thread CPU time once and splits it in these proportions (see struct tsock__decode_report).
+ * `t` is when the current stage began. */
+struct stage_clock {
+    uint64_t t;
+};
+
+static void
+stage_switch(struct stage_clock *c, uint64_t *acc)
+{
+    uint64_t now = tsock__now_ns();
+    *acc += now - c->t;
+    c->t = now;
+}
 
 struct tsock__jpeg {
     struct jpeg_decompress_struct cinfo;
@@ -213,6 +232,20 @@ map_error(const struct tsock__jpeg *j)
     }
 }
 
+/* Ends a decode whose remaining rows nobody reads. jpeg_abort_decompress drops the rest of
+ * the image (no entropy decoding of the rows below, no end-of-image check), where
+ * jpeg_finish_decompress would insist on reading every row. The pixels already delivered are
+ * those of a full decode: with fancy upsampling libjpeg has already decoded the row group
+ * after the last row it handed out, which is all the context those rows need. What stopping
+ * early gives up: a corrupt-data warning in the rows below is not counted (the report's
+ * `warnings`); the truncation verdict is unaffected, since a file without an end-of-image
+ * marker is always decoded to its end. */
+static void
+stop_early(j_decompress_ptr cinfo)
+{
+    jpeg_abort_decompress(cinfo);
+}
+
 /* The decode proper, between setjmp and the cleanup. Everything that must survive a longjmp
  * lives in *j or *d, never in this function's locals. */
 static int
@@ -228,6 +261,9 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
     uint8_t *lines, *rows;
     JSAMPROW ptrs[LINES_PER_CALL];
 
+    /* Everything up to the first resampling is the codec's: for a progressive JPEG,
+     * jpeg_start_decompress entropy-decodes the whole file. */
+    struct stage_clock clk = {tsock__now_ns()};
     partial = !(d->flags & TSOCK__DECODE_NO_PARTIAL);
     suspect = !tsock__jpeg_has_eoi(j->data, j->size, info->header_size);
 
@@ -276,7 +312,9 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
             cx1 = sw;
         if (cy1 > sh)
             cy1 = sh;
+        stage_switch(&clk, &d->report.codec_ns);
         r = tsock__resize_plan_make(d, &pl, sw, sh, bx0, by0, bx1, by1, cx0, cy0, cx1, cy1, s, nch);
+        stage_switch(&clk, &d->report.resample_ns); /* the filter's coefficients */
         if (r != 0)
             return r;
     }
@@ -310,8 +348,10 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
         if (jpeg_skip_scanlines(cinfo, (JDIMENSION)pl.need_y0) != (JDIMENSION)pl.need_y0)
             return -EPROTO;
     }
-    /* Every row up to need_y1 (from need_y0 when skipping), and with a suspected truncation
-     * every row to the end, so that the verdict below is the same for every crop. */
+    /* Every row up to need_y1 (from need_y0 when skipping). With a suspected truncation, every
+     * row to the end, so that the verdict below is the same for every crop. Otherwise the
+     * decode stops after the last row the resampler reads: nothing below it is entropy-decoded
+     * at all (see stop_early). */
     {
         int last = suspect ? pl.src_h : pl.need_y1;
         while ((int)cinfo->output_scanline < last) {
@@ -344,6 +384,7 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
                     return -EPROTO;
                 got += lines_read;
             }
+            stage_switch(&clk, &d->report.codec_ns);
             /* The lines of this call that the passes read: [a, b). */
             int a = pl.need_y0 > y ? pl.need_y0 - y : 0;
             int b = pl.need_y1 < y + got ? pl.need_y1 - y : got;
@@ -354,7 +395,12 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
                 tsock__resample_rows(
                     &d->ch, ptrs[a], line_bytes, (size_t)xw * (size_t)px, (int)x0 - pl.clamp_x, px,
                     nch, rows + (size_t)(y + a - pl.need_y0) * keep_bytes, keep_bytes, b - a);
+            stage_switch(&clk, &d->report.resample_ns);
         }
+        d->report.rows_read = (int)cinfo->output_scanline;
+        if (!suspect && partial && (int)cinfo->output_scanline < pl.src_h)
+            stop_early(cinfo);
+        stage_switch(&clk, &d->report.codec_ns);
     }
     d->report.decoded_h = pl.need_y1 - (partial ? pl.need_y0 : 0);
     d->report.warnings = (int)j->err.num_warnings;
@@ -370,9 +416,11 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
         if (valid < TSOCK__IMAGE_MIN_VALID)
             return -EPROTO;
     }
-    if (pl.hfirst)
-        return tsock__resize_plan_finish(d, &pl, rows, keep_bytes, 0, nch, out);
-    return tsock__resize_plan_finish(d, &pl, rows, keep_bytes, (int)x0, px, out);
+    stage_switch(&clk, &d->report.codec_ns);
+    r = pl.hfirst ? tsock__resize_plan_finish(d, &pl, rows, keep_bytes, 0, nch, out)
+                  : tsock__resize_plan_finish(d, &pl, rows, keep_bytes, (int)x0, px, out);
+    stage_switch(&clk, &d->report.resample_ns);
+    return r;
 }
 
 /* Runs one decode under setjmp. Its parameters are never modified, so they survive a longjmp

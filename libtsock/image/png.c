@@ -20,6 +20,7 @@
 
 #include <png.h>
 
+#include "core/core.h"
 #include "image/image_int.h"
 
 int
@@ -74,20 +75,28 @@ tsock__png_decode(struct tsock__decoder *d, const uint8_t *data, size_t size,
         png_image_free(&img);
         return -ENOMEM;
     }
+    uint64_t t0 = tsock__now_ns();
     if (!png_image_finish_read(&img, NULL, pixels, (png_int_32)stride, NULL))
         return -EPROTO; /* finish_read frees the image whatever the outcome */
+    uint64_t t1 = tsock__now_ns();
+    d->report.codec_ns = t1 - t0;
+    d->report.rows_read = info->height;
     if (img.warning_or_error & PNG_IMAGE_WARNING)
         d->report.warnings = 1;
     d->report.decoded_w = info->width;
     d->report.decoded_h = info->height;
 
-    if (!pl.hfirst)
-        return tsock__resize_plan_finish(d, &pl, pixels + (size_t)pl.need_y0 * stride, stride, 0,
-                                         comps, out);
-    /* Every row has what remains of the image after the last one readable. */
-    size_t at = (size_t)pl.need_y0 * stride + (size_t)pl.clamp_x * comps;
-    size_t last = (size_t)(pl.need_y1 - 1) * stride + (size_t)pl.clamp_x * comps;
-    tsock__resample_rows(&d->ch, pixels + at, stride, bytes - last, 0, comps, nch, rows, row_bytes,
-                         pl.need_y1 - pl.need_y0);
-    return tsock__resize_plan_finish(d, &pl, rows, row_bytes, 0, nch, out);
+    if (!pl.hfirst) {
+        r = tsock__resize_plan_finish(d, &pl, pixels + (size_t)pl.need_y0 * stride, stride, 0,
+                                      comps, out);
+    } else {
+        /* Every row has what remains of the image after the last one readable. */
+        size_t at = (size_t)pl.need_y0 * stride + (size_t)pl.clamp_x * comps;
+        size_t last = (size_t)(pl.need_y1 - 1) * stride + (size_t)pl.clamp_x * comps;
+        tsock__resample_rows(&d->ch, pixels + at, stride, bytes - last, 0, comps, nch, rows,
+                             row_bytes, pl.need_y1 - pl.need_y0);
+        r = tsock__resize_plan_finish(d, &pl, rows, row_bytes, 0, nch, out);
+    }
+    d->report.resample_ns = tsock__now_ns() - t1;
+    return r;
 }

@@ -94,6 +94,23 @@ thread_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Adds one decode's thread CPU time to the statistics, split between the codec and the
+ * resampling in the proportion of the monotonic time the decoder measured for each (see
+ * tsock__decode_report). */
+static void
+count_decode(struct worker *w, uint64_t cpu_ns)
+{
+    struct tsock_pipeline *pl = w->pl;
+    const struct tsock__decode_report *rep = tsock__decoder_report(w->decoder);
+    uint64_t parts = rep->codec_ns + rep->resample_ns, resample = 0;
+
+    if (parts > 0)
+        resample = (uint64_t)((double)cpu_ns * (double)rep->resample_ns / (double)parts);
+    atomic_fetch_add_explicit(&pl->st_decode_ns, cpu_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pl->st_codec_cpu_ns, cpu_ns - resample, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pl->st_resample_cpu_ns, resample, memory_order_relaxed);
+}
+
 /* Decodes and augments one file into `out` with the random stream of (epoch, rng_id). */
 static int
 decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t epoch, uint64_t rng_id,
@@ -118,7 +135,7 @@ decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t epoch, 
         int resize = (int)(((int64_t)pl->size * 256 + 112) / 224);
         r = tsock__preset_val(w->decoder, data, size, resize, pl->size, out);
     }
-    atomic_fetch_add_explicit(&w->pl->st_decode_ns, thread_cpu_ns() - t0, memory_order_relaxed);
+    count_decode(w, thread_cpu_ns() - t0);
     if (r == 0)
         atomic_fetch_add_explicit(&w->pl->st_decoded_cpu, 1, memory_order_relaxed);
     return r;
@@ -143,7 +160,9 @@ read_on_worker(struct worker *w, uint64_t id, size_t hint)
             w->buf_cap = want;
         }
         struct tsock__read_req q = sample_request(pl, id, w->buf, w->buf_cap);
+        uint64_t t0 = thread_cpu_ns();
         tsock__reader_read(w->reader, &q, 1);
+        atomic_fetch_add_explicit(&pl->st_read_cpu_ns, thread_cpu_ns() - t0, memory_order_relaxed);
         atomic_fetch_add_explicit(&pl->st_files, 1, memory_order_relaxed);
         if (q.result >= 0) {
             atomic_fetch_add_explicit(&pl->st_bytes, (uint64_t)q.result, memory_order_relaxed);
@@ -243,6 +262,8 @@ worker_main(void *arg)
     struct worker *w = arg;
     struct tsock_pipeline *pl = w->pl;
 
+    /* Named, so that per-thread CPU figures (/proc/PID/task, top -H) tell workers apart. */
+    pthread_setname_np(pthread_self(), "tsock-decode");
     pthread_mutex_lock(&pl->mu);
     for (;;) {
         while (!pl->stop && pl->q_head == pl->q_tail)
@@ -404,8 +425,9 @@ read_batch(struct tsock_pipeline *pl, uint32_t m, const uint32_t *pos_of)
     for (uint32_t k = 0; k < m; k++)
         batch[k] = pl->reqs[pos_of[k]];
     struct gather_ctx g = {pl, batch, pos_of};
-    uint64_t t0 = tsock__now_ns();
+    uint64_t t0 = tsock__now_ns(), c0 = thread_cpu_ns();
     int r = tsock__reader_read_each(pl->reader, batch, m, on_gathered, &g);
+    atomic_fetch_add_explicit(&pl->st_read_cpu_ns, thread_cpu_ns() - c0, memory_order_relaxed);
     atomic_fetch_add_explicit(&pl->st_read_ns, tsock__now_ns() - t0, memory_order_relaxed);
     return r < 0 ? r : 0;
 }
@@ -458,7 +480,7 @@ tsock_pipeline_load(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids, uin
 }
 
 static int
-load_batch(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids, uint32_t n, uint8_t *images,
+load_round(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids, uint32_t n, uint8_t *images,
            int64_t *labels, int64_t *indices, struct tsock__device_decoder *dd)
 {
     if (!pl || (n && (!ids || !images || !labels || !indices)))
@@ -522,6 +544,19 @@ load_batch(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids, uint32_t n, 
         return r;
     atomic_fetch_add_explicit(&pl->st_samples, n, memory_order_relaxed);
     return (int)n;
+}
+
+/* A load, with the driving thread's CPU time around it counted (the serial part of a load). */
+static int
+load_batch(tsock_pipeline *pl, uint64_t epoch, const uint64_t *ids, uint32_t n, uint8_t *images,
+           int64_t *labels, int64_t *indices, struct tsock__device_decoder *dd)
+{
+    if (!pl)
+        return -EINVAL;
+    uint64_t t0 = thread_cpu_ns();
+    int r = load_round(pl, epoch, ids, n, images, labels, indices, dd);
+    atomic_fetch_add_explicit(&pl->st_driver_cpu_ns, thread_cpu_ns() - t0, memory_order_relaxed);
+    return r;
 }
 
 int

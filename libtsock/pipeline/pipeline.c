@@ -411,6 +411,10 @@ tsock_pipeline_stat(const tsock_pipeline *pl, int key, uint64_t *value)
     case TSOCK_PIPELINE_FROM_CACHE: *value = (uint64_t)(pl->open && pl->from_cache); break;
     case TSOCK_PIPELINE_DECODED_GPU: *value = atomic_load(&pl->st_decoded_gpu); break;
     case TSOCK_PIPELINE_DECODED_CPU: *value = atomic_load(&pl->st_decoded_cpu); break;
+    case TSOCK_PIPELINE_READ_CPU_NS: *value = atomic_load(&pl->st_read_cpu_ns); break;
+    case TSOCK_PIPELINE_CODEC_CPU_NS: *value = atomic_load(&pl->st_codec_cpu_ns); break;
+    case TSOCK_PIPELINE_RESAMPLE_CPU_NS: *value = atomic_load(&pl->st_resample_cpu_ns); break;
+    case TSOCK_PIPELINE_DRIVER_CPU_NS: *value = atomic_load(&pl->st_driver_cpu_ns); break;
     default: return -EINVAL;
     }
     return 0;

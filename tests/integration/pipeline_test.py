@@ -375,7 +375,7 @@ def test_status_line(env):
         env.log.append((f"producer ({'terminal' if on_tty else 'pipe'})", p.returncode, "", text))
         check(rc == 0, f"consumer exit {rc}")
         if on_tty:
-            check("img/s" in text and "\r" in text and "slots" in text,
+            check("img/s" in text and "\r" in text and "slots" in text and "codec" in text,
                   f"no live status line on a terminal: {text[-1500:]!r}")
         else:
             check("img/s" not in text, f"a status line on a pipe: {text[-1500:]!r}")
@@ -386,7 +386,44 @@ def test_status_line(env):
               f"stats records: {kinds}")
 
 
+def test_stage_stats(env):
+    """CPU per stage (issue 21): the final record splits the workers' decode time between the
+    codec and the resampling exactly, counts the reads and the publishing, and gives the CPU of
+    each kind of thread; every interval record has the stages per image."""
+    tree = env.mkdataset("tree", "--edge-cases")
+    p = env.producer("--dataset", "imagenet", "--root", tree, "--epochs", "3", "--workers", "2",
+                     "--stats-interval", "0.05")
+    rc, _ = env.consume(3, "--delay-ms", "20")  # a few intervals long
+    prc, err = env.finish(p)
+    # 3: the consumer flags the truncated files' replacements (see test_edge_cases), which
+    # the workers read themselves.
+    check(rc == 3 and prc == 0, f"consumer exit {rc}, producer exit {prc}: {err}")
+    final = env.stats()
+    pl = final["pipeline"]
+    for key in ("read_cpu_s", "codec_cpu_s", "resample_cpu_s", "driver_cpu_s"):
+        check(pl.get(key, 0) > 0, f"pipeline.{key} = {pl.get(key)}")
+    split = pl["codec_cpu_s"] + pl["resample_cpu_s"]
+    check(abs(split - pl["decode_s"]) <= 1e-5 + 1e-6 * pl["decode_s"],
+          f"codec + resample = {split}, decode_s = {pl['decode_s']}")
+    check(pl["driver_cpu_s"] <= final["cpu_s"], f"driver {pl['driver_cpu_s']} > process cpu")
+    check(final.get("publish_cpu_s", 0) > 0, f"publish_cpu_s = {final.get('publish_cpu_s')}")
+    th = final.get("threads_cpu_s")
+    check(th and th["decode_worker_threads"] == 2 and th["decode_workers"] > 0 and th["main"] > 0,
+          f"threads_cpu_s = {th}")
+    # The per-thread figures cover the process (the threads the library joined before the
+    # final record, the index scan's helpers, are the only ones missing).
+    total = th["main"] + th["decode_workers"] + th["service"] + th["zmq"] + th["other"]
+    check(total <= final["cpu_s"] * 1.05 + 0.05, f"threads {total} s > process {final['cpu_s']} s")
+    with open(env.path("producer.json")) as f:
+        intervals = [json.loads(l) for l in f if l.strip()][:-1]
+    staged = [r for r in intervals if r.get("type") == "interval"]
+    check(staged and all(set(r["stage_cpu_ms_per_image"]) == {"read", "codec", "resample",
+                                                              "publish"} for r in staged),
+          f"interval records without stages: {staged[:2]}")
+
+
 TESTS = {
+    "stage_stats": test_stage_stats,
     "status_line": test_status_line,
     "edge_cases": test_edge_cases,
     "determinism": test_determinism,

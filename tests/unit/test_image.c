@@ -9,11 +9,14 @@
  * hashes were computed with Pillow 13 on the pattern described at test_pil_golden.
  */
 #include <errno.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 #include <png.h>
 #include <turbojpeg.h>
@@ -604,6 +607,163 @@ test_partial_saves(struct tsock__decoder *d)
     free(jpeg);
 }
 
+/* The decode stops after the last row the resampler reads (issue 21): nothing below it is
+ * decoded, for every kind of JPEG, unless the file may be truncated (no end-of-image marker),
+ * which is decoded to its end so that its verdict does not depend on the crop. The pixels are
+ * those of the full decode (test_partial_and_resample). */
+static void
+test_partial_stops(struct tsock__decoder *d)
+{
+    const int w = 640, h = 480;
+    struct tsock__box b = {300, 40, 64, 48};
+    uint8_t out[32 * 32 * 3], full[32 * 32 * 3];
+
+    for (int k = 0; k < K_COUNT; k++) {
+        size_t n;
+        uint8_t *jpeg = make_jpeg((enum kind)k, w, h, 5, 85, &n);
+        CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, 32, 32, 0, out), 0);
+        const struct tsock__decode_report *rep = tsock__decoder_report(d);
+        /* The filter reads a row or two beyond the box on either side (support 1.5). */
+        if (rep->rows_read > b.y + b.h + 3)
+            fprintf(stderr, "kind %s: %d rows read for a box ending at row %d\n", kind_name[k],
+                    rep->rows_read, b.y + b.h);
+        CHECK(rep->rows_read >= b.y + b.h && rep->rows_read <= b.y + b.h + 3);
+        CHECK(rep->codec_ns > 0 && rep->resample_ns > 0);
+        tsock__decoder_set_flags(d, TSOCK__DECODE_NO_PARTIAL);
+        CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, 32, 32, 0, full), 0);
+        CHECK(memcmp(out, full, sizeof out) == 0);
+        tsock__decoder_set_flags(d, 0);
+
+        /* No EOI marker (the last two bytes cut): decoded to the end. */
+        if (k == K_420) {
+            CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n - 2, &b, 32, 32, 0, out), 0);
+            CHECK_EQ(tsock__decoder_report(d)->rows_read, h);
+            CHECK(memcmp(out, full, sizeof out) == 0);
+        }
+        free(jpeg);
+    }
+
+    /* The val preset of a 500 x 375 file: Resize(256) gives 341 x 256, CenterCrop(224) keeps
+     * rows 16..239; the last one's filter is centred on source row 239.5 * 375 / 256 = 350.8
+     * with a support of 375 / 256 = 1.46 rows, so it reads rows up to 351 (PIL's rounding):
+     * the decode stops after row 351, 23 rows before the end. */
+    {
+        size_t n;
+        uint8_t *jpeg = make_jpeg(K_420, 500, 375, 17, 90, &n);
+        uint8_t *img = malloc(224 * 224 * 3);
+        CHECK_EQ(tsock__preset_val(d, jpeg, n, 256, 224, img), 0);
+        CHECK_EQ(tsock__decoder_report(d)->rows_read, 352);
+        /* Columns: the crop's 224 of 341 map to source columns 85..413 (plus the support), so
+         * libjpeg decodes those iMCU columns only (16 pixels each, a 2-pixel margin). */
+        CHECK(tsock__decoder_report(d)->decoded_w >= 413 - 85 &&
+              tsock__decoder_report(d)->decoded_w <= 413 - 85 + 2 * 16 + 8);
+        free(img);
+        free(jpeg);
+    }
+}
+
+/* Photographs (Debian's mate-backgrounds, which scripts/deps.sh installs; TSOCK_TEST_PHOTOS
+ * names another folder): the JPEG files found there, sorted, up to MAX_PHOTOS. */
+#define MAX_PHOTOS 6
+static char *g_photo[MAX_PHOTOS * 8];
+static int g_nphoto;
+
+static int
+collect_photo(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    size_t n = strlen(path);
+    if (type == FTW_F && g_nphoto < MAX_PHOTOS * 8 && n > 4 &&
+        (strcasecmp(path + n - 4, ".jpg") == 0 || strcasecmp(path + n - 5, ".jpeg") == 0))
+        g_photo[g_nphoto++] = strdup(path);
+    return 0;
+}
+
+static int
+cmp_path(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static uint8_t *
+read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *buf = NULL;
+    long n;
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    *size = buf ? (size_t)n : 0;
+    fclose(f);
+    return buf;
+}
+
+/* On photographs, the train and val presets give exactly the bytes of decoding every row and
+ * column (TSOCK__DECODE_NO_PARTIAL) with the same box, flip and DCT scale: the partial decode
+ * (crop_scanline, skip_scanlines, the stop after the window's last row) costs nothing in
+ * pixels. The bound docs/pipeline.md states is this test's: max and mean difference 0. */
+static void
+test_photos(struct tsock__decoder *d)
+{
+    const char *dir =
+        getenv("TSOCK_TEST_PHOTOS") ? getenv("TSOCK_TEST_PHOTOS") : "/usr/share/backgrounds";
+    nftw(dir, collect_photo, 16, FTW_PHYS);
+    if (g_nphoto == 0) {
+        fprintf(stderr,
+                "SKIP photographs: no JPEG under %s (install mate-backgrounds, as "
+                "scripts/deps.sh does, or set TSOCK_TEST_PHOTOS)\n",
+                dir);
+        return;
+    }
+    qsort(g_photo, (size_t)g_nphoto, sizeof *g_photo, cmp_path);
+    struct tsock__train_params p = {224, 0.08, 1.0, 3.0 / 4, 4.0 / 3, 1};
+    uint8_t *a = malloc(224 * 224 * 3), *b = malloc(224 * 224 * 3);
+    long differing = 0, compared = 0;
+    int maxdiff = 0, files = 0;
+    for (int i = 0; i < g_nphoto && files < MAX_PHOTOS; i++) {
+        size_t n;
+        uint8_t *jpeg = read_file(g_photo[i], &n);
+        struct tsock__box box;
+        int flipped;
+        if (!jpeg)
+            continue;
+        files++;
+        for (uint64_t k = 0; k < 5; k++) {
+            struct tsock__rng rng;
+            tsock__rng_seed(&rng, tsock__mix64(k * 977 + (uint64_t)i));
+            int r = k < 4 ? tsock__preset_train(d, jpeg, n, &rng, &p, a, &box, &flipped)
+                          : tsock__preset_val(d, jpeg, n, 256, 224, a);
+            CHECK_EQ(r, 0);
+            tsock__decoder_set_flags(d, TSOCK__DECODE_NO_PARTIAL);
+            r = k < 4 ? tsock__decode_crop_resize(d, jpeg, n, &box, 224, 224, flipped, b)
+                      : tsock__preset_val(d, jpeg, n, 256, 224, b);
+            CHECK_EQ(r, 0);
+            tsock__decoder_set_flags(d, 0);
+            for (size_t j = 0; j < 224 * 224 * 3; j++) {
+                int diff = abs((int)a[j] - (int)b[j]);
+                differing += diff != 0;
+                maxdiff = diff > maxdiff ? diff : maxdiff;
+            }
+            compared += 224 * 224 * 3;
+        }
+        free(jpeg);
+    }
+    fprintf(stderr, "photographs: %d files under %s, %ld samples compared, %ld differ, max %d\n",
+            files, dir, compared, differing, maxdiff);
+    CHECK(files > 0);
+    CHECK_EQ(differing, 0);
+    for (int i = 0; i < g_nphoto; i++)
+        free(g_photo[i]);
+    free(a);
+    free(b);
+}
+
 /* The flip is an exact mirror of the unflipped output, for colour and gray. */
 static void
 test_flip(struct tsock__decoder *d)
@@ -1189,6 +1349,8 @@ main(void)
     test_decode_kinds(d);
     test_partial_and_resample(d);
     test_partial_saves(d);
+    test_partial_stops(d);
+    test_photos(d);
     test_flip(d);
     test_rgba_resize(d);
     test_pil_golden(d);
