@@ -1,0 +1,181 @@
+/* Shear, translate, rotate: torchvision's tensor affine (an inverse matrix, a float32 sampling
+ * grid, grid_sample with zero padding and align_corners=False), nearest or bilinear. */
+#include <math.h>
+#include <string.h>
+
+#include "image/augment/augment.h"
+#include "image/augment/fp32.h"
+
+/* _get_inverse_affine_matrix with scale 1 (double precision, as Python computes it). */
+static void
+inverse_matrix(const double center[2], double angle, double tx, double ty, double shear_x,
+               double shear_y, double m[6])
+{
+    const double rad = M_PI / 180.0;
+    double rot = angle * rad, sx = shear_x * rad, sy = shear_y * rad;
+    double cx = center[0], cy = center[1];
+    double cos_sy = cos(sy), tan_sx = tan(sx);
+    double a = cos(rot - sy) / cos_sy;
+    double b = -(a * tan_sx + sin(rot));
+    double c = sin(rot - sy) / cos_sy;
+    double d = cos(rot) - c * tan_sx;
+    m[0] = d;
+    m[1] = -b;
+    m[2] = 0.0;
+    m[3] = -c;
+    m[4] = a;
+    m[5] = 0.0;
+    m[2] += cx - m[0] * (cx + tx) - m[1] * (cy + ty);
+    m[5] += cy - m[3] * (cx + tx) - m[4] * (cy + ty);
+}
+
+/* The grid's affine map from output pixel (x, y) to grid_sample's source coordinates, all in
+ * float32 as _affine_grid and the sampler compute it. */
+struct grid {
+    float r[3][2]; /* theta transposed, divided by (w/2, h/2) */
+    float x0, y0;  /* linspace starts: (1 - w) / 2, (1 - h) / 2 (steps of exactly 1) */
+    float sw, sh;  /* the sampler's unnormalising factors w/2, h/2 */
+};
+
+static void
+grid_setup(struct grid *g, const double m[6], int w, int h)
+{
+    float hw = (float)(0.5 * w), hh = (float)(0.5 * h);
+    for (int k = 0; k < 3; k++) {
+        g->r[k][0] = (float)m[k] / hw;
+        g->r[k][1] = (float)m[3 + k] / hh;
+    }
+    g->x0 = (float)((1.0 - w) * 0.5);
+    g->y0 = (float)((1.0 - h) * 0.5);
+    g->sw = (float)w / 2.0f;
+    g->sh = (float)h / 2.0f;
+}
+
+/* Source coordinates of output pixel (x, y). */
+static void
+grid_at(const struct grid *g, int x, int y, float *ix, float *iy)
+{
+    float bx = g->x0 + (float)x, by = g->y0 + (float)y;
+    float gx = bx * g->r[0][0] + by * g->r[1][0] + g->r[2][0];
+    float gy = bx * g->r[0][1] + by * g->r[1][1] + g->r[2][1];
+    /* torch's sampler unnormalises with (g + 1) * size / 2 - 0.5, fused into one FMA. */
+    *ix = tsock__fma32(gx + 1.0f, g->sw, -0.5f);
+    *iy = tsock__fma32(gy + 1.0f, g->sh, -0.5f);
+}
+
+static void
+sample_nearest(const uint8_t *src, int w, int h, float ix, float iy, uint8_t *out)
+{
+    float rx = nearbyintf(ix), ry = nearbyintf(iy);
+    if (rx < 0.0f || ry < 0.0f || rx > (float)(w - 1) || ry > (float)(h - 1)) {
+        out[0] = out[1] = out[2] = 0;
+        return;
+    }
+    memcpy(out, src + ((size_t)ry * (size_t)w + (size_t)rx) * 3, 3);
+}
+
+/* One corner's value, 0 outside the image (padding_mode="zeros"). */
+static float
+corner(const uint8_t *src, int w, int h, int x, int y, int c)
+{
+    if (x < 0 || y < 0 || x >= w || y >= h)
+        return 0.0f;
+    return (float)src[((size_t)y * (size_t)w + (size_t)x) * 3 + c];
+}
+
+static void
+sample_bilinear(const uint8_t *src, int w, int h, float ix, float iy, uint8_t *out)
+{
+    float xw = floorf(ix), yn = floorf(iy);
+    float we = ix - xw, e = 1.0f - we, n = iy - yn, s = 1.0f - n;
+    float nw = s * e, ne = s * we, sw = n * e, se = n * we;
+    int x = (int)xw, y = (int)yn;
+    if (xw < -2.0f || yn < -2.0f || xw > (float)w || yn > (float)h) {
+        out[0] = out[1] = out[2] = 0;
+        return;
+    }
+    for (int c = 0; c < 3; c++) {
+        /* nw + ne + sw + se, each further term fused into an FMA as torch's kernel is. */
+        float v = corner(src, w, h, x, y, c) * nw;
+        v = tsock__fma32(corner(src, w, h, x + 1, y, c), ne, v);
+        v = tsock__fma32(corner(src, w, h, x, y + 1, c), sw, v);
+        v = tsock__fma32(corner(src, w, h, x + 1, y + 1, c), se, v);
+        out[c] = tsock__to_u8(nearbyintf(v));
+    }
+}
+
+static void
+warp(uint8_t *img, int w, int h, const double m[6], int interp, uint8_t *tmp)
+{
+    struct grid g;
+    grid_setup(&g, m, w, h);
+    memcpy(tmp, img, (size_t)w * (size_t)h * 3);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            float ix, iy;
+            grid_at(&g, x, y, &ix, &iy);
+            uint8_t *out = img + ((size_t)y * (size_t)w + (size_t)x) * 3;
+            if (interp == TSOCK__AUG_BILINEAR)
+                sample_bilinear(tmp, w, h, ix, iy, out);
+            else
+                sample_nearest(tmp, w, h, ix, iy, out);
+        }
+}
+
+void
+tsock__aug_affine(uint8_t *img, int w, int h, double angle, double tx, double ty, double shear_x,
+                  double shear_y, const double *center, int interp, uint8_t *tmp)
+{
+    /* Centre in pixels, moved so that (0, 0) is the image centre. */
+    double c[2] = {0.0, 0.0};
+    if (center) {
+        c[0] = center[0] - w * 0.5;
+        c[1] = center[1] - h * 0.5;
+    }
+    double m[6];
+    inverse_matrix(c, angle, tx, ty, shear_x, shear_y, m);
+    warp(img, w, h, m, interp, tmp);
+}
+
+/* torch.rot90 of an HWC image by k quarter turns (1: counter-clockwise); k = 1, 3 need a
+ * square image. */
+static void
+rot90(uint8_t *img, int w, int h, int k, uint8_t *tmp)
+{
+    size_t n = (size_t)w * (size_t)h;
+    memcpy(tmp, img, n * 3);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            int sx, sy;
+            if (k == 2) {
+                sx = w - 1 - x;
+                sy = h - 1 - y;
+            } else if (k == 1) {
+                sx = w - 1 - y;
+                sy = x;
+            } else {
+                sx = y;
+                sy = h - 1 - x;
+            }
+            memcpy(img + ((size_t)y * (size_t)w + (size_t)x) * 3,
+                   tmp + ((size_t)sy * (size_t)w + (size_t)sx) * 3, 3);
+        }
+}
+
+void
+tsock__aug_rotate(uint8_t *img, int w, int h, double angle, int interp, uint8_t *tmp)
+{
+    /* Python's angle % 360, then torchvision's fast paths. */
+    angle = fmod(angle, 360.0);
+    if (angle < 0)
+        angle += 360.0;
+    if (angle == 0.0)
+        return;
+    if (angle == 180.0 || (w == h && (angle == 90.0 || angle == 270.0))) {
+        rot90(img, w, h, angle == 180.0 ? 2 : angle == 90.0 ? 1 : 3, tmp);
+        return;
+    }
+    double c[2] = {0.0, 0.0}, m[6];
+    inverse_matrix(c, -angle, 0.0, 0.0, 0.0, 0.0, m);
+    warp(img, w, h, m, interp, tmp);
+}
