@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "dataset/index.h"
+#include "image/augment/augment.h"
 #include "image/image.h"
 #include "io/reader.h"
 #include "tsock/pipeline.h"
@@ -39,6 +40,7 @@ struct worker {
     uint8_t *buf;                 /* their bytes */
     size_t buf_cap;
     int started;
+    uint8_t *aug_tmp; /* size*size*3 bytes of augmentation scratch, when augmenting */
 };
 
 struct tsock_pipeline {
@@ -49,6 +51,10 @@ struct tsock_pipeline {
     int preset, size, flip, workers, io_mode, io_depth, on_error;
     double scale_min, scale_max;
     uint64_t seed;
+    /* Per-sample augmentations of the train preset (augment_options.c) and the val preset's
+     * resize (0: size * 256 / 224). */
+    struct tsock__aug_config aug;
+    int val_resize;
 
     /* After open. */
     int open;
@@ -93,5 +99,9 @@ int tsock__pipeline_header_check(void *arg, const struct tsock__index *idx, uint
 /* Starts and stops the workers (load.c). */
 int tsock__pipeline_start_workers(struct tsock_pipeline *pl);
 void tsock__pipeline_stop_workers(struct tsock_pipeline *pl);
+
+/* The augmentation options' defaults (augment_options.c): none, erasing filled with
+ * ImageNet's mean. */
+void tsock__pipeline_augment_defaults(struct tsock_pipeline *pl);
 
 #endif
