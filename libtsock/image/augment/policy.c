@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "image/augment/augment.h"
+#include "image/augment/fp32.h"
 
 /* How an operation's magnitudes are binned. */
 enum bins_kind {
@@ -97,9 +98,10 @@ linspace32(double lo, double hi, int n, int i)
 {
     float start = (float)lo, end = (float)hi;
     float step = (end - start) / (float)(n - 1);
+    /* torch's vectorised kernel fuses each multiply-add. */
     if (i < n / 2)
-        return (double)(start + step * (float)i);
-    return (double)(end - step * (float)(n - 1 - i));
+        return (double)tsock__fma32(step, (float)i, start);
+    return (double)tsock__fma32(-step, (float)(n - 1 - i), end);
 }
 
 static double
