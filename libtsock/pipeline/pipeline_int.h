@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "dataset/index.h"
-#include "image/augment/augment.h"
+#include "augment/augment.h"
 #include "image/image.h"
 #include "io/reader.h"
 #include "tsock/pipeline.h"

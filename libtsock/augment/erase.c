@@ -2,7 +2,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "image/augment/augment.h"
+#include "augment/augment.h"
 
 void
 tsock__aug_erase(uint8_t *img, int w, int h, int x, int y, int bw, int bh, const uint8_t fill[3])

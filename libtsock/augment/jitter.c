@@ -1,6 +1,6 @@
 /* ColorJitter(brightness, contrast, saturation, hue): a random order of the four, then a
  * factor for each enabled one, as torchvision's v2.ColorJitter draws them. */
-#include "image/augment/augment.h"
+#include "augment/augment.h"
 
 void
 tsock__aug_jitter_draw(struct tsock__rng *rng, const double jitter[4], struct tsock__jitter_draw *d)

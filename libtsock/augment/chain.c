@@ -2,7 +2,7 @@
  * the auto-augment policy, ColorJitter, RandomErasing. */
 #include <math.h>
 
-#include "image/augment/augment.h"
+#include "augment/augment.h"
 
 int
 tsock__aug_enabled(const struct tsock__aug_config *c)

@@ -2,8 +2,8 @@
  * middle, over 13), interior pixels only. */
 #include <string.h>
 
-#include "image/augment/augment.h"
-#include "image/augment/fp32.h"
+#include "augment/augment.h"
+#include "augment/fp32.h"
 
 /* torch convolves in float32 and rounds (halves to even). The exact value is k / 13 for an
  * integer k, never within 1/26 of a half, far beyond float32's error here: so the rounding is

@@ -1,6 +1,6 @@
 /* float32 arithmetic as torch's CPU kernels do it, for the augmentation files. */
-#ifndef TSOCK_IMAGE_AUGMENT_FP32_H
-#define TSOCK_IMAGE_AUGMENT_FP32_H
+#ifndef TSOCK_AUGMENT_FP32_H
+#define TSOCK_AUGMENT_FP32_H
 
 #include <stdint.h>
 

@@ -2,8 +2,8 @@
  * and blend in float32 and truncate back to uint8. */
 #include <math.h>
 
-#include "image/augment/augment.h"
-#include "image/augment/fp32.h"
+#include "augment/augment.h"
+#include "augment/fp32.h"
 
 void
 tsock__aug_brightness(uint8_t *img, int w, int h, double factor)

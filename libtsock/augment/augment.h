@@ -16,8 +16,8 @@
  *
  * Threads: no global state; any number of threads may call these at once on different images.
  */
-#ifndef TSOCK_IMAGE_AUGMENT_H
-#define TSOCK_IMAGE_AUGMENT_H
+#ifndef TSOCK_AUGMENT_INT_H
+#define TSOCK_AUGMENT_INT_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* Posterize, solarize, invert: functions of each byte alone. */
-#include "image/augment/augment.h"
+#include "augment/augment.h"
 
 void
 tsock__aug_posterize(uint8_t *img, int w, int h, int bits)

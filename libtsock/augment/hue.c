@@ -2,8 +2,8 @@
  * step, so that the bytes agree. */
 #include <math.h>
 
-#include "image/augment/augment.h"
-#include "image/augment/fp32.h"
+#include "augment/augment.h"
+#include "augment/fp32.h"
 
 struct hsv {
     float h, s, v;

@@ -2,8 +2,8 @@
  * RandAugment and AutoAugment(IMAGENET) (transforms/v2/_auto_augment.py), entry for entry. */
 #include <math.h>
 
-#include "image/augment/augment.h"
-#include "image/augment/fp32.h"
+#include "augment/augment.h"
+#include "augment/fp32.h"
 
 /* How an operation's magnitudes are binned. */
 enum bins_kind {

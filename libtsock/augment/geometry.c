@@ -3,8 +3,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "image/augment/augment.h"
-#include "image/augment/fp32.h"
+#include "augment/augment.h"
+#include "augment/fp32.h"
 
 /* _get_inverse_affine_matrix with scale 1 (double precision, as Python computes it). */
 static void

@@ -2,8 +2,8 @@
  * 256-entry lookup table per channel. */
 #include <string.h>
 
-#include "image/augment/augment.h"
-#include "image/augment/fp32.h"
+#include "augment/augment.h"
+#include "augment/fp32.h"
 
 static void
 apply_luts(uint8_t *img, size_t n, uint8_t lut[3][256])

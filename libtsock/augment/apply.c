@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "image/augment/augment.h"
+#include "augment/augment.h"
 #include "tsock/augment.h"
 
 _Static_assert((int)TSOCK_AUGMENT_COLOR_JITTER == (int)TSOCK__AUG_COLOR_JITTER &&
