@@ -15,8 +15,9 @@ const char augment_options_usage[] =
     "                             --split train)\n"
     "  --val-resize-size N        val: Resize's shorter side (default size*256/224)\n"
     "  --val-crop-size N          val: CenterCrop side (sets --image-size with --split val)\n"
-    "  --interpolation bilinear   resizing filter (PIL's antialiased bilinear; bicubic is\n"
-    "                             not available yet)\n"
+    "  --interpolation bilinear|bicubic\n"
+    "                             the resizing filter of both presets, PIL's (default\n"
+    "                             bilinear)\n"
     "  --auto-augment ta_wide|ra|imagenet\n"
     "                             TrivialAugmentWide, RandAugment or AutoAugment(IMAGENET),\n"
     "                             after the crop and flip\n"
@@ -124,9 +125,7 @@ augment_options_parse(int c, const char *arg, struct augment_options *a)
         name = "--val-crop-size";
         break;
     case OPT_INTERPOLATION:
-        if (choice("interpolation", arg, resizes, "bilinear, bicubic") == 1)
-            cli_bad_usage("--interpolation bicubic: tsock resizes with PIL's bilinear filter "
-                          "only; drop the flag or pass bilinear");
+        a->bicubic = choice("interpolation", arg, resizes, "bilinear, bicubic");
         name = "--interpolation";
         break;
     case OPT_AUTO_AUGMENT:
@@ -198,6 +197,9 @@ int
 augment_options_apply(const struct augment_options *a, tsock_pipeline *pl)
 {
     int rc = tsock_pipeline_set_val_resize(pl, (int)a->val_resize_size);
+    if (rc == 0)
+        rc = tsock_pipeline_set_interpolation(pl, a->bicubic ? TSOCK_INTERPOLATION_BICUBIC
+                                                             : TSOCK_INTERPOLATION_BILINEAR);
     if (rc == 0)
         rc = tsock_pipeline_set_auto_augment(pl, a->auto_augment, a->ra_magnitude, a->ra_ops,
                                              a->augment_interp);

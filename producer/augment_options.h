@@ -40,6 +40,7 @@ struct augment_options {
     uint64_t train_crop_size, val_resize_size, val_crop_size; /* 0: not given */
     int auto_augment;                                         /* tsock_auto_augment */
     int ra_magnitude, ra_ops, augment_interp;
+    int bicubic; /* --interpolation bicubic */
     double random_erase;
     double jitter[4];
     const char *first; /* the first of these options given, for error messages */

@@ -125,6 +125,14 @@ TSOCK_API int tsock_pipeline_set_index_cache(tsock_pipeline *pl, const char *pat
  * the image size (torchvision's --val-resize-size); 0 (the default) keeps size * 256 / 224.
  * 0..8192; a resize below the image size makes every val decode fail (-EINVAL). */
 TSOCK_API int tsock_pipeline_set_val_resize(tsock_pipeline *pl, int resize);
+/* The resizing filter of both presets (a tsock_interpolation): PIL's antialiased bilinear (the
+ * default) or bicubic, as torchvision's Resize / RandomResizedCrop(interpolation=...) on PIL
+ * images. */
+typedef enum tsock_interpolation {
+    TSOCK_INTERPOLATION_BILINEAR = 0,
+    TSOCK_INTERPOLATION_BICUBIC = 1
+} tsock_interpolation;
+TSOCK_API int tsock_pipeline_set_interpolation(tsock_pipeline *pl, int interpolation);
 /* A tsock_auto_augment policy (tsock/augment.h): TrivialAugmentWide, RandAugment with
  * `num_ops` operations (0..TSOCK_AUGMENT_MAX_OPS) of magnitude bin `magnitude`
  * (0..TSOCK_AUGMENT_RA_BINS-1; RandAugment's defaults are 2 and 9; the other policies ignore

@@ -41,6 +41,18 @@ tsock_pipeline_set_val_resize(tsock_pipeline *pl, int resize)
 }
 
 int
+tsock_pipeline_set_interpolation(tsock_pipeline *pl, int interpolation)
+{
+    int r = settable(pl);
+    if (r == 0 && interpolation != TSOCK_INTERPOLATION_BILINEAR &&
+        interpolation != TSOCK_INTERPOLATION_BICUBIC)
+        r = -EINVAL;
+    if (r == 0)
+        pl->bicubic = interpolation == TSOCK_INTERPOLATION_BICUBIC;
+    return r;
+}
+
+int
 tsock_pipeline_set_auto_augment(tsock_pipeline *pl, int policy, int magnitude, int num_ops,
                                 int interpolation)
 {

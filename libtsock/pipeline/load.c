@@ -247,6 +247,8 @@ tsock__pipeline_start_workers(struct tsock_pipeline *pl)
         w->pl = pl;
         int r = tsock__decoder_create(&w->decoder);
         if (r == 0)
+            tsock__decoder_set_filter(w->decoder, pl->bicubic);
+        if (r == 0)
             r = tsock__reader_create(&w->reader, TSOCK__IO_PREAD, 1, pl->index->root);
         if (r == 0 && pl->preset == TSOCK_PRESET_TRAIN && tsock__aug_enabled(&pl->aug)) {
             w->aug_tmp = malloc((size_t)pl->size * (size_t)pl->size * 3);

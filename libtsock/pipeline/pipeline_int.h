@@ -10,8 +10,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "dataset/index.h"
 #include "augment/augment.h"
+#include "dataset/index.h"
 #include "image/image.h"
 #include "io/reader.h"
 #include "tsock/pipeline.h"
@@ -55,6 +55,7 @@ struct tsock_pipeline {
      * resize (0: size * 256 / 224). */
     struct tsock__aug_config aug;
     int val_resize;
+    int bicubic; /* resize with PIL's bicubic filter */
 
     /* After open. */
     int open;
