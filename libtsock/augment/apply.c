@@ -121,7 +121,7 @@ tsock_augment_apply(uint8_t *image, int width, int height, int op, const double 
     int r = check_params(op, params, nparams);
     if (r != 0)
         return r;
-    uint8_t *tmp = malloc((size_t)width * (size_t)height * 3);
+    uint8_t *tmp = malloc(TSOCK__AUG_TMP_BYTES(width, height));
     if (!tmp)
         return -ENOMEM;
     apply_checked(image, width, height, op, params, nparams, interpolation, tmp);

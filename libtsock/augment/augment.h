@@ -52,11 +52,15 @@ enum tsock__aug_interp { TSOCK__AUG_NEAREST = 0, TSOCK__AUG_BILINEAR = 1 };
 
 /* ---- operations: image is h rows of w RGB pixels, changed in place ---- */
 
+/* The scratch the geometric operations and sharpness need: a copy of the image with a border
+ * of one zero pixel (the sampler's zero padding, read without bounds checks). */
+#define TSOCK__AUG_TMP_BYTES(w, h) (((size_t)(w) + 2) * ((size_t)(h) + 2) * 3)
+
 /* F.adjust_brightness / adjust_saturation / adjust_contrast with factor >= 0. */
 void tsock__aug_brightness(uint8_t *img, int w, int h, double factor);
 void tsock__aug_saturation(uint8_t *img, int w, int h, double factor);
 void tsock__aug_contrast(uint8_t *img, int w, int h, double factor);
-/* F.adjust_sharpness; tmp holds w*h*3 bytes of scratch. */
+/* F.adjust_sharpness; tmp: TSOCK__AUG_TMP_BYTES(w, h) of scratch. */
 void tsock__aug_sharpness(uint8_t *img, int w, int h, double factor, uint8_t *tmp);
 /* F.adjust_hue with factor in [-0.5, 0.5]. */
 void tsock__aug_hue(uint8_t *img, int w, int h, double factor);
@@ -70,7 +74,8 @@ void tsock__aug_invert(uint8_t *img, int w, int h);
 
 /* F.affine(img, angle, translate, scale 1, shear (degrees), interpolation, fill=None,
  * center) with center NULL meaning the image centre, and F.rotate(img, angle) (no expand):
- * grid_sample with zero padding, as torchvision does for fill=None. tmp: w*h*3 bytes. */
+ * grid_sample with zero padding, as torchvision does for fill=None. tmp: TSOCK__AUG_TMP_BYTES(w,
+ * h). */
 void tsock__aug_affine(uint8_t *img, int w, int h, double angle, double tx, double ty,
                        double shear_x, double shear_y, const double *center, int interp,
                        uint8_t *tmp);
@@ -123,7 +128,7 @@ int tsock__aug_policy_draw(struct tsock__rng *rng, const struct tsock__aug_confi
                            struct tsock__aug_step *steps, int cap);
 
 /* The whole chain one training sample gets after its crop and flip: the policy's steps, then
- * ColorJitter, then RandomErasing, all drawn from rng. tmp: w*h*3 bytes. */
+ * ColorJitter, then RandomErasing, all drawn from rng. tmp: TSOCK__AUG_TMP_BYTES(w, h). */
 void tsock__aug_sample(struct tsock__rng *rng, const struct tsock__aug_config *c, uint8_t *img,
                        int w, int h, uint8_t *tmp);
 

@@ -22,7 +22,7 @@ gray_floor(const uint8_t *px)
     float l = (float)px[0] * 0.2989f;
     l = tsock__fma32((float)px[1], 0.587f, l);
     l = tsock__fma32((float)px[2], 0.114f, l);
-    return floorf(l);
+    return tsock__floor32(l);
 }
 
 /* _blend: x * ratio + other * (1 - ratio), clamped and truncated. */

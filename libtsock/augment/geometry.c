@@ -52,56 +52,105 @@ grid_setup(struct grid *g, const double m[6], int w, int h)
 }
 
 /* Source coordinates of output pixel (x, y). */
-static void
-grid_at(const struct grid *g, int x, int y, float *ix, float *iy)
+TSOCK__INLINE void
+grid_at(const struct grid *g, int x, int y, float *ix, float *iy, int hw)
 {
     float bx = g->x0 + (float)x, by = g->y0 + (float)y;
     float gx = bx * g->r[0][0] + by * g->r[1][0] + g->r[2][0];
     float gy = bx * g->r[0][1] + by * g->r[1][1] + g->r[2][1];
     /* torch's sampler unnormalises with (g + 1) * size / 2 - 0.5, fused into one FMA. */
-    *ix = tsock__fma32(gx + 1.0f, g->sw, -0.5f);
-    *iy = tsock__fma32(gy + 1.0f, g->sh, -0.5f);
+    *ix = tsock__fma32_sel(hw, gx + 1.0f, g->sw, -0.5f);
+    *iy = tsock__fma32_sel(hw, gy + 1.0f, g->sh, -0.5f);
 }
 
-static void
-sample_nearest(const uint8_t *src, int w, int h, float ix, float iy, uint8_t *out)
+/* The source with a border of one zero pixel: `pitch` bytes per padded row, pixel (x, y) of
+ * the image at padded (x + 1, y + 1). */
+struct padded {
+    const uint8_t *p;
+    size_t pitch;
+    int w, h;
+};
+
+TSOCK__INLINE void
+sample_nearest(const struct padded *src, float ix, float iy, uint8_t *out)
 {
-    float rx = nearbyintf(ix), ry = nearbyintf(iy);
-    if (rx < 0.0f || ry < 0.0f || rx > (float)(w - 1) || ry > (float)(h - 1)) {
+    float rx = tsock__rint32(ix), ry = tsock__rint32(iy);
+    if (rx < 0.0f || ry < 0.0f || rx > (float)(src->w - 1) || ry > (float)(src->h - 1)) {
         out[0] = out[1] = out[2] = 0;
         return;
     }
-    memcpy(out, src + ((size_t)ry * (size_t)w + (size_t)rx) * 3, 3);
+    memcpy(out, src->p + (size_t)((int)ry + 1) * src->pitch + (size_t)((int)rx + 1) * 3, 3);
 }
 
-/* One corner's value, 0 outside the image (padding_mode="zeros"). */
-static float
-corner(const uint8_t *src, int w, int h, int x, int y, int c)
+TSOCK__INLINE void
+sample_bilinear(const struct padded *src, float ix, float iy, uint8_t *out, int hw)
 {
-    if (x < 0 || y < 0 || x >= w || y >= h)
-        return 0.0f;
-    return (float)src[((size_t)y * (size_t)w + (size_t)x) * 3 + c];
-}
-
-static void
-sample_bilinear(const uint8_t *src, int w, int h, float ix, float iy, uint8_t *out)
-{
-    float xw = floorf(ix), yn = floorf(iy);
+    float xw = tsock__floor32(ix), yn = tsock__floor32(iy);
+    if (xw < -1.0f || yn < -1.0f || xw > (float)(src->w - 1) || yn > (float)(src->h - 1)) {
+        out[0] = out[1] = out[2] = 0; /* all four corners outside: zero padding */
+        return;
+    }
     float we = ix - xw, e = 1.0f - we, n = iy - yn, s = 1.0f - n;
     float nw = s * e, ne = s * we, sw = n * e, se = n * we;
-    int x = (int)xw, y = (int)yn;
-    if (xw < -2.0f || yn < -2.0f || xw > (float)w || yn > (float)h) {
-        out[0] = out[1] = out[2] = 0;
-        return;
-    }
+    /* Corners outside the image read the zero border (padding_mode="zeros"). */
+    const uint8_t *p0 = src->p + (size_t)((int)yn + 1) * src->pitch + (size_t)((int)xw + 1) * 3;
+    const uint8_t *p1 = p0 + src->pitch;
     for (int c = 0; c < 3; c++) {
         /* nw + ne + sw + se, each further term fused into an FMA as torch's kernel is. */
-        float v = corner(src, w, h, x, y, c) * nw;
-        v = tsock__fma32(corner(src, w, h, x + 1, y, c), ne, v);
-        v = tsock__fma32(corner(src, w, h, x, y + 1, c), sw, v);
-        v = tsock__fma32(corner(src, w, h, x + 1, y + 1, c), se, v);
-        out[c] = tsock__to_u8(nearbyintf(v));
+        float v = (float)p0[c] * nw;
+        v = tsock__fma32_sel(hw, (float)p0[c + 3], ne, v);
+        v = tsock__fma32_sel(hw, (float)p1[c], sw, v);
+        v = tsock__fma32_sel(hw, (float)p1[c + 3], se, v);
+        /* A convex combination of bytes: 0 <= v < 255.5, no clamp needed. */
+        out[c] = (uint8_t)(int)tsock__rint32(v);
     }
+}
+
+/* Every output pixel from its grid position; hw: use the FMA instruction. */
+TSOCK__INLINE void
+warp_pixels(uint8_t *img, const struct padded *src, const struct grid *g, int interp, int hw)
+{
+    const int w = src->w, h = src->h;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            float ix, iy;
+            grid_at(g, x, y, &ix, &iy, hw);
+            uint8_t *out = img + ((size_t)y * (size_t)w + (size_t)x) * 3;
+            if (interp == TSOCK__AUG_BILINEAR)
+                sample_bilinear(src, ix, iy, out, hw);
+            else
+                sample_nearest(src, ix, iy, out);
+        }
+}
+
+/* Two builds of the loop, the same results: the FMA instruction is about three times faster
+ * than its emulation on this latency-bound chain. */
+__attribute__((target("fma"))) static void
+warp_fma(uint8_t *img, const struct padded *src, const struct grid *g, int interp)
+{
+    warp_pixels(img, src, g, interp, 1);
+}
+
+static void
+warp_plain(uint8_t *img, const struct padded *src, const struct grid *g, int interp)
+{
+    warp_pixels(img, src, g, interp, 0);
+}
+
+/* Copies the image into tmp with its zero border. */
+static struct padded
+pad(const uint8_t *img, int w, int h, uint8_t *tmp)
+{
+    struct padded p = {tmp, ((size_t)w + 2) * 3, w, h};
+    memset(tmp, 0, p.pitch);
+    for (int y = 0; y < h; y++) {
+        uint8_t *row = tmp + (size_t)(y + 1) * p.pitch;
+        memset(row, 0, 3);
+        memcpy(row + 3, img + (size_t)y * (size_t)w * 3, (size_t)w * 3);
+        memset(row + 3 + (size_t)w * 3, 0, 3);
+    }
+    memset(tmp + (size_t)(h + 1) * p.pitch, 0, p.pitch);
+    return p;
 }
 
 static void
@@ -109,17 +158,11 @@ warp(uint8_t *img, int w, int h, const double m[6], int interp, uint8_t *tmp)
 {
     struct grid g;
     grid_setup(&g, m, w, h);
-    memcpy(tmp, img, (size_t)w * (size_t)h * 3);
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++) {
-            float ix, iy;
-            grid_at(&g, x, y, &ix, &iy);
-            uint8_t *out = img + ((size_t)y * (size_t)w + (size_t)x) * 3;
-            if (interp == TSOCK__AUG_BILINEAR)
-                sample_bilinear(tmp, w, h, ix, iy, out);
-            else
-                sample_nearest(tmp, w, h, ix, iy, out);
-        }
+    struct padded src = pad(img, w, h, tmp);
+    if (__builtin_cpu_supports("fma"))
+        warp_fma(img, &src, &g, interp);
+    else
+        warp_plain(img, &src, &g, interp);
 }
 
 void

@@ -53,7 +53,7 @@ static void
 hsv_to_rgb(struct hsv c, float rgb[3])
 {
     float h6 = c.h * 6.0f;
-    float fi = floorf(h6);
+    float fi = tsock__floor32(h6);
     float f = h6 - fi;
     int i = (int)fi;
     float sxf = c.s * f, one_minus_s = 1.0f - c.s;

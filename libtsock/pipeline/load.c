@@ -251,7 +251,7 @@ tsock__pipeline_start_workers(struct tsock_pipeline *pl)
         if (r == 0)
             r = tsock__reader_create(&w->reader, TSOCK__IO_PREAD, 1, pl->index->root);
         if (r == 0 && pl->preset == TSOCK_PRESET_TRAIN && tsock__aug_enabled(&pl->aug)) {
-            w->aug_tmp = malloc((size_t)pl->size * (size_t)pl->size * 3);
+            w->aug_tmp = malloc(TSOCK__AUG_TMP_BYTES(pl->size, pl->size));
             r = w->aug_tmp ? 0 : -ENOMEM;
         }
         if (r != 0)

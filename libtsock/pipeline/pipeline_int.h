@@ -40,7 +40,7 @@ struct worker {
     uint8_t *buf;                 /* their bytes */
     size_t buf_cap;
     int started;
-    uint8_t *aug_tmp; /* size*size*3 bytes of augmentation scratch, when augmenting */
+    uint8_t *aug_tmp; /* TSOCK__AUG_TMP_BYTES(size, size) of scratch, when augmenting */
 };
 
 struct tsock_pipeline {
