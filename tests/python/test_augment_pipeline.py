@@ -11,9 +11,11 @@
   are fixed, so the check is deterministic).
 """
 import ctypes
+import json
 import math
 import os
 import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -207,3 +209,24 @@ def test_auto_augment_imagenet_draws(draw):
     for name, e in expected.items():
         sd = math.sqrt(total * e)
         assert abs(counts[name] - total * e) < 5 * sd + 1, (name, counts[name], total * e)
+
+
+def test_train_example_mixes_a_tsock_batch(tsock, programs, procs, endpoint):
+    """examples/python/train.py --mixup-alpha/--cutmix-alpha trains on a tsock batch with
+    torchvision's v2.MixUp / v2.CutMix (the slot itself is never written: its view is
+    read-only, so an in-place mix would raise)."""
+    p = subprocess.Popen([programs["tsock-producer"], "--dataset", "synthetic", "--samples", "256",
+                          "--image-size", "32", "--batch-size", "64", "--epochs", "1",
+                          "--endpoint", endpoint, "--wait-consumers", "1", "--quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs.append(p)
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python",
+                           "train.py")
+    r = subprocess.run([sys.executable, example, "--loader", "tsock", "--endpoint", endpoint,
+                        "--epochs", "1", "--device", "cpu", "--json", "--mixup-alpha", "0.2",
+                        "--cutmix-alpha", "1.0"], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ))
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["images"] == 256 and math.isfinite(result["per_epoch"][0]["loss"])
+    assert p.wait(timeout=60) == 0, p.stderr.read()
