@@ -230,3 +230,13 @@ def test_train_example_mixes_a_tsock_batch(tsock, programs, procs, endpoint):
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["images"] == 256 and math.isfinite(result["per_epoch"][0]["loss"])
     assert p.wait(timeout=60) == 0, p.stderr.read()
+
+
+def test_ensure_producer_keywords_are_the_flags(tsock):
+    """tsock.ensure_producer(**options) passes the recipe's options as the same flags."""
+    from tsock.launch import _flag_args
+    assert _flag_args({"auto_augment": "ta_wide", "random_erase": 0.1,
+                       "color_jitter": (0.4, 0.4, 0.4, 0), "train_crop_size": 176,
+                       "interpolation": "bicubic"}) == [
+        "--auto-augment", "ta_wide", "--random-erase", "0.1", "--color-jitter", "0.4,0.4,0.4,0",
+        "--train-crop-size", "176", "--interpolation", "bicubic"]
