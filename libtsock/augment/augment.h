@@ -53,8 +53,9 @@ enum tsock__aug_interp { TSOCK__AUG_NEAREST = 0, TSOCK__AUG_BILINEAR = 1 };
 /* ---- operations: image is h rows of w RGB pixels, changed in place ---- */
 
 /* The scratch the geometric operations and sharpness need: a copy of the image with a border
- * of one zero pixel (the sampler's zero padding, read without bounds checks). */
-#define TSOCK__AUG_TMP_BYTES(w, h) (((size_t)(w) + 2) * ((size_t)(h) + 2) * 3)
+ * of one zero pixel (the sampler's zero padding, read without bounds checks), and 4 bytes of
+ * slack for the 4-byte loads of a pixel's 3. */
+#define TSOCK__AUG_TMP_BYTES(w, h) (((size_t)(w) + 2) * ((size_t)(h) + 2) * 3 + 4)
 
 /* F.adjust_brightness / adjust_saturation / adjust_contrast with factor >= 0. */
 void tsock__aug_brightness(uint8_t *img, int w, int h, double factor);
