@@ -210,3 +210,35 @@ augment_options_apply(const struct augment_options *a, tsock_pipeline *pl)
         rc = tsock_pipeline_set_random_erase(pl, a->random_erase);
     return rc;
 }
+
+int
+augment_options_describe(const struct augment_options *a, char *buf, size_t size)
+{
+    static const char *const policies[] = {"", "TrivialAugmentWide", "RandAugment",
+                                           "AutoAugment(IMAGENET)"};
+    static const char *const interps[] = {"nearest", "bilinear"};
+    size_t at = 0;
+    int n = 0;
+    buf[0] = '\0';
+    if (a->auto_augment) {
+        at += (size_t)snprintf(buf, size, "%s (%s", policies[a->auto_augment],
+                               interps[a->augment_interp]);
+        if (a->auto_augment == TSOCK_AUTO_AUGMENT_RA && at < size)
+            at += (size_t)snprintf(buf + at, size - at, ", %d ops, magnitude %d", a->ra_ops,
+                                   a->ra_magnitude);
+        if (at < size)
+            at += (size_t)snprintf(buf + at, size - at, ")");
+        n++;
+    }
+    if ((a->jitter[0] > 0 || a->jitter[1] > 0 || a->jitter[2] > 0 || a->jitter[3] > 0) &&
+        at < size) {
+        at += (size_t)snprintf(buf + at, size - at, "%sColorJitter(%g, %g, %g, %g)", n ? ", " : "",
+                               a->jitter[0], a->jitter[1], a->jitter[2], a->jitter[3]);
+        n++;
+    }
+    if (a->random_erase > 0 && at < size) {
+        snprintf(buf + at, size - at, "%sRandomErasing(%g)", n ? ", " : "", a->random_erase);
+        n++;
+    }
+    return n;
+}

@@ -3,6 +3,7 @@
 #ifndef TSOCK_PRODUCER_AUGMENT_OPTIONS_H
 #define TSOCK_PRODUCER_AUGMENT_OPTIONS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tsock/pipeline.h"
@@ -62,6 +63,10 @@ void augment_options_check(struct augment_options *a, int val, uint64_t *image_s
 
 /* Hands the options to the pipeline. Returns 0 or the library's error. */
 int augment_options_apply(const struct augment_options *a, tsock_pipeline *pl);
+
+/* Writes what each training sample gets after its crop and flip ("TrivialAugmentWide
+ * (bilinear), RandomErasing(0.1)") to buf; returns 0 when nothing (buf then empty). */
+int augment_options_describe(const struct augment_options *a, char *buf, size_t size);
 
 /* The usage text of these options. */
 extern const char augment_options_usage[];

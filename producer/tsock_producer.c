@@ -249,6 +249,9 @@ announce(const struct config *cfg, const char *endpoint, tsock_pipeline *pl, uin
                  "x3, batch %" PRIu64 ", %" PRIu64 " slots, epochs %s\n",
             endpoint ? endpoint : "?", what, samples, cfg->image_size, cfg->image_size,
             cfg->batch_size, cfg->slots, epochs);
+    char augment[256];
+    if (pl && !cfg->val && augment_options_describe(&cfg->augment, augment, sizeof augment))
+        fprintf(stderr, PROG ": after the crop and flip: %s\n", augment);
 }
 
 /* ---- serving ------------------------------------------------------------------------------- */
