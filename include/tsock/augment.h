@@ -98,6 +98,18 @@ TSOCK_API int tsock_augment_apply(uint8_t *image, int width, int height, int op,
 TSOCK_API int tsock_augment_draw(int policy, int magnitude, int num_ops, int width, int height,
                                  uint64_t seed, int *ops, double *magnitudes, int capacity);
 
+/* RandomErasing's draw for a width x height image from the stream of `seed` (probability p in
+ * [0, 1], scale 0.02..0.33, ratio 0.3..3.3, as the pipeline draws it): returns 1 and the box
+ * (x, y, w, h) in box[0..3] when the image is erased, 0 when not, -EINVAL for bad arguments. */
+TSOCK_API int tsock_augment_draw_erase(double p, int width, int height, uint64_t seed, int box[4]);
+
+/* ColorJitter's draw from the stream of `seed` for jitter = {brightness, contrast, saturation,
+ * hue} (as tsock_pipeline_set_color_jitter takes them): order[0..3] receives the permutation
+ * (0 brightness, 1 contrast, 2 saturation, 3 hue) and factors[0..3] each property's factor
+ * (1, or 0 for hue, where that property is off). Returns 0 or -EINVAL. */
+TSOCK_API int tsock_augment_draw_jitter(const double jitter[4], uint64_t seed, int order[4],
+                                        double factors[4]);
+
 #ifdef __cplusplus
 }
 #endif

@@ -150,3 +150,41 @@ tsock_augment_draw(int policy, int magnitude, int num_ops, int width, int height
     }
     return n;
 }
+
+int
+tsock_augment_draw_erase(double p, int width, int height, uint64_t seed, int box[4])
+{
+    if (!(p >= 0.0 && p <= 1.0) || width < 1 || height < 1 || !box)
+        return -EINVAL;
+    struct tsock__rng rng;
+    struct tsock__box b;
+    tsock__rng_seed(&rng, seed);
+    if (!tsock__aug_erase_draw(&rng, p, width, height, &b))
+        return 0;
+    box[0] = b.x;
+    box[1] = b.y;
+    box[2] = b.w;
+    box[3] = b.h;
+    return 1;
+}
+
+int
+tsock_augment_draw_jitter(const double jitter[4], uint64_t seed, int order[4], double factors[4])
+{
+    if (!jitter || !order || !factors)
+        return -EINVAL;
+    for (int k = 0; k < 3; k++)
+        if (!(jitter[k] >= 0.0 && isfinite(jitter[k])))
+            return -EINVAL;
+    if (!(jitter[3] >= 0.0 && jitter[3] <= 0.5))
+        return -EINVAL;
+    struct tsock__rng rng;
+    struct tsock__jitter_draw d;
+    tsock__rng_seed(&rng, seed);
+    tsock__aug_jitter_draw(&rng, jitter, &d);
+    for (int k = 0; k < 4; k++) {
+        order[k] = d.order[k];
+        factors[k] = d.enabled[k] ? d.factor[k] : (k == 3 ? 0.0 : 1.0);
+    }
+    return 0;
+}

@@ -8,7 +8,8 @@
 - tsock_augment_draw, the producer's own draw, chooses operations and magnitudes as the
   torchvision classes define them: every drawn magnitude is one of the class's bins (with its
   sign rule), and operation frequencies are within 5 standard deviations of uniform (seeds
-  are fixed, so the check is deterministic).
+  are fixed, so the check is deterministic); RandomErasing's boxes against torchvision's own
+  draws, ColorJitter's order and factors against its definition.
 """
 import ctypes
 import json
@@ -240,3 +241,72 @@ def test_ensure_producer_keywords_are_the_flags(tsock):
                        "interpolation": "bicubic"}) == [
         "--auto-augment", "ta_wide", "--random-erase", "0.1", "--color-jitter", "0.4,0.4,0.4,0",
         "--train-crop-size", "176", "--interpolation", "bicubic"]
+
+
+def ecdf_gap(a, b, points):
+    """The largest gap between two samples' empirical distribution functions at `points`."""
+    a, b = np.sort(np.asarray(a)), np.sort(np.asarray(b))
+    return max(abs(np.searchsorted(a, p, "right") / len(a) - np.searchsorted(b, p, "right") /
+                   len(b)) for p in points)
+
+
+def test_random_erasing_draws(tsock):
+    """The erase boxes follow RandomErasing.get_params (the reference presets' scale and ratio):
+    the probability, and the distributions of area fraction, aspect and position compared with
+    torchvision's own draws (fixed seeds: deterministic)."""
+    from torchvision import transforms
+    from tsock import _lib
+    fn = _lib.lib.tsock_augment_draw_erase
+    fn.argtypes = [ctypes.c_double, ctypes.c_int, ctypes.c_int, ctypes.c_uint64,
+                   ctypes.POINTER(ctypes.c_int)]
+    fn.restype = ctypes.c_int
+    w, h, n = 160, 224, 6000
+    box = (ctypes.c_int * 4)()
+    erased = sum(fn(0.3, w, h, seed, box) for seed in range(n))
+    assert abs(erased - 0.3 * n) < 5 * math.sqrt(n * 0.3 * 0.7)
+    assert fn(1.5, w, h, 0, box) == -22 and fn(-0.1, w, h, 0, box) == -22
+    ours = []
+    for seed in range(n):
+        assert fn(1.0, w, h, seed, box) == 1
+        x, y, bw, bh = box
+        assert 0 <= x and x + bw <= w and 0 <= y and y + bh <= h and bw < w and bh < h
+        ours.append((bw * bh / (w * h), math.log(bh / bw), (x + bw / 2) / w))
+    torch.manual_seed(0)
+    img = torch.zeros(3, h, w)
+    theirs = []
+    for _ in range(n):
+        i, j, bh, bw, _ = transforms.RandomErasing.get_params(img, scale=(0.02, 0.33),
+                                                              ratio=(0.3, 3.3), value=[0])
+        theirs.append((bw * bh / (w * h), math.log(bh / bw), (j + bw / 2) / w))
+    ours, theirs = np.array(ours), np.array(theirs)
+    for k, points in enumerate([np.linspace(0.02, 0.33, 12), np.linspace(-1.2, 1.2, 12),
+                                np.linspace(0.1, 0.9, 9)]):
+        gap = ecdf_gap(ours[:, k], theirs[:, k], points)
+        assert gap < 0.04, (["area", "log aspect", "centre x"][k], gap)
+
+
+def test_color_jitter_draws(tsock):
+    """ColorJitter's order is a uniform permutation and its factors uniform on torchvision's
+    ranges ([max(0, 1 - x), 1 + x], [-h, h])."""
+    from tsock import _lib
+    fn = _lib.lib.tsock_augment_draw_jitter
+    fn.argtypes = [ctypes.POINTER(ctypes.c_double), ctypes.c_uint64,
+                   ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_double)]
+    fn.restype = ctypes.c_int
+    jitter = (ctypes.c_double * 4)(0.4, 1.5, 0.0, 0.1)
+    order, factors = (ctypes.c_int * 4)(), (ctypes.c_double * 4)()
+    perms, values, n = Counter(), [], 24000
+    for seed in range(n):
+        assert fn(jitter, seed, order, factors) == 0
+        perms[tuple(order)] += 1
+        values.append(tuple(factors))
+    assert len(perms) == 24
+    sd = math.sqrt(n / 24 * (1 - 1 / 24))
+    assert all(abs(c - n / 24) < 5 * sd for c in perms.values()), perms
+    v = np.array(values)
+    for k, (lo, hi) in enumerate([(0.6, 1.4), (0.0, 2.5), (1.0, 1.0), (-0.1, 0.1)]):
+        assert v[:, k].min() >= lo and v[:, k].max() <= hi
+        if hi > lo:
+            assert abs(v[:, k].mean() - (lo + hi) / 2) < 5 * (hi - lo) / math.sqrt(12 * n)
+    bad = (ctypes.c_double * 4)(0.4, -0.1, 0.4, 0.0)
+    assert fn(bad, 0, order, factors) == -22
