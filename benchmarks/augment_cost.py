@@ -21,6 +21,10 @@ tsock-mkdataset from /usr/share/backgrounds, as benchmarks/image_pipeline.py doe
                  CHILDREN from before ImageFolder to after the last batch (imports not
                  counted).
 
+  (d) per operation  tsock_augment_apply on a 224 x 224 photograph crop, each operation with
+                 a typical magnitude (geometric ones nearest and bilinear), thread CPU time,
+                 median of 50 calls (the call's scratch allocation included).
+
 Each measurement runs --repeat times (3), interleaved; medians are reported and ratios come from
 them. Goals (issue 23): (b) <= 1.5 x (a); (c) >= 4 x (b). A missed goal is printed, not an error.
 
@@ -104,6 +108,7 @@ def parse_args():
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=1, help="epochs per run")
     ap.add_argument("--bin-dir", default=os.path.join(BUILD, "producer"))
+    ap.add_argument("--library", default=os.path.join(BUILD, "libtsock", "libtsock.so"))
     ap.add_argument("--out", default=os.path.join(REPO, "docs", "benchmarks",
                                                    "augment_cost.json"))
     args = ap.parse_args()
@@ -160,6 +165,44 @@ def run_torchvision(args, root):
     return res
 
 
+OPS = [("Identity", 0, [], 0), ("ShearX", 1, [0.3], 0), ("ShearX", 1, [0.3], 1),
+       ("ShearY", 2, [0.3], 0), ("ShearY", 2, [0.3], 1), ("TranslateX", 3, [14.0], 0),
+       ("TranslateX", 3, [14.0], 1), ("TranslateY", 4, [14.0], 0), ("TranslateY", 4, [14.0], 1),
+       ("Rotate", 5, [30.0], 0), ("Rotate", 5, [30.0], 1), ("Brightness", 6, [1.3], 0),
+       ("Color", 7, [1.3], 0), ("Contrast", 8, [1.3], 0), ("Sharpness", 9, [1.3], 0),
+       ("Posterize", 10, [4], 0), ("Solarize", 11, [128.0], 0), ("AutoContrast", 12, [], 0),
+       ("Equalize", 13, [], 0), ("Invert", 14, [], 0), ("Hue", 15, [0.1], 0),
+       ("Erase", 16, [10, 20, 80, 60, 124, 116, 104], 0)]
+
+
+def run_ops(args, root):
+    """(d): CPU ms per call of each operation on a 224 x 224 crop of the tree's first photo."""
+    import ctypes
+    import glob
+    import numpy as np
+    from PIL import Image
+    lib = ctypes.CDLL(args.library)
+    fn = lib.tsock_augment_apply
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                   ctypes.POINTER(ctypes.c_double), ctypes.c_int, ctypes.c_int]
+    path = sorted(glob.glob(os.path.join(root, "*", "*")))[0]
+    with Image.open(path) as im:
+        base = np.asarray(im.convert("RGB").resize((224, 224), Image.BILINEAR)).copy()
+    out = []
+    for name, op, params, interp in OPS:
+        arr = (ctypes.c_double * max(1, len(params)))(*params)
+        times = []
+        for _ in range(50):
+            img = base.copy()
+            t = time.thread_time()
+            if fn(img.ctypes.data, 224, 224, op, arr, len(params), interp) != 0:
+                raise RuntimeError(f"tsock_augment_apply({name}) failed")
+            times.append(time.thread_time() - t)
+        out.append({"op": name, "interpolation": ["nearest", "bilinear"][interp],
+                    "params": params, "cpu_ms": 1e3 * statistics.median(times)})
+    return out
+
+
 def med(runs, key):
     return statistics.median(r[key] for r in runs)
 
@@ -191,6 +234,7 @@ def main():
                 runs[name].append(res)
                 commands[name] = " ".join(pcmd)
             runs["torchvision"].append(run_torchvision(args, root))
+        out["per_operation_224"] = run_ops(args, root)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -222,6 +266,9 @@ def main():
           f"{'holds' if r['goal_at_most_1.5'] else 'MISSED'}")
     print(f"goal (c) >= 4 x (b):   {r['torchvision_over_augmented']:.2f} -> "
           f"{'holds' if r['goal_at_least_4'] else 'MISSED'}")
+    print("(d) per operation, 224 x 224: " + ", ".join(
+        f"{o['op']}{'/bilinear' if o['interpolation'] == 'bilinear' else ''} {o['cpu_ms']:.2f}"
+        for o in out["per_operation_224"]) + " ms")
     print(f"written: {args.out}")
     warn_fallback(args)
     return 0

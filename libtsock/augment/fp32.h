@@ -25,6 +25,15 @@ tsock__fma32_sel(int hw, float a, float b, float c)
     return hw ? __builtin_fmaf(a, b, c) : tsock__fma32(a, b, c);
 }
 
+/* Whether the FMA-target builds may run (x86 CPUs with FMA); 0 elsewhere. */
+#if defined(__x86_64__) || defined(__i386__)
+#define TSOCK__FMA_TARGET __attribute__((target("fma")))
+#define TSOCK__HAVE_FMA() __builtin_cpu_supports("fma")
+#else
+#define TSOCK__FMA_TARGET
+#define TSOCK__HAVE_FMA() 0
+#endif
+
 /* floorf and nearbyintf (halves to even) without a libm call (the library is built for
  * baseline x86-64, where both are calls): the same results for the coordinates and sums of
  * these files, falling back to libm beyond 2^22. */
