@@ -4,9 +4,11 @@
  *
  * Files: one operation family per file (color.c: brightness, saturation, contrast;
  * sharpness.c; hue.c; histogram.c: autocontrast, equalize; pixel.c: posterize, solarize,
- * invert; geometry.c: shear, translate, rotate; erase.c), apply.c dispatches one operation,
- * policy.c draws TrivialAugmentWide / RandAugment / AutoAugment steps, chain.c draws and
- * applies everything one sample gets.
+ * invert; geometry.c: shear, translate, rotate; erase.c: the erase box and its draw;
+ * jitter.c: ColorJitter's draw and order), apply.c is the public entry points (one operation,
+ * the draws), policy.c draws TrivialAugmentWide / RandAugment / AutoAugment steps, chain.c
+ * applies a policy's operations and draws and applies everything one sample gets. fp32.h
+ * holds torch's float32 idioms (FMA, truncation, rounding) and the FMA-target switch.
  *
  * Each operation is a pure function of the image and its parameters, reproducing
  * torchvision.transforms.v2.functional on a uint8 tensor: the same float32 arithmetic in the
