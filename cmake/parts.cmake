@@ -20,7 +20,7 @@ set(TSOCK_PARTS_DIR ${PROJECT_BINARY_DIR}/libtsock/parts)
 # headers (core is listed explicitly). An entry is a part ("proto") or one header
 # ("image/convert.h"). <id> is the part with '/' replaced by '_'.
 set(TSOCK_PARTS core proto ring transport backend backend/shm backend/cuda
-                dataset io image pipeline engine)
+                dataset io image augment pipeline engine)
 set(TSOCK_ALLOW_core "")
 set(TSOCK_ALLOW_proto core)
 set(TSOCK_ALLOW_ring core)
@@ -33,7 +33,8 @@ set(TSOCK_ALLOW_backend_cuda core backend image/image.h image/device_decoder.h)
 set(TSOCK_ALLOW_dataset core)
 set(TSOCK_ALLOW_io core)
 set(TSOCK_ALLOW_image core)
-set(TSOCK_ALLOW_pipeline core dataset io image)
+set(TSOCK_ALLOW_augment core image)
+set(TSOCK_ALLOW_pipeline core dataset io image augment)
 set(TSOCK_ALLOW_engine core proto ring transport backend dataset)
 
 # tsock_part_id(<part> <var>): "backend/shm" -> "backend_shm" (target and folder names).

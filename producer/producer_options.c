@@ -61,6 +61,7 @@ usage(FILE *f)
             "                             the dataset)\n"
             "  --samples N                samples in the synthetic dataset (default 4096)\n"
             "\n"
+            "%s"
             "GPU (a CUDA build on a machine with an NVIDIA GPU):\n"
             "  --device cpu|cuda[:N]      keep the ring in host shared memory (default) or in\n"
             "                             the memory of GPU N; consumers use it in place\n"
@@ -116,7 +117,8 @@ usage(FILE *f)
             "While no consumer is connected nothing is published: the producer waits for one\n"
             "(a consumer may join or rejoin at any time) until its epochs are served or it is\n"
             "stopped.\n"
-            "Exit status: 0 done or stopped by SIGINT/SIGTERM, 1 error, 2 bad usage.\n");
+            "Exit status: 0 done or stopped by SIGINT/SIGTERM, 1 error, 2 bad usage.\n",
+            augment_options_usage);
 }
 
 enum {
@@ -205,6 +207,7 @@ static const struct option longopts[] = {
     {"verbose", no_argument, NULL, OPT_VERBOSE},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
+    AUGMENT_LONGOPTS,
     {NULL, 0, NULL, 0}};
 
 /* Which of the options that only some datasets take were given, to reject the others. */
@@ -452,7 +455,10 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
     case OPT_QUIET: cfg->quiet = 1; break;
     case 'v':
     case OPT_VERBOSE: cfg->verbose = 1; break;
-    default: break;
+    default:
+        if (augment_options_parse(c, arg, &cfg->augment))
+            seen->image_only = cfg->augment.first;
+        break;
     }
 }
 
@@ -652,6 +658,7 @@ parse_options(int argc, char **argv, struct config *cfg)
                            .output_dtype = TSOCK_UINT8,
                            .layout = TSOCK_NHWC,
                            .nodes = 1};
+    augment_options_init(&cfg->augment);
     opterr = 0;
     for (;;) {
         int c = getopt_long(argc, argv, ":hqv", longopts, NULL);
@@ -678,6 +685,8 @@ parse_options(int argc, char **argv, struct config *cfg)
     }
     if (optind < argc)
         cli_bad_usage("unexpected argument '%s' (every setting is an --option)", argv[optind]);
+    if (cfg->dataset != DATASET_SYNTHETIC)
+        augment_options_check(&cfg->augment, cfg->val, &cfg->image_size, seen.image_size);
     check_combination(cfg, &seen);
     resolve_nodes(cfg, &seen);
 }

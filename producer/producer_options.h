@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include "augment_options.h"
+
 enum dataset_kind {
     DATASET_SYNTHETIC = 0, /* checkable generated samples (synthetic.h) */
     DATASET_IMAGENET = 1,  /* an ImageFolder tree, or its train/ or val/ folder */
@@ -50,6 +52,7 @@ struct config {
      * environment), for the start message. */
     uint32_t nodes, node_rank;
     const char *nodes_from;
+    struct augment_options augment; /* crop/resize sizes and augmentations (augment_options.h) */
 };
 
 /* Parses the command line into cfg (defaults filled in), exiting with status 2 and a message

@@ -112,7 +112,8 @@ open_pipeline(const struct config *cfg, tsock_pipeline **out)
         (rc = tsock_pipeline_set_seed(pl, cfg->seed)) == 0 &&
         (rc = tsock_pipeline_set_on_error(pl, cfg->on_error)) == 0 &&
         (rc = tsock_pipeline_set_decoder(pl, cfg->decoder)) == 0 &&
-        (rc = tsock_pipeline_set_index_cache(pl, cfg->index_cache)) == 0) {
+        (rc = tsock_pipeline_set_index_cache(pl, cfg->index_cache)) == 0 &&
+        (rc = augment_options_apply(&cfg->augment, pl)) == 0) {
         atomic_store(&g_indexing, pl);
         if (g_signal) /* came before the handler could see the pipeline */
             tsock_pipeline_cancel(pl);
@@ -281,6 +282,9 @@ announce(const struct config *cfg, const char *endpoint, tsock_pipeline *pl, uin
                  "x3, batch %" PRIu64 ", %" PRIu64 " slots, epochs %s\n",
             endpoint ? endpoint : "?", what, samples, cfg->image_size, cfg->image_size,
             cfg->batch_size, cfg->slots, epochs);
+    char augment[256];
+    if (pl && !cfg->val && augment_options_describe(&cfg->augment, augment, sizeof augment))
+        fprintf(stderr, PROG ": after the crop and flip: %s\n", augment);
 }
 
 /* ---- serving ------------------------------------------------------------------------------- */

@@ -62,6 +62,23 @@ def make_loader(args):
     return tsock.DataLoader(args.endpoint, batch_size=args.batch_size)  # the one-line change
 
 
+# --- Mixup / CutMix: batch-level mixing stays in the job (it needs the batch and the labels,
+# and each job may want its own); torchvision's v2 transforms work on a tsock batch once it is
+# float CHW (docs/pipeline.md, "Augmentations"). ---
+def make_batch_mix(args, classes=1000):
+    """v2.MixUp and/or v2.CutMix (one of them per batch when both are asked for), or None."""
+    if not (args.mixup_alpha > 0 or args.cutmix_alpha > 0):
+        return None
+    from torchvision.transforms import v2
+
+    mixes = []
+    if args.mixup_alpha > 0:
+        mixes.append(v2.MixUp(alpha=args.mixup_alpha, num_classes=classes))
+    if args.cutmix_alpha > 0:
+        mixes.append(v2.CutMix(alpha=args.cutmix_alpha, num_classes=classes))
+    return mixes[0] if len(mixes) == 1 else v2.RandomChoice(mixes)
+
+
 class SmallCNN(nn.Module):
     def __init__(self, classes=1000):
         super().__init__()
@@ -89,6 +106,8 @@ def main():
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--name", default=None, help="job name printed with the figures")
     ap.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    ap.add_argument("--mixup-alpha", type=float, default=0.0, help="v2.MixUp alpha (0: off)")
+    ap.add_argument("--cutmix-alpha", type=float, default=0.0, help="v2.CutMix alpha (0: off)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -99,6 +118,7 @@ def main():
     model = SmallCNN().to(args.device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
+    mix = make_batch_mix(args)
 
     per_epoch = []
     images_total = 0
@@ -112,6 +132,8 @@ def main():
             # in place (the permute/float/div here make a copy, as any normalisation does).
             x = x.to(args.device, non_blocking=True).permute(0, 3, 1, 2).float().div(255.0)
             y = y.to(args.device, non_blocking=True)
+            if mix is not None:
+                x, y = mix(x, y)  # y becomes soft labels [B, classes]; CrossEntropyLoss takes them
             loss = loss_fn(model(x), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()

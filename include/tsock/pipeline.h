@@ -64,6 +64,7 @@
 
 #include <stdint.h>
 
+#include "tsock/augment.h"
 #include "tsock/tsock.h"
 
 #ifdef __cplusplus
@@ -159,6 +160,39 @@ TSOCK_API int tsock_pipeline_set_index_cache(tsock_pipeline *pl, const char *pat
  * sample's json member instead of its cls member. Both copied. */
 TSOCK_API int tsock_pipeline_set_shard_options(tsock_pipeline *pl, const char *split,
                                                const char *label_key);
+
+/* Augmentations (train preset; docs/pipeline.md lists every operation). They run once per
+ * sample after the crop and flip, in this order: the auto-augment policy, ColorJitter,
+ * RandomErasing, each drawing its random parameters from the sample's own stream (seed,
+ * epoch, sample id), so the bytes do not depend on the number of workers. */
+/* The val preset's Resize: the shorter side becomes `resize` pixels before the centre crop of
+ * the image size (torchvision's --val-resize-size); 0 (the default) keeps size * 256 / 224.
+ * 0..8192; a resize below the image size makes every val decode fail (-EINVAL). */
+TSOCK_API int tsock_pipeline_set_val_resize(tsock_pipeline *pl, int resize);
+/* The resizing filter of both presets (a tsock_interpolation): PIL's antialiased bilinear (the
+ * default) or bicubic, as torchvision's Resize / RandomResizedCrop(interpolation=...) on PIL
+ * images. */
+typedef enum tsock_interpolation {
+    TSOCK_INTERPOLATION_BILINEAR = 0,
+    TSOCK_INTERPOLATION_BICUBIC = 1
+} tsock_interpolation;
+TSOCK_API int tsock_pipeline_set_interpolation(tsock_pipeline *pl, int interpolation);
+/* A tsock_auto_augment policy (tsock/augment.h): TrivialAugmentWide, RandAugment with
+ * `num_ops` operations (0..TSOCK_AUGMENT_MAX_OPS) of magnitude bin `magnitude`
+ * (0..TSOCK_AUGMENT_RA_BINS-1; RandAugment's defaults are 2 and 9; the other policies ignore
+ * both), or AutoAugment's IMAGENET policy; `interpolation` (a tsock_augment_interpolation) is
+ * the geometric operations' resampling (torchvision's default: nearest). */
+TSOCK_API int tsock_pipeline_set_auto_augment(tsock_pipeline *pl, int policy, int magnitude,
+                                              int num_ops, int interpolation);
+/* ColorJitter(brightness, contrast, saturation, hue): factors drawn from [max(0, 1 - b), 1 + b]
+ * (b, c, s >= 0; 0 leaves that property alone), hue from [-hue, hue] (0 <= hue <= 0.5), applied
+ * in a random order. */
+TSOCK_API int tsock_pipeline_set_color_jitter(tsock_pipeline *pl, double brightness,
+                                              double contrast, double saturation, double hue);
+/* RandomErasing with probability p (0..1, default 0): scale 0.02..0.33, ratio 0.3..3.3, the box
+ * filled with ImageNet's mean in uint8 (124, 116, 104), which is what the reference recipe's
+ * erasing with value 0 after Normalize amounts to. */
+TSOCK_API int tsock_pipeline_set_random_erase(tsock_pipeline *pl, double probability);
 
 /* Builds the index (from the cache when it is fresh, else by scanning the dataset and checking
  * each file's header), sets up the reader (TSOCK_READ_AUTO falls back to pread, logged) and

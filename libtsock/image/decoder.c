@@ -61,6 +61,12 @@ tsock__decoder_set_flags(struct tsock__decoder *d, int flags)
     d->ch.no_avx2 = d->cv.no_avx2 = (flags & TSOCK__DECODE_NO_AVX2) != 0;
 }
 
+void
+tsock__decoder_set_filter(struct tsock__decoder *d, int bicubic)
+{
+    d->ch.bicubic = d->cv.bicubic = bicubic != 0;
+}
+
 const struct tsock__decode_report *
 tsock__decoder_report(const struct tsock__decoder *d)
 {

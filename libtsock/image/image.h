@@ -137,6 +137,11 @@ void tsock__decoder_set_limits(struct tsock__decoder *d, uint64_t max_pixels, in
 #define TSOCK__DECODE_NO_AVX2 4      /* resample with SSE2 / plain C even where AVX2 is there */
 void tsock__decoder_set_flags(struct tsock__decoder *d, int flags);
 
+/* The resampling filter of every resize: PIL's antialiased bilinear (the default) or, with
+ * `bicubic` non-zero, PIL's bicubic (Image.resize(..., BICUBIC), torchvision's
+ * InterpolationMode.BICUBIC on PIL images), bit for bit as the bilinear is. */
+void tsock__decoder_set_filter(struct tsock__decoder *d, int bicubic);
+
 /* What the last decode did; for tests, statistics and benchmarks. */
 struct tsock__decode_report {
     int format;    /* enum tsock__image_format */

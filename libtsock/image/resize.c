@@ -69,6 +69,22 @@ bilinear_filter(double x)
     return 0.0;
 }
 
+/* PIL's bicubic filter (a = -0.5), support 2. Its negative lobes give negative taps, which the
+ * passes handle: the 11-bit split below is two's complement, pmaddwd multiplies signed, and
+ * the sums saturate as clip8 does. */
+static double
+bicubic_filter(double x)
+{
+    const double a = -0.5;
+    if (x < 0.0)
+        x = -x;
+    if (x < 1.0)
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+    if (x < 2.0)
+        return (((x - 5) * x + 8) * x - 4) * a;
+    return 0.0;
+}
+
 int
 tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_size, int out_size,
                       int win0, int win_n, int reverse)
@@ -79,7 +95,8 @@ tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_si
     int ksize;
 
     if (c->valid && c->in0 == in0 && c->in1 == in1 && c->in_size == in_size &&
-        c->out_size == out_size && c->win0 == win0 && c->win_n == win_n && c->reverse == reverse)
+        c->out_size == out_size && c->win0 == win0 && c->win_n == win_n && c->reverse == reverse &&
+        c->computed_bicubic == c->bicubic)
         return 0;
     c->valid = 0;
     if (in_size < 1 || out_size < 1 || win_n < 1 || win0 < 0 || win0 > out_size - win_n ||
@@ -89,7 +106,8 @@ tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_si
     filterscale = scale = (in1 - in0) / out_size;
     if (filterscale < 1.0)
         filterscale = 1.0;
-    support = 1.0 * filterscale; /* the bilinear filter's support is 1 */
+    /* the bilinear filter's support is 1, the bicubic's 2 */
+    support = (c->bicubic ? 2.0 : 1.0) * filterscale;
     /* Bounded by the caller's sizes (at most 2^16 source pixels per output pixel). */
     ksize = (int)ceil(support) * 2 + 1;
 
@@ -120,7 +138,8 @@ tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_si
         if (xmax < 0) /* only with a box outside the source, which callers never pass */
             xmax = 0;
         for (x = 0; x < xmax; x++) {
-            double w = bilinear_filter((x + xmin - center + 0.5) * ss);
+            double u = (x + xmin - center + 0.5) * ss;
+            double w = c->bicubic ? bicubic_filter(u) : bilinear_filter(u);
             k[x] = w;
             ww += w;
         }
@@ -136,15 +155,16 @@ tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_si
     for (size_t e = 0; e < entries; e++)
         c->k[e] = kk[e] < 0 ? (int32_t)(-0.5 + kk[e] * (1 << PRECISION_BITS))
                             : (int32_t)(0.5 + kk[e] * (1 << PRECISION_BITS));
-    /* Split into 11-bit halves for pmaddwd (the bilinear taps are never negative, and at most
-     * 1 << 22, so the high half is at most 2048). */
+    /* Split into 11-bit halves for pmaddwd: the low half 0..2047, the high half k >> 11 as a
+     * signed 16-bit value (bilinear taps are at most 1 << 22, so at most 2048; a bicubic tap may
+     * be negative, and its high half then negative too). */
     for (int i = 0; i < win_n; i++) {
         const int32_t *k = c->k + (size_t)i * ksize;
         int32_t *kp = c->kp + (size_t)i * (ksize + 1) * 4;
         for (int t = 0; t < ksize; t += 2) {
             uint32_t a = (uint32_t)k[t], b = t + 1 < ksize ? (uint32_t)k[t + 1] : 0;
             for (int lane = 0; lane < 4; lane++) { /* stored broadcast, ready to load */
-                kp[4 * t + lane] = (int32_t)((a >> 11) | (b >> 11) << 16);
+                kp[4 * t + lane] = (int32_t)(((a >> 11) & 0xFFFFu) | (b >> 11) << 16);
                 kp[4 * t + 4 + lane] = (int32_t)((a & 2047) | (b & 2047) << 16);
             }
         }
@@ -157,6 +177,7 @@ tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_si
     c->win0 = win0;
     c->win_n = win_n;
     c->reverse = reverse;
+    c->computed_bicubic = c->bicubic;
     c->ksize = ksize;
     c->valid = 1;
     return 0;

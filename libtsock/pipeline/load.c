@@ -130,9 +130,12 @@ decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t epoch, 
                                         .flip = pl->flip};
         sample_rng(pl, epoch, rng_id, &rng);
         r = tsock__preset_train(w->decoder, data, size, &rng, &p, out, NULL, NULL);
+        /* The augmentations go on drawing from the sample's stream after the crop and flip. */
+        if (r == 0 && w->aug_tmp)
+            tsock__aug_sample(&rng, &pl->aug, out, pl->size, pl->size, w->aug_tmp);
     } else {
         /* Resize(256) for CenterCrop(224), in proportion for other sizes. */
-        int resize = (int)(((int64_t)pl->size * 256 + 112) / 224);
+        int resize = pl->val_resize ? pl->val_resize : (int)(((int64_t)pl->size * 256 + 112) / 224);
         r = tsock__preset_val(w->decoder, data, size, resize, pl->size, out);
     }
     count_decode(w, thread_cpu_ns() - t0);
@@ -294,7 +297,13 @@ tsock__pipeline_start_workers(struct tsock_pipeline *pl)
         w->pl = pl;
         int r = tsock__decoder_create(&w->decoder);
         if (r == 0)
+            tsock__decoder_set_filter(w->decoder, pl->bicubic);
+        if (r == 0)
             r = tsock__reader_create(&w->reader, TSOCK__IO_PREAD, 1, pl->index->root);
+        if (r == 0 && pl->preset == TSOCK_PRESET_TRAIN && tsock__aug_enabled(&pl->aug)) {
+            w->aug_tmp = malloc(TSOCK__AUG_TMP_BYTES(pl->size, pl->size));
+            r = w->aug_tmp ? 0 : -ENOMEM;
+        }
         if (r != 0)
             return r;
     }
@@ -327,6 +336,7 @@ tsock__pipeline_stop_workers(struct tsock_pipeline *pl)
         tsock__decoder_destroy(w->decoder);
         tsock__reader_destroy(w->reader);
         free(w->buf);
+        free(w->aug_tmp);
     }
     free(pl->pool);
     pl->pool = NULL;

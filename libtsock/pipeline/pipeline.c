@@ -51,6 +51,7 @@ tsock_pipeline_create(tsock_pipeline **out, int source, const char *path)
     pl->io_depth = DEFAULT_IO_DEPTH;
     pl->on_error = TSOCK_ON_ERROR_SKIP;
     pl->tensor_image = -1;
+    tsock__pipeline_augment_defaults(pl);
     pthread_mutex_init(&pl->mu, NULL);
     pthread_cond_init(&pl->work_cv, NULL);
     pthread_cond_init(&pl->done_cv, NULL);

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "augment/augment.h"
 #include "dataset/index.h"
 #include "image/device_decoder.h"
 #include "image/image.h"
@@ -42,6 +43,7 @@ struct worker {
     uint8_t *buf;                 /* their bytes */
     size_t buf_cap;
     int started;
+    uint8_t *aug_tmp; /* TSOCK__AUG_TMP_BYTES(size, size) of scratch, when augmenting */
 };
 
 struct tsock_pipeline {
@@ -54,6 +56,11 @@ struct tsock_pipeline {
     int decoder; /* a tsock_decoder */
     double scale_min, scale_max;
     uint64_t seed;
+    /* Per-sample augmentations of the train preset (augment_options.c) and the val preset's
+     * resize (0: size * 256 / 224). */
+    struct tsock__aug_config aug;
+    int val_resize;
+    int bicubic; /* resize with PIL's bicubic filter */
 
     /* After open. */
     int open;
@@ -124,5 +131,9 @@ void tsock__pipeline_device_free(struct tsock_pipeline *pl);
 /* Starts and stops the workers (load.c). */
 int tsock__pipeline_start_workers(struct tsock_pipeline *pl);
 void tsock__pipeline_stop_workers(struct tsock_pipeline *pl);
+
+/* The augmentation options' defaults (augment_options.c): none, erasing filled with
+ * ImageNet's mean. */
+void tsock__pipeline_augment_defaults(struct tsock_pipeline *pl);
 
 #endif

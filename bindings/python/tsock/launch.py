@@ -58,6 +58,8 @@ def _flag_args(options):
         flag = "--" + key.replace("_", "-")
         if value is True:
             argv.append(flag)
+        elif isinstance(value, (tuple, list)):  # color_jitter=(0.4, 0.4, 0.4, 0) -> 0.4,...
+            argv += [flag, ",".join(str(v) for v in value)]
         else:
             argv += [flag, str(value)]
     return argv
