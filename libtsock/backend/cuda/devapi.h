@@ -113,6 +113,9 @@ struct tsock__devapi {
      * global mode (issue 12, item 1). restore puts the previous mode back. */
     int (*capture_relax)(int *previous);
     void (*capture_restore)(int previous);
+    /* 1 in *capturing while a graph is being captured on s (cudaStreamIsCapturing): a record
+     * on it is then a graph node, not a record (issue 20). */
+    int (*stream_capturing)(tsock__dev_stream_t s, int *capturing);
 };
 
 /* The table of this process (see above). Never NULL. */

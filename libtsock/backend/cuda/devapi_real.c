@@ -355,6 +355,15 @@ capture_restore(int previous)
     (void)cudaThreadExchangeStreamCaptureMode(&mode);
 }
 
+static int
+stream_capturing(tsock__dev_stream_t s, int *capturing)
+{
+    enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    int r = map(cudaStreamIsCapturing((cudaStream_t)s, &status));
+    *capturing = status != cudaStreamCaptureStatusNone;
+    return r;
+}
+
 const struct tsock__devapi tsock__devapi_real = {
     .name = "cuda",
     .error_text = error_text,
@@ -392,6 +401,7 @@ const struct tsock__devapi tsock__devapi_real = {
     .convert_launch = convert_launch,
     .capture_relax = capture_relax,
     .capture_restore = capture_restore,
+    .stream_capturing = stream_capturing,
 };
 
 #endif
