@@ -23,11 +23,15 @@
 #   9. packaging     install build/normal into a scratch prefix, build examples/c_train_loop
 #                    against it with find_package(tsock) (shared and static), check pkg-config,
 #                    and run the installed producer with the example consumer
+#  10. /dev/shm      holds what it held when the run started: whatever is new is named and fails
+#                    the run (tests leave nothing behind; issue 20)
 # The summary names each step with its seconds and its counts, and ends with the line
 #   tests: N passed, N failed, N skipped
 # where a skipped test (ctest: exit 77 or a SKIP: line; pytest: skipped) is never a pass.
 #
 # Environment: TSOCK_TEST_QUICK=1 skips the TSan build (local iteration only; CI never sets it).
+# TSOCK_TEST_SHM_CHECK=0 skips step 10 (and says so): only for a machine where other users'
+# programs make /dev/shm objects during the run.
 # TSOCK_JOBS (default 2) sets build and ctest parallelism. TSOCK_TSAN_LABELS overrides the ctest
 # label regex of the TSan step.
 set -euo pipefail
@@ -63,6 +67,8 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 
 # Scratch space for sockets and the packaging test; /tmp keeps ipc paths short.
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/tsock-test.XXXXXX")
+# What /dev/shm holds before the run: a passing run leaves it so (step 10).
+SHM_BEFORE=$(find /dev/shm -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null | sort)
 
 SUMMARY=()   # one line per step (and per ctest run)
 PASSED=0
@@ -409,6 +415,23 @@ else
     FAILED_STEPS+=("packaging: tsock-producer not installed")
 fi
 SUMMARY+=("$(printf '%-13s install + find_package (shared, static) + pkg-config: OK' package)")
+
+section "/dev/shm left as found"
+if [ "${TSOCK_TEST_SHM_CHECK:-1}" = 0 ]; then
+    echo "TSOCK_TEST_SHM_CHECK=0: /dev/shm is not compared with its state before the run"
+    SUMMARY+=("$(printf '%-13s not checked (TSOCK_TEST_SHM_CHECK=0)' shm)")
+else
+    mapfile -t SHM_LEFT < <(comm -13 <(printf '%s\n' "$SHM_BEFORE") \
+        <(find /dev/shm -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null | sort) | sed '/^$/d')
+    if [ ${#SHM_LEFT[@]} -gt 0 ]; then
+        echo "the run left these in /dev/shm (a test did not remove what it made):" >&2
+        printf '  %s\n' "${SHM_LEFT[@]}" >&2
+        FAILED_STEPS+=("/dev/shm: left behind: ${SHM_LEFT[*]}")
+        SUMMARY+=("$(printf '%-13s %d object(s) left behind' shm "${#SHM_LEFT[@]}")")
+    else
+        SUMMARY+=("$(printf '%-13s holds what it held before the run: OK' shm)")
+    fi
+fi
 
 end_section
 CURRENT=summary

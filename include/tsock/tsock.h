@@ -630,8 +630,10 @@ TSOCK_API int tsock_consumer_release(tsock_consumer *c, tsock_batch *batch);
  * thread polls it (about every millisecond while releases are pending). The
  * stream must belong to the batch's device (tsock_batch_device_index). The batch pointer is
  * invalid afterwards, as with tsock_consumer_release; a host batch is released at once.
- * Caller's thread. Returns 0, TSOCK_E_NOT_HELD, or a CUDA failure (TSOCK_E_NO_DEVICE, -EIO;
- * logged), in which case the batch is still held. */
+ * Caller's thread. Returns 0, TSOCK_E_NOT_HELD, TSOCK_E_STATE when the stream is capturing a
+ * CUDA graph (the release would pass before the graph runs: release on a stream outside the
+ * capture after launching it), or a CUDA failure (TSOCK_E_NO_DEVICE, -EIO; logged); on any
+ * error the batch is still held. */
 TSOCK_API int tsock_consumer_release_on_stream(tsock_consumer *c, tsock_batch *batch,
                                                void *cuda_stream);
 
@@ -804,8 +806,11 @@ TSOCK_API int tsock_batch_device_index(const tsock_batch *b);
  * wait until the producer's copy of this batch to the GPU has finished, without blocking the
  * calling thread (cudaStreamWaitEvent on the slot's interprocess event). Call it before queuing
  * work that reads a GPU batch, on every stream that reads it. A batch gathered from several
- * slots is complete when next() returns it, and a host batch needs no wait: both return 0.
- * Caller's thread, while the batch is held. Returns 0, -EINVAL, or a CUDA failure (logged). */
+ * slots is complete when next() returns it, and a host batch needs no wait: both return 0. So
+ * does a batch whose session has ended (the producer stopped or was lost, or the consumer
+ * reconnected): its producer may have destroyed the event, and the batch was complete when it
+ * was announced. Caller's thread, while the batch is held. Returns 0, -EINVAL, or a CUDA failure
+ * (logged). */
 TSOCK_API int tsock_batch_wait(const tsock_batch *b, void *cuda_stream);
 
 #ifdef __cplusplus

@@ -77,15 +77,18 @@ struct tsock__backend {
     /* Where the caller writes `slot`'s batch (the slot itself, or a staging buffer). */
     int (*fill_pointer)(struct tsock__slot_memory *m, uint32_t slot, uint8_t **base);
     /* The caller is done writing `slot`: make it readable by consumers before they hear of it.
-     * Returns only once the batch is readable: for device memory, once its copy (and
-     * conversion) has completed, so that a batch is never announced whose event might never
-     * complete (a producer killed mid-copy). */
+     * For device memory the copy (and conversion) is queued and publish returns at once; the
+     * batch is announced only once publish_done says so. */
     int (*publish)(struct tsock__slot_memory *m, uint32_t slot, uint32_t samples);
     /* The device decoder (image/device_decoder.h) that writes into `slot`'s device memory while
      * the caller fills it, or NULL with *err set (logged) when it cannot start. NULL member:
      * the backend has none (host memory). */
     struct tsock__device_decoder *(*device_decoder)(struct tsock__slot_memory *m, uint32_t slot,
                                                     int *err);
+    /* 1 once what publish queued for `slot` has completed, 0 while it runs, < 0 on error: a
+     * batch is never announced whose event might never complete (a producer killed mid-copy).
+     * Called by the service thread. NULL: publish made the slot readable already. */
+    int (*publish_done)(struct tsock__slot_memory *m, uint32_t slot);
     /* Frees the ring (and removes its name). NULL does nothing. */
     void (*close)(struct tsock__slot_memory *m);
 
@@ -103,6 +106,9 @@ struct tsock__backend {
                     size_t bytes);
     /* Returns when every copy_out so far is complete, so the slot may be released. */
     int (*copy_finish)(struct tsock__ring_view *v);
+    /* 1 when every copy_out so far is complete, 0 while one runs, < 0 on error: a gather polls
+     * it against next()'s deadline and the session's end. NULL: copy_out completes at once. */
+    int (*copies_done)(struct tsock__ring_view *v);
     /* Detaches: nothing of the producer's stays mapped here. NULL does nothing. */
     void (*detach)(struct tsock__ring_view *v);
 

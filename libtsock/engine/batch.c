@@ -130,6 +130,14 @@ tsock_batch_wait(const tsock_batch *b, void *cuda_stream)
     if (!b->ring)
         return 0;
     /* The ring a held view points into stays open (even past a reconnect) until it is
-     * released, so what its slot is waited on by is still there. */
+     * released. Its events do not: once the session ended the producer may destroy them, and
+     * using an imported event after that is undefined in CUDA (issue 20). A batch is announced
+     * only once its copy completed, so there is nothing left to wait for then. */
+    tsock_consumer *c = b->owner;
+    pthread_mutex_lock(&c->mu);
+    int ended = b->ring != c->ring || c->terminal_error != 0;
+    pthread_mutex_unlock(&c->mu);
+    if (ended)
+        return 0;
     return b->ring->ops->wait(b->ring, b->view_slot, cuda_stream);
 }

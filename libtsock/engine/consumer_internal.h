@@ -162,9 +162,14 @@ struct tsock_consumer {
         int users;
     } old_rings[TSOCK__MAX_OLD_RINGS];
     int old_ring_count;
-    int bye_sent;          /* the session's BYE went out (its ring was given up before destroy) */
-    int gathering;         /* the caller copies out of the ring without mu (consumer_read.c) */
-    tsock_batch *deferred; /* released on a stream, fence not yet passed */
+    int bye_sent;  /* the session's BYE went out (its ring was given up before destroy) */
+    int gathering; /* the caller copies out of the ring without mu (consumer_read.c) */
+    /* A gather gave up waiting for its copies (next's deadline, the session's end, an error):
+     * they may still read the ring, so no release goes out and the ring stays mapped until
+     * the service thread sees them complete (issue 20). */
+    int gather_pending;
+    uint64_t read_deadline; /* the deadline of the next call in progress (gathers poll to it) */
+    tsock_batch *deferred;  /* released on a stream, fence not yet passed */
     int deferred_count;
     /* The producer batches announced to this session, the views into them, and the releases
      * owed (ring/hold_table.h). */

@@ -71,15 +71,47 @@ sample_at(const tsock_consumer *c, const struct tsock__hold_batch *h, uint32_t t
            (size_t)d->sample_bytes * sample;
 }
 
+/* Waits (mu held) for the gather copies queued so far, polling them every millisecond against
+ * next's deadline, the session's end and a cancel, so that a device that never finishes them
+ * (a dead producer's event, a stalled device) blocks nobody for ever. Returns 0 once they are
+ * complete, or a negative code with c->gather_pending set: they may still read the ring. */
+static int
+wait_copies(tsock_consumer *c, struct tsock__ring_view *ring)
+{
+    const struct tsock__backend *ops = ring->ops;
+    for (;;) {
+        int done = ops->copies_done(ring);
+        if (done == 1) {
+            c->gather_pending = 0;
+            return 0;
+        }
+        int err = done < 0                                                ? done
+                  : c->terminal_error && c->terminal_error != TSOCK_E_END ? c->terminal_error
+                  : tsock__consumer_cancelled(c)                          ? TSOCK_E_CANCELLED
+                  : tsock__now_ns() >= c->read_deadline                   ? -ETIMEDOUT
+                                                                          : 0;
+        if (err < 0) {
+            c->gather_pending = 1;
+            tsock__channel_wake(c->channel); /* the service thread watches them from now on */
+            return err;
+        }
+        uint64_t soon = tsock__deadline(1);
+        (void)tsock__cond_wait_until(&c->cond, &c->mu,
+                                     soon < c->read_deadline ? soon : c->read_deadline);
+    }
+}
+
 /* Copies n samples of producer batch h from `offset` into b's own buffers at sample `at`,
  * complete on return:
  * the slot's reference may be dropped right after, and the producer may then refill it.
  *
- * The copies run without mu: on a GPU, copy_finish blocks until the device is done, and the
- * service thread must keep heartbeating (and noticing a lost producer) meanwhile. `gathering`
- * keeps the ring open; the head batch keeps its slot, as it stays queued until take. Returns 1
+ * The copies are queued without mu, and waited for with mu released between polls: the
+ * service thread must keep heartbeating (and noticing a lost producer) meanwhile, and no
+ * release goes out while they may read the ring (gathering, gather_pending). `gathering` keeps
+ * the ring open; the head batch keeps its slot, as it stays queued until take. Returns 1
  * when the copy is complete, 0 when the queue was dropped meanwhile (the producer stopped:
- * the samples are not this batch's), or a negative code. */
+ * the samples are not this batch's), or a negative code: a failed copy, next's deadline, the
+ * session's end, a cancel (the copies queued so far are then left to the service thread). */
 static int
 gather(tsock_consumer *c, tsock_batch *b, const struct tsock__hold_batch *h, uint32_t offset,
        uint32_t n, uint32_t at)
@@ -93,14 +125,19 @@ gather(tsock_consumer *c, tsock_batch *b, const struct tsock__hold_batch *h, uin
         src[t] = sample_at(c, h, t, offset);
     c->gathering = 1;
     pthread_mutex_unlock(&c->mu);
-    int err = 0;
+    int err = 0, queued = 0;
     for (uint32_t t = 0; t < c->welcome.tensor_count && err == 0; t++) {
         size_t bytes = (size_t)c->welcome.tensors[t].sample_bytes;
         err = ops->copy_out(ring, slot, b->gather[t] + bytes * at, src[t], bytes * n);
+        queued += err == 0;
     }
-    if (err == 0)
+    if (err == 0 && !ops->copies_done)
         err = ops->copy_finish(ring);
     pthread_mutex_lock(&c->mu);
+    if (ops->copies_done && (err == 0 || queued > 0)) {
+        int waited = wait_copies(c, ring);
+        err = err < 0 ? err : waited;
+    }
     c->gathering = 0;
     if (err < 0)
         return err;
@@ -503,6 +540,7 @@ tsock__consumer_start_next_epoch(tsock_consumer *c)
 int
 tsock__consumer_wait_batch(tsock_consumer *c, uint64_t deadline, tsock_batch **batch)
 {
+    c->read_deadline = deadline;
     for (;;) {
         int got = c->phase != TSOCK__PHASE_ACTIVE ? 0
                   : tsock__group_member(c)        ? build_rank(c)

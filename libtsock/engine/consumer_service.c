@@ -4,6 +4,7 @@
  * the service thread with `mu` held. */
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -376,6 +377,16 @@ send_resume_if_asked(tsock_consumer *c)
     }
 }
 
+/* Gather copies left queued by a gather that gave up waiting: done once they completed (or
+ * their query failed: nothing more can be known, logged). */
+static void
+poll_gather(tsock_consumer *c)
+{
+    if (c->gather_pending && !c->gathering && c->ring && c->ring->ops->copies_done &&
+        c->ring->ops->copies_done(c->ring) != 0)
+        c->gather_pending = 0;
+}
+
 static void
 send_releases(tsock_consumer *c)
 {
@@ -383,6 +394,9 @@ send_releases(tsock_consumer *c)
     uint32_t n;
     struct tsock__msg m;
     m.type = TSOCK__MSG_RELEASE;
+    /* A slot being gathered from is released only once its copies have completed. */
+    if (c->gathering || c->gather_pending)
+        return;
     while ((n = tsock__hold_table_take_releases(&c->holds, owed, 64)) > 0) {
         for (uint32_t i = 0; i < n; i++) {
             m.u.release.slot = owed[i].slot;
@@ -411,16 +425,90 @@ say_bye(tsock_consumer *c)
  * that may read the ring. Wait for them, within a bound, before saying BYE (after which the
  * producer refills those slots) and before the ring is unmapped; keep the channel serviced
  * meanwhile so that heartbeats go on. */
+static int
+work_pending(tsock_consumer *c)
+{
+    poll_gather(c);
+    return (c->deferred_count > 0 && tsock__consumer_poll_fences(c) > 0) || c->gather_pending;
+}
+
+/* The devices of the pending fences and the gather's copies, waited for on a thread of its
+ * own, so that the service thread keeps heartbeating meanwhile (a producer that lost us would
+ * reclaim the slots the work still reads). */
+#define MAX_FENCE_DEVICES 16
+struct device_wait {
+    struct {
+        const struct tsock__backend *ops;
+        int device;
+    } sync[MAX_FENCE_DEVICES];
+    int n;
+    struct tsock__ring_view *ring; /* a gather's copies to finish, or NULL */
+    atomic_int done;
+};
+
+static void *
+wait_devices(void *arg)
+{
+    struct device_wait *w = arg;
+    for (int i = 0; i < w->n; i++)
+        (void)w->sync[i].ops->device_sync(w->sync[i].device);
+    if (w->ring)
+        (void)w->ring->ops->copy_finish(w->ring);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+/* Past the bound the work is waited for all the same (issue 20: BYE, then the unmapping, under
+ * queued reads would let the producer refill the slots they read): the bound only decides the
+ * warning. mu held; released while waiting. */
+static void
+finish_pending_work(tsock_consumer *c)
+{
+    struct device_wait w = {.n = 0};
+    for (const tsock_batch *b = c->deferred; b && w.n < MAX_FENCE_DEVICES; b = b->next_deferred) {
+        int known = 0;
+        for (int i = 0; i < w.n; i++)
+            known |= w.sync[i].ops == b->fence_ops && w.sync[i].device == b->fence_device;
+        if (!known)
+            w.sync[w.n].ops = b->fence_ops, w.sync[w.n++].device = b->fence_device;
+    }
+    w.ring = c->gather_pending ? c->ring : NULL;
+    atomic_init(&w.done, 0);
+    pthread_t t;
+    int threaded = pthread_create(&t, NULL, wait_devices, &w) == 0;
+    pthread_mutex_unlock(&c->mu);
+    if (!threaded)
+        (void)wait_devices(&w);
+    while (!atomic_load(&w.done)) {
+        tsock__channel_wait(c->channel, 1);
+        pthread_mutex_lock(&c->mu);
+        tsock__channel_dispatch(c->channel);
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (threaded)
+        pthread_join(t, NULL);
+    pthread_mutex_lock(&c->mu);
+    c->gather_pending = 0;
+    /* The devices are idle: a fence that still does not pass had its query fail (logged). */
+    if (c->deferred_count > 0 && tsock__consumer_poll_fences(c) > 0)
+        tsock__log(TSOCK_LOG_WARN,
+                   "closing with %d stream-ordered release(s) whose fence cannot be queried "
+                   "(see above)",
+                   c->deferred_count);
+}
+
 static void
 drain_fences(tsock_consumer *c)
 {
     uint64_t deadline = tsock__deadline(CLOSE_FENCE_WAIT_MS);
-    while (c->deferred_count > 0 && tsock__consumer_poll_fences(c) > 0) {
+    while (work_pending(c)) {
         if (tsock__now_ns() >= deadline) {
             tsock__log(TSOCK_LOG_WARN,
-                       "closing with %d stream-ordered release(s) whose work has not finished "
-                       "after %d ms",
-                       c->deferred_count, CLOSE_FENCE_WAIT_MS);
+                       "closing with %d stream-ordered release(s)%s whose work has not finished "
+                       "after %d ms: waiting for the device",
+                       c->deferred_count, c->gather_pending ? " and a gather's copies" : "",
+                       CLOSE_FENCE_WAIT_MS);
+            finish_pending_work(c);
             break;
         }
         pthread_mutex_unlock(&c->mu);
@@ -435,8 +523,9 @@ drain_fences(tsock_consumer *c)
 static int
 poll_timeout(const tsock_consumer *c, uint64_t now)
 {
-    /* Stream-ordered releases wait for their fences: look again within a millisecond. */
-    if (c->deferred_count > 0)
+    /* Stream-ordered releases wait for their fences, a gather's copies left queued to
+     * complete: look again within a millisecond. */
+    if (c->deferred_count > 0 || c->gather_pending)
         return 1;
     if (!c->between_epochs || c->phase != TSOCK__PHASE_ACTIVE)
         return -1;
@@ -459,6 +548,7 @@ service_main(void *arg)
         send_resume_if_asked(c);
         if (c->deferred_count > 0)
             tsock__consumer_poll_fences(c);
+        poll_gather(c);
         send_releases(c);
         if (tsock__consumer_close_ring_if_unused(c))
             say_bye(c); /* the stream ended or stopped, and nothing of ours reads the ring */

@@ -100,7 +100,8 @@ tsock__consumer_ring_in_use(const tsock_consumer *c)
 {
     /* Any pending fence counts: a gather's fence guards memory of its own, but the work before
      * it may also read the ring. */
-    return c->deferred_count > 0 || c->gathering || (c->ring && ring_users(c, c->ring) > 0);
+    return c->deferred_count > 0 || c->gathering || c->gather_pending ||
+           (c->ring && ring_users(c, c->ring) > 0);
 }
 
 int
@@ -123,6 +124,11 @@ tsock__consumer_retire_ring(tsock_consumer *c)
 {
     if (!c->ring)
         return 0;
+    /* A gather's copies left queued: the service thread is stopped, so wait here (issue 20). */
+    if (c->gather_pending) {
+        (void)c->ring->ops->copy_finish(c->ring);
+        c->gather_pending = 0;
+    }
     int users = ring_users(c, c->ring) + c->gathering;
     if (users > 0 && c->old_ring_count == TSOCK__MAX_OLD_RINGS) {
         tsock__log(TSOCK_LOG_ERROR,

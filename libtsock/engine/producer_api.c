@@ -527,7 +527,8 @@ tsock_producer_publish(tsock_producer *p, tsock_slot *slot, uint32_t samples)
     if (samples == 0 || samples > p->batch_size || (p->use_sampler && samples != slot->planned))
         return -EINVAL;
     /* The slot is made readable (on a GPU: its copy and event queued) before any consumer
-     * hears of the batch, so what a consumer waits on is always this batch. */
+     * hears of the batch, so what a consumer waits on is always this batch; the service thread
+     * announces it once the copy has completed (publish_done). */
     int err = p->memory->ops->publish(p->memory, slot->index, samples);
     if (err < 0) {
         pthread_mutex_lock(&p->mu);

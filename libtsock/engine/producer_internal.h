@@ -158,6 +158,7 @@ struct tsock_producer {
     uint64_t next_consumer_id;
     struct tsock__outgoing *queue; /* ring buffer of slot_count entries */
     uint32_t queue_head, queue_len;
+    int copy_error_told; /* a failed copy was logged (service thread) */
     uint64_t stat_batches, stat_samples, stat_released, stat_joined, stat_lost, stat_bad,
         stat_wait_ns, stat_epochs;
     uint64_t started_ns;

@@ -456,17 +456,37 @@ send_batch(tsock_producer *p, uint64_t to, const struct tsock__msg_batch *b)
     return failed;
 }
 
-/* Announces every published slot to the consumers still holding it: encoded once per variant
- * (with and without sample ids), sent to all of them. */
-static void
+/* Whether the head of the queue may be announced: what publish queued for its slot (on a GPU,
+ * the copy) has completed (issue 12 item 2, issue 20). An error keeps it unannounced: a
+ * consumer must never wait on an event that may not complete. */
+static int
+copy_done(tsock_producer *p, const struct tsock__outgoing *o)
+{
+    if (!p->memory->ops->publish_done)
+        return 1;
+    int done = p->memory->ops->publish_done(p->memory, o->batch.slot);
+    if (done < 0 && !p->copy_error_told) {
+        p->copy_error_told = 1;
+        tsock__log(TSOCK_LOG_ERROR, "a batch's copy to the GPU failed (%s): it is not announced",
+                   tsock_strerror(done));
+    }
+    return done == 1;
+}
+
+/* Announces, in order, every published slot whose copy has completed to the consumers still
+ * holding it: encoded once per variant (with and without sample ids), sent to all of them.
+ * Returns how many published slots still wait for their copies. */
+static uint32_t
 flush_outgoing(tsock_producer *p)
 {
     while (p->queue_len > 0) {
         struct tsock__outgoing *o = &p->queue[p->queue_head];
-        p->queue_head = (p->queue_head + 1) % p->slot_count;
-        p->queue_len--;
         /* A holder dropped since publish has had its bit cleared by the ring. */
         uint64_t to = o->holders & tsock__ring_holders(&p->ring, o->batch.slot, o->batch.seq);
+        if (to && !copy_done(p, o))
+            break;
+        p->queue_head = (p->queue_head + 1) % p->slot_count;
+        p->queue_len--;
         if (!to)
             continue;
         uint64_t failed = send_batch(p, to, &o->batch);
@@ -479,6 +499,30 @@ flush_outgoing(tsock_producer *p)
             if (failed & bit)
                 drop_unreachable(p, i, TSOCK__MSG_BATCH, -EHOSTUNREACH);
         }
+    }
+    return p->queue_len;
+}
+
+/* Stopping: the batches published last are announced once their copies complete, within the
+ * heartbeat timeout (a device that stalls longer is not waited for: they are dropped). */
+static void
+flush_remaining(tsock_producer *p)
+{
+    uint64_t deadline = tsock__deadline(p->hb_timeout_ms);
+    while (flush_outgoing(p) > 0) {
+        if (tsock__now_ns() >= deadline) {
+            tsock__log(TSOCK_LOG_WARN,
+                       "stopping with %u published batch(es) whose copy to the GPU did not "
+                       "complete within %d ms: they are not announced",
+                       p->queue_len, p->hb_timeout_ms);
+            p->queue_len = 0;
+            return;
+        }
+        pthread_mutex_unlock(&p->mu);
+        tsock__channel_wait(p->channel, 1);
+        pthread_mutex_lock(&p->mu);
+        tsock__channel_dispatch(p->channel);
+        settle_unreachable(p);
     }
 }
 
@@ -532,19 +576,23 @@ service_main(void *arg)
     while (!p->stop_thread) {
         /* A group waiting for its ranks fails at its deadline. */
         int wait_ms = tsock__pgroup_expire(p, tsock__now_ns());
+        /* Published batches wait for their copies: look again within a millisecond. */
+        if (p->queue_len > 0 && wait_ms != 0)
+            wait_ms = 1;
         pthread_mutex_unlock(&p->mu);
         tsock__channel_wait(p->channel, wait_ms);
         pthread_mutex_lock(&p->mu);
         tsock__channel_dispatch(p->channel);
         settle_unreachable(p);
         flush_outgoing(p);
-        if (p->state == TSOCK__P_FINISHED && !p->shutdown_sent)
+        /* The end goes out after the last batch, once its copy completed and it was announced. */
+        if (p->state == TSOCK__P_FINISHED && !p->shutdown_sent && p->queue_len == 0)
             send_shutdown(p, TSOCK__SHUTDOWN_END);
         /* tsock_producer_cancel woke us through the channel: pass it on to the caller. */
         if (atomic_load(&p->cancel))
             pthread_cond_broadcast(&p->cond);
     }
-    flush_outgoing(p);
+    flush_remaining(p);
     if (!p->shutdown_sent)
         send_shutdown(p, p->state == TSOCK__P_FINISHED ? TSOCK__SHUTDOWN_END
                                                        : TSOCK__SHUTDOWN_STOPPED);

@@ -24,6 +24,13 @@
  *   gpu_ring guard     item 11: ring on device 1 of 2, gathers included: the consumer never
  *                      makes a context on device 0.
  *   gpu_ring envfail   item 10: each environment failure gives its own code and message.
+ *
+ * Issue 20: capture also runs a gathering consumer whose reading thread did not relax its
+ * capture mode (tsock's own synchronous calls on it must be: the gather's waits, its buffers'
+ * cudaMalloc/cudaFree, closing); gpu_ring sim_rules checks that the simulated device catches
+ * each rule it learned (a write under a queued read of this process, unmapping memory queued
+ * work uses, a full check table, per-stream capture) and no longer blames a read that waits
+ * for an event recorded after the write.
  * content also checks item 13 (no spinning waits in the producer) and convert item 12 (a stale
  * launch error left by someone else does not fail a publish) on the simulated device.
  *
@@ -36,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +52,7 @@
 #include "backend/cuda/devapi.h"
 #include "backend/cuda/devapi_sim.h"
 #include "core/layout.h"
+#include "gpu_leftovers.h"
 #include "tsock/tsock.h"
 
 #define SKIP 77
@@ -122,6 +131,9 @@ spawn(char *const argv[])
 {
     pid_t pid = fork();
     if (pid == 0) {
+        /* A child outliving an aborted test would hold ctest's output pipe open (issue 20's
+         * review, section 2): it dies with the test. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         execv("/proc/self/exe", argv);
         _exit(127);
     }
@@ -188,10 +200,18 @@ start_producer(const char *endpoint, int hwc, uint64_t epochs, int convert, uint
  * tsock call without a device guard makes one on device 0; the test's own calls get the
  * ring's device made current around them (on: 1) and dropped after (on: 0). */
 static int guard_mode;
+/* The capture case's gathering consumer: only the test's own calls relax the capture mode. */
+static int capture_own_calls, capture_previous, capture_relaxed;
 
 static void
 own_calls(int on)
 {
+    if (capture_own_calls && on && !capture_relaxed)
+        capture_relaxed = DEV->capture_relax(&capture_previous) == TSOCK__DEV_OK;
+    else if (capture_own_calls && !on && capture_relaxed) {
+        DEV->capture_restore(capture_previous);
+        capture_relaxed = 0;
+    }
     if (!guard_mode)
         return;
     if (on)
@@ -246,6 +266,7 @@ consumer_main(const char *endpoint, uint32_t batch_size, long max_batches)
         return 1;
     }
     tsock__dev_stream_t stream;
+    own_calls(1);
     CUDA_OK(DEV->set_device(ring_device()));
     CUDA_OK(DEV->stream_create(&stream));
     uint8_t *host, seen[SAMPLES];
@@ -494,6 +515,9 @@ spawn_env(char *const argv[], const char *const env[])
 {
     pid_t pid = fork();
     if (pid == 0) {
+        /* A child outliving an aborted test would hold ctest's output pipe open (issue 20's
+         * review, section 2): it dies with the test. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         for (int i = 0; env[i]; i += 2)
             setenv(env[i], env[i + 1], 1);
         execv("/proc/self/exe", argv);
@@ -511,6 +535,16 @@ capture_consumer_main(const char *endpoint)
     int mode;
     CUDA_OK(DEV->capture_relax(&mode));
     return consumer_main(endpoint, 0, -1);
+}
+
+/* Issue 20: a gathering consumer (batch 24) whose reading thread keeps the global mode: only
+ * the test's own calls relax it, so tsock's synchronous calls on that thread must do so too. */
+static int
+capture_gather_consumer_main(const char *endpoint)
+{
+    tsock__dev_sim_set_global_capture(1);
+    capture_own_calls = 1;
+    return consumer_main(endpoint, 24, -1);
 }
 
 static int
@@ -531,7 +565,8 @@ case_capture(const char *endpoint)
 {
     pid_t kids[2];
     for (int i = 0; i < 2; i++) {
-        char *argv[] = {"gpu_ring", "--capture-consumer", (char *)endpoint, NULL};
+        char *argv[] = {"gpu_ring", i ? "--capture-gather-consumer" : "--capture-consumer",
+                        (char *)endpoint, NULL};
         kids[i] = spawn(argv);
     }
     tsock_producer *p = start_producer(endpoint, 0, EPOCHS, 0, 2);
@@ -703,6 +738,149 @@ case_envfail(const char *dir)
     return failures ? 1 : 0;
 }
 
+/* ---- issue 20: the simulated device's rules ----------------------------------------------- */
+
+#define RULE_BYTES 4096
+
+/* One rule in a child process of its own (the simulator aborts on a broken rule). */
+static int
+sim_rule_main(const char *rule)
+{
+    CUDA_OK(DEV->set_device(0));
+    tsock__dev_stream_t a, b;
+    CUDA_OK(DEV->stream_create(&a));
+    CUDA_OK(DEV->stream_create(&b));
+    void *mem, *tmp, *host;
+    CUDA_OK(DEV->malloc(&mem, RULE_BYTES));
+    CUDA_OK(DEV->malloc(&tmp, RULE_BYTES));
+    CUDA_OK(DEV->host_alloc(&host, RULE_BYTES));
+    tsock__dev_event_t ev;
+    CUDA_OK(DEV->event_create(&ev, TSOCK__DEV_EVENT_DISABLE_TIMING));
+    if (strcmp(rule, "ordered-read") == 0) {
+        /* The write on a (held, so it has not run), then the event; b waits for the event,
+         * then reads: the read is queued before the write runs, and ordered after it. */
+        tsock__dev_sim_hold_stream(a, 1);
+        CUDA_OK(DEV->memcpy_async(mem, host, RULE_BYTES, TSOCK__DEV_H2D, a));
+        CUDA_OK(DEV->event_record(ev, a));
+        CUDA_OK(DEV->stream_wait(b, ev));
+        CUDA_OK(DEV->memcpy_async(tmp, mem, RULE_BYTES, TSOCK__DEV_D2D, b));
+        tsock__dev_sim_hold_stream(a, 0);
+    } else if (strcmp(rule, "same-process-write") == 0) {
+        /* A read queued on b (held), then a write of the same bytes on a: nothing orders them. */
+        tsock__dev_sim_hold_stream(b, 1);
+        CUDA_OK(DEV->memcpy_async(tmp, mem, RULE_BYTES, TSOCK__DEV_D2D, b));
+        CUDA_OK(DEV->memcpy_async(mem, host, RULE_BYTES, TSOCK__DEV_H2D, a));
+        CUDA_OK(DEV->stream_sync(a));
+    } else if (strcmp(rule, "unmap-in-use") == 0) {
+        tsock__dev_sim_hold_stream(a, 1);
+        CUDA_OK(DEV->memcpy_async(tmp, mem, RULE_BYTES, TSOCK__DEV_D2D, a));
+        CUDA_OK(DEV->free(mem));
+    } else if (strcmp(rule, "table-full") == 0) {
+        tsock__dev_sim_hold_stream(a, 1);
+        for (int i = 0; i < 1000; i++)
+            CUDA_OK(DEV->memcpy_async(tmp, mem, 16, TSOCK__DEV_D2D, a));
+    } else if (strcmp(rule, "stream-capture") == 0) {
+        /* A record under capture is a graph node: the event stays complete; a sync of the
+         * capturing stream fails, and so do other threads' queries and allocations. */
+        int capturing = 0;
+        tsock__dev_sim_capture_stream(a, 1);
+        CUDA_OK(DEV->stream_capturing(a, &capturing));
+        if (!capturing)
+            return 3;
+        CUDA_OK(DEV->event_record(ev, a));
+        void *more;
+        if (DEV->stream_sync(a) != TSOCK__DEV_CAPTURE ||
+            DEV->event_query(ev) != TSOCK__DEV_CAPTURE ||
+            DEV->malloc(&more, 16) != TSOCK__DEV_CAPTURE)
+            return 4;
+        int mode;
+        CUDA_OK(DEV->capture_relax(&mode));
+        if (DEV->event_query(ev) != TSOCK__DEV_OK) /* an empty set of work */
+            return 5;
+        DEV->capture_restore(mode);
+        tsock__dev_sim_capture_stream(a, 0);
+    } else {
+        return 2;
+    }
+    CUDA_OK(DEV->stream_sync(a));
+    CUDA_OK(DEV->stream_sync(b));
+    DEV->event_destroy(ev);
+    DEV->host_free(host);
+    DEV->free(tmp);
+    if (strcmp(rule, "unmap-in-use") != 0)
+        DEV->free(mem);
+    return 0;
+}
+
+static int
+case_sim_rules(const char *dir)
+{
+    static const struct {
+        const char *rule, *says; /* says: NULL when the child must pass */
+    } rules[] = {
+        {"ordered-read", NULL},
+        {"same-process-write", "(this one) still has a queued read of it"},
+        {"unmap-in-use", "free of device memory"},
+        {"table-full", "table of queued reads"},
+        {"stream-capture", NULL},
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        char log[300];
+        snprintf(log, sizeof log, "%s/%s.log", dir, rules[i].rule);
+        pid_t pid = fork();
+        if (pid == 0) {
+            FILE *f = freopen(log, "w", stderr);
+            (void)f;
+            execl("/proc/self/exe", "gpu_ring", "--sim-rule", rules[i].rule, (char *)NULL);
+            _exit(127);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        char text[8192] = "";
+        FILE *f = fopen(log, "r");
+        if (f) {
+            text[fread(text, 1, sizeof text - 1, f)] = 0;
+            fclose(f);
+        }
+        int ok = rules[i].says ? WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT &&
+                                     strstr(text, "RULE BROKEN") && strstr(text, rules[i].says)
+                               : WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        printf("sim rule %s: %s\n", rules[i].rule,
+               ok ? (rules[i].says ? "caught" : "passes") : "WRONG");
+        if (!ok)
+            fprintf(stderr, "rule %s: wanted %s%s; got status 0x%x:\n%s\n", rules[i].rule,
+                    rules[i].says ? "an abort saying " : "a clean exit",
+                    rules[i].says ? rules[i].says : "", st, text);
+        EXPECT(ok);
+    }
+    return failures ? 1 : 0;
+}
+
+static int
+run_case(const char *name, const char *endpoint, const char *dir)
+{
+    if (strcmp(name, "content") == 0)
+        return case_content(endpoint);
+    if (strcmp(name, "convert") == 0)
+        return case_convert(endpoint);
+    if (strcmp(name, "memory") == 0)
+        return case_memory(endpoint);
+    if (strcmp(name, "death") == 0)
+        return case_death(endpoint);
+    if (strcmp(name, "capture") == 0)
+        return case_capture(endpoint);
+    if (strcmp(name, "stall") == 0)
+        return case_stall(endpoint, dir);
+    if (strcmp(name, "guard") == 0)
+        return case_guard(endpoint);
+    if (strcmp(name, "envfail") == 0)
+        return case_envfail(dir);
+    if (strcmp(name, "sim_rules") == 0)
+        return case_sim_rules(dir);
+    fprintf(stderr, "unknown case %s\n", name);
+    return 2;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -715,16 +893,21 @@ main(int argc, char **argv)
         return convert_consumer_main(argv[2]);
     if (argc == 3 && strcmp(argv[1], "--capture-consumer") == 0)
         return capture_consumer_main(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--capture-gather-consumer") == 0)
+        return capture_gather_consumer_main(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--sim-rule") == 0)
+        return sim_rule_main(argv[2]);
     if (argc == 3 && strcmp(argv[1], "--stall-producer") == 0)
         return stall_producer_main(argv[2]);
     if (argc == 3 && strcmp(argv[1], "--envfail") == 0)
         return envfail_main(argv[2]);
     if (argc != 2) {
-        fprintf(stderr, "usage: %s content|convert|memory|death|capture|stall|guard|envfail\n",
+        fprintf(stderr,
+                "usage: %s content|convert|memory|death|capture|stall|guard|envfail|sim_rules\n",
                 argv[0]);
         return 2;
     }
-    static const char *const sim_only[] = {"capture", "stall", "guard", "envfail"};
+    static const char *const sim_only[] = {"capture", "stall", "guard", "envfail", "sim_rules"};
     for (size_t i = 0; i < sizeof sim_only / sizeof sim_only[0]; i++)
         if (strcmp(argv[1], sim_only[i]) == 0 && !tsock__dev_simulated()) {
             printf("SKIP: case %s needs the simulated device's controls (TSOCK_CUDA_SIM=1)\n",
@@ -755,22 +938,10 @@ main(int argc, char **argv)
     if (!mkdtemp(dir))
         return 1;
     snprintf(endpoint, sizeof endpoint, "ipc://%s/%s.sock", dir, argv[1]);
-    if (strcmp(argv[1], "content") == 0)
-        return case_content(endpoint);
-    if (strcmp(argv[1], "convert") == 0)
-        return case_convert(endpoint);
-    if (strcmp(argv[1], "memory") == 0)
-        return case_memory(endpoint);
-    if (strcmp(argv[1], "death") == 0)
-        return case_death(endpoint);
-    if (strcmp(argv[1], "capture") == 0)
-        return case_capture(endpoint);
-    if (strcmp(argv[1], "stall") == 0)
-        return case_stall(endpoint, dir);
-    if (strcmp(argv[1], "guard") == 0)
-        return case_guard(endpoint);
-    if (strcmp(argv[1], "envfail") == 0)
-        return case_envfail(dir);
-    fprintf(stderr, "unknown case %s\n", argv[1]);
-    return 2;
+    int rc = run_case(argv[1], endpoint, dir);
+    remove_scratch(dir);
+    /* Issue 20: every process of the run has exited; nothing of its device may be left. */
+    if (device_leftovers(getenv("TSOCK_CUDA_SIM_DEVICE")) > 0 && rc == 0)
+        rc = 1;
+    return rc;
 }

@@ -51,6 +51,7 @@ int tsock__cuda_ring_create(struct tsock__slot_memory **out, const struct tsock_
 size_t tsock__cuda_ring_export(const struct tsock__slot_memory *m, const uint8_t **blob);
 int tsock__cuda_ring_staging(struct tsock__slot_memory *m, uint32_t slot, uint8_t **host);
 int tsock__cuda_ring_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t samples);
+int tsock__cuda_ring_publish_done(struct tsock__slot_memory *m, uint32_t slot);
 void tsock__cuda_ring_destroy(struct tsock__slot_memory *m);
 /* The ring's GPU decoder, bound to the slot being filled (backend.h, device_decoder). */
 struct tsock__device_decoder *tsock__cuda_ring_decoder(struct tsock__slot_memory *m, uint32_t slot,
@@ -64,7 +65,16 @@ int tsock__cuda_import_wait(struct tsock__ring_view *v, uint32_t slot, void *str
 int tsock__cuda_import_copy(struct tsock__ring_view *v, uint32_t slot, void *dst, const void *src,
                             size_t bytes);
 int tsock__cuda_import_sync(struct tsock__ring_view *v);
+int tsock__cuda_import_copies_done(struct tsock__ring_view *v);
 void tsock__cuda_import_close(struct tsock__ring_view *v);
+
+/* device.c: the calling thread's capture mode relaxed around a synchronous call that a
+ * caller's thread makes (a graph another thread captures in global mode would fail it). */
+struct tsock__cuda_relax {
+    int previous, relaxed;
+};
+void tsock__cuda_relax_begin(struct tsock__cuda_relax *r);
+void tsock__cuda_relax_end(const struct tsock__cuda_relax *r);
 
 /* device.c: release fences and gather buffers, on a device. */
 int tsock__cuda_fence_arm(int device, void **fence, void *stream);

@@ -145,6 +145,9 @@ struct tsock__devapi {
                        uint32_t n, int *status, tsock__dev_stream_t s);
     /* Waits for the decoder's queued work, and frees it. NULL does nothing. */
     void (*jpeg_destroy)(struct tsock__dev_jpeg *j);
+    /* 1 in *capturing while a graph is being captured on s (cudaStreamIsCapturing): a record
+     * on it is then a graph node, not a record (issue 20). */
+    int (*stream_capturing)(tsock__dev_stream_t s, int *capturing);
 };
 
 /* The table of this process (see above). Never NULL. */

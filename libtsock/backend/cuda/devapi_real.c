@@ -357,6 +357,15 @@ capture_restore(int previous)
     (void)cudaThreadExchangeStreamCaptureMode(&mode);
 }
 
+static int
+stream_capturing(tsock__dev_stream_t s, int *capturing)
+{
+    enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    int r = map(cudaStreamIsCapturing((cudaStream_t)s, &status));
+    *capturing = status != cudaStreamCaptureStatusNone;
+    return r;
+}
+
 const struct tsock__devapi tsock__devapi_real = {
     .name = "cuda",
     .error_text = error_text,
@@ -397,6 +406,7 @@ const struct tsock__devapi tsock__devapi_real = {
     .jpeg_create = tsock__nvjpeg_create,
     .jpeg_decode = tsock__nvjpeg_decode,
     .jpeg_destroy = tsock__nvjpeg_destroy,
+    .stream_capturing = stream_capturing,
 };
 
 #endif

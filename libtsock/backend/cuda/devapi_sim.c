@@ -70,7 +70,8 @@ static _Thread_local int capture_mode; /* 0 global, 1 thread-local, 2 relaxed: a
 static int
 capture_blocks(void)
 {
-    return (atomic_load(&tsock__sim_global_capture) || tsock__sim_cfg.capture_env) &&
+    return (atomic_load(&tsock__sim_global_capture) || tsock__sim_cfg.capture_env ||
+            atomic_load(&tsock__sim_capturing_streams) > 0) &&
            capture_mode != 2;
 }
 
@@ -188,11 +189,26 @@ context_set(void *ctx)
     current = (int)(intptr_t)ctx - 1;
 }
 
+/* Unmapping memory (cudaFree, cudaIpcCloseMemHandle) while work this process queued still
+ * reads or writes it: on a GPU that work faults, or reads whatever is mapped there next. */
+static void
+refuse_unmap_in_use(struct mapping *m, const char *what)
+{
+    int queued = atomic_load(&m->queued);
+    if (queued > 0)
+        tsock__sim_violation("%s of device memory %s while %d operation(s) this process queued "
+                             "still use it",
+                             what, m->seg->name, queued);
+}
+
 static int
 dev_malloc(void **ptr, size_t bytes)
 {
     tsock__sim_settings();
     need_context();
+    /* cudaMalloc is not capture-safe: global capture mode refuses it on other threads. */
+    if (capture_blocks())
+        return ret(TSOCK__DEV_CAPTURE);
     const char *why = NULL;
     struct seg *s = tsock__sim_seg_create(SEG_MEM, bytes, &why);
     if (!s)
@@ -208,9 +224,12 @@ dev_free(void *ptr)
     if (!ptr)
         return ret(TSOCK__DEV_OK);
     need_context();
+    if (capture_blocks())
+        return ret(TSOCK__DEV_CAPTURE);
     struct mapping *m = tsock__sim_find_mapping(ptr, 1);
     if (!m || m->imported)
         tsock__sim_violation("free of %p, which is not memory this process allocated", ptr);
+    refuse_unmap_in_use(m, "free");
     int32_t user = tsock__sim_seg_other_user(m->seg, 1);
     if (user)
         tsock__sim_violation(
@@ -279,9 +298,9 @@ stream_sync(tsock__dev_stream_t stream)
 {
     tsock__sim_settings();
     need_context();
-    if (capture_blocks())
-        return ret(TSOCK__DEV_CAPTURE);
     struct tsock__dev_stream *s = tsock__sim_resolve(stream);
+    if (capture_blocks() || s->capturing)
+        return ret(TSOCK__DEV_CAPTURE);
     pthread_mutex_lock(&s->mu);
     uint64_t target = s->queued;
     while (s->done < target)
@@ -305,6 +324,17 @@ struct tsock__dev_event {
     struct seg *seg;
     int imported;
 };
+
+/* CUDA: "Performing operations on the imported event after the exported event has been freed
+ * with cudaEventDestroy will result in undefined behavior." */
+static void
+refuse_destroyed_import(const struct tsock__dev_event *e, const char *what)
+{
+    if (e->imported && atomic_load(&e->seg->destroyed))
+        tsock__sim_violation("%s on imported event %s after its exporter destroyed it (undefined "
+                             "behaviour in CUDA)",
+                             what, e->seg->name);
+}
 
 static int
 event_create(tsock__dev_event_t *out, unsigned flags)
@@ -342,6 +372,7 @@ event_destroy(tsock__dev_event_t e)
             tsock__sim_violation(
                 "destroy of event %s while process %d has queued work waiting on it", e->seg->name,
                 (int)user);
+        atomic_store(&e->seg->destroyed, 1);
         if (e->seg->flags & TSOCK__DEV_EVENT_INTERPROCESS)
             shm_unlink(e->seg->name);
     } else {
@@ -358,6 +389,11 @@ static int
 event_record(tsock__dev_event_t e, tsock__dev_stream_t s)
 {
     need_context();
+    refuse_destroyed_import(e, "cudaEventRecord");
+    /* Under capture a record becomes a node of the graph: the event itself records nothing,
+     * and a query says it is complete (an empty set of work). */
+    if (tsock__sim_resolve(s)->capturing)
+        return ret(TSOCK__DEV_OK);
     struct op *op = tsock__sim_op_new(OP_SIGNAL);
     if (!op)
         return ret(TSOCK__DEV_NO_MEMORY);
@@ -374,6 +410,7 @@ event_query(tsock__dev_event_t e)
     need_context();
     if (capture_blocks())
         return ret(TSOCK__DEV_CAPTURE);
+    refuse_destroyed_import(e, "cudaEventQuery");
     return ret(atomic_load(&e->seg->completed) >= atomic_load(&e->seg->recorded)
                    ? TSOCK__DEV_OK
                    : TSOCK__DEV_NOT_READY);
@@ -387,6 +424,7 @@ event_sync(tsock__dev_event_t e)
     need_context();
     if (capture_blocks())
         return ret(TSOCK__DEV_CAPTURE);
+    refuse_destroyed_import(e, "cudaEventSynchronize");
     uint64_t target = atomic_load(&e->seg->recorded);
     if (atomic_load(&e->seg->completed) < target &&
         !(e->seg->flags & TSOCK__DEV_EVENT_BLOCKING_SYNC))
@@ -400,6 +438,7 @@ static int
 stream_wait(tsock__dev_stream_t s, tsock__dev_event_t e)
 {
     need_context();
+    refuse_destroyed_import(e, "cudaStreamWaitEvent");
     struct op *op = tsock__sim_op_new(OP_WAIT);
     if (!op)
         return ret(TSOCK__DEV_NO_MEMORY);
@@ -409,28 +448,6 @@ stream_wait(tsock__dev_stream_t s, tsock__dev_event_t e)
         tsock__sim_seg_user(e->seg, 1, 1);
     tsock__sim_enqueue(s, op);
     return ret(TSOCK__DEV_OK);
-}
-
-/* A queued read of another process's device memory: recorded in its segment until it runs. */
-static void
-register_read(struct op *op, const void *src, size_t bytes)
-{
-    struct mapping *m = tsock__sim_find_mapping(src, 0);
-    if (!m || m->seg->owner == (int32_t)getpid())
-        return;
-    struct seg *s = m->seg;
-    tsock__sim_seg_lock(s);
-    for (int i = 0; i < SEG_READS; i++)
-        if (!s->reads[i].used || !tsock__sim_alive(s->reads[i].pid)) {
-            s->reads[i].pid = (int32_t)getpid();
-            s->reads[i].off = (uint64_t)((const uint8_t *)src - m->base);
-            s->reads[i].len = bytes;
-            s->reads[i].used = 1;
-            op->read_seg = s;
-            op->read_slot = i;
-            break;
-        }
-    tsock__sim_seg_unlock(s);
 }
 
 static int
@@ -449,8 +466,15 @@ memcpy_async(void *dst, const void *src, size_t bytes, enum tsock__dev_copy kind
     op->dst = dst;
     op->src = src;
     op->bytes = bytes;
-    register_read(op, src, bytes);
-    tsock__sim_enqueue(s, op);
+    struct tsock__dev_stream *st = tsock__sim_resolve(s);
+    if (st->capturing) { /* captured into the graph, not run (this simulator runs no graph) */
+        free(op);
+        return ret(TSOCK__DEV_OK);
+    }
+    tsock__sim_register_read(op, st, src, bytes);
+    tsock__sim_use_mapping(op, src);
+    tsock__sim_use_mapping(op, dst);
+    tsock__sim_enqueue(st, op);
     return ret(TSOCK__DEV_OK);
 }
 
@@ -518,6 +542,7 @@ ipc_mem_close(void *ptr)
     struct mapping *m = tsock__sim_find_mapping(ptr, 1);
     if (!m || !m->imported)
         return ret(TSOCK__DEV_INVALID);
+    refuse_unmap_in_use(m, "cudaIpcCloseMemHandle");
     tsock__sim_seg_user(m->seg, 0, -1);
     /* The last user of memory whose owner freed it or died removes it, as the driver would,
      * and with a dead owner everything else it left (scratch memory, events). */
@@ -588,8 +613,36 @@ convert_launch(const struct tsock__convert_plan *cv, const uint8_t *in, uint8_t 
     op->src = in;
     op->dst = out;
     op->samples = samples;
-    tsock__sim_enqueue(s, op);
+    struct tsock__dev_stream *st = tsock__sim_resolve(s);
+    tsock__sim_register_read(op, st, in, cv->in_sample_bytes[cv->tensor] * samples);
+    tsock__sim_use_mapping(op, in);
+    tsock__sim_use_mapping(op, out);
+    tsock__sim_enqueue(st, op);
     return ret(TSOCK__DEV_OK);
+}
+
+static int
+stream_capturing(tsock__dev_stream_t s, int *capturing)
+{
+    need_context();
+    *capturing = tsock__sim_resolve(s)->capturing;
+    return ret(TSOCK__DEV_OK);
+}
+
+void
+tsock__dev_sim_capture_stream(tsock__dev_stream_t s, int on)
+{
+    struct tsock__dev_stream *st = tsock__sim_resolve(s);
+    if (st->capturing == !!on)
+        return;
+    st->capturing = !!on;
+    atomic_fetch_add(&tsock__sim_capturing_streams, on ? 1 : -1);
+}
+
+size_t
+tsock__dev_sim_sweep(void)
+{
+    return tsock__sim_sweep();
 }
 
 static int
@@ -646,4 +699,5 @@ const struct tsock__devapi tsock__devapi_sim = {
     .jpeg_create = tsock__sim_jpeg_create,
     .jpeg_decode = tsock__sim_jpeg_decode,
     .jpeg_destroy = tsock__sim_jpeg_destroy,
+    .stream_capturing = stream_capturing,
 };

@@ -12,6 +12,8 @@
 
 /* ---- streams and their executors ---------------------------------------------------------- */
 
+static atomic_int hold_all; /* tsock__dev_sim_hold_all */
+
 static unsigned
 next_delay(struct tsock__dev_stream *s)
 {
@@ -28,30 +30,125 @@ tsock__sim_sleep_us(unsigned us)
     nanosleep(&ts, NULL);
 }
 
-/* A write into device memory: no other live process may have a queued read of these bytes. */
+/* ---- reads and writes of device memory ------------------------------------------------------ */
+
+#define MAX_SIGNALS 64
+
+struct signal_after {
+    struct seg *event;
+    uint64_t target;
+};
+
+/* The signals queued on s after op (op is running: still s's head), at most MAX_SIGNALS. */
+static int
+signals_after(struct tsock__dev_stream *s, const struct op *op, struct signal_after *out)
+{
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (const struct op *o = op->next; o && n < MAX_SIGNALS; o = o->next)
+        if (o->kind == OP_SIGNAL)
+            out[n++] = (struct signal_after){o->event, o->target};
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* Whether read r cannot run before the write `op` on stream s: it is queued after it on the
+ * same stream, or behind a wait that only a signal queued after the write on s meets. */
+static int
+read_ordered_after(const struct seg_read *r, struct tsock__dev_stream *s, const struct op *op,
+                   const struct signal_after *sig, int nsig)
+{
+    if (r->pid == (int32_t)getpid() && r->stream == (uint64_t)(uintptr_t)s && r->seq > op->seq)
+        return 1;
+    for (uint32_t w = 0; w < r->waits; w++)
+        for (int i = 0; i < nsig; i++)
+            if (sig[i].event->id == r->wait[w].event && sig[i].target >= r->wait[w].target &&
+                atomic_load(&sig[i].event->completed) < r->wait[w].target)
+                return 1;
+    return 0;
+}
+
+/* A write into device memory: no live process (this one included) may have a queued read of
+ * these bytes that could run before it. */
 static void
-check_write(const struct op *op, const void *dst, size_t bytes)
+check_write(const struct op *op, struct tsock__dev_stream *stream, const void *dst, size_t bytes)
 {
     struct mapping *m = tsock__sim_find_mapping(dst, 0);
     if (!m)
         return;
     struct seg *s = m->seg;
     uint64_t off = (uint64_t)((const uint8_t *)dst - m->base);
-    int32_t me = (int32_t)getpid(), reader = 0;
+    struct signal_after sig[MAX_SIGNALS];
+    int nsig = signals_after(stream, op, sig);
+    int32_t reader = 0;
     tsock__sim_seg_lock(s);
-    for (int i = 0; i < SEG_READS && !reader; i++)
-        if (s->reads[i].used && s->reads[i].pid != me && s->reads[i].off < off + bytes &&
-            off < s->reads[i].off + s->reads[i].len && tsock__sim_alive(s->reads[i].pid))
-            reader = s->reads[i].pid;
+    for (int i = 0; i < SEG_READS && !reader; i++) {
+        const struct seg_read *r = &s->reads[i];
+        if (r->used && r->off < off + bytes && off < r->off + r->len &&
+            (r->pid == (int32_t)getpid() || tsock__sim_alive(r->pid)) &&
+            !read_ordered_after(r, stream, op, sig, nsig))
+            reader = r->pid;
+    }
     tsock__sim_seg_unlock(s);
     if (reader) {
         fprintf(stderr, "*** the write was queued at:\n");
         backtrace_symbols_fd((void *const *)op->site, op->site_depth, 2);
         tsock__sim_violation(
-            "device memory %s [%llu, +%zu) written while process %d still has a queued "
-            "read of it that has not run (a slot refilled under a reader)",
-            s->name, (unsigned long long)off, bytes, (int)reader);
+            "device memory %s [%llu, +%zu) written while process %d%s still has a queued "
+            "read of it that has not run and is not ordered after the write (a slot refilled "
+            "under a reader)",
+            s->name, (unsigned long long)off, bytes, (int)reader,
+            reader == (int32_t)getpid() ? " (this one)" : "");
     }
+}
+
+void
+tsock__sim_register_read(struct op *op, struct tsock__dev_stream *stream, const void *src,
+                         size_t bytes)
+{
+    struct mapping *m = tsock__sim_find_mapping(src, 0);
+    if (!m)
+        return;
+    struct seg_read r = {.pid = (int32_t)getpid(), .used = 1, .len = bytes};
+    r.off = (uint64_t)((const uint8_t *)src - m->base);
+    r.stream = (uint64_t)(uintptr_t)stream;
+    /* The waits still pending before it on its stream: the latest READ_WAITS of them (keeping
+     * fewer only makes the check stricter). */
+    pthread_mutex_lock(&stream->mu);
+    r.seq = stream->queued + 1; /* the caller queues op next, under no other lock */
+    for (const struct op *o = stream->head; o; o = o->next)
+        if (o->kind == OP_WAIT && atomic_load(&o->event->completed) < o->target) {
+            if (r.waits == READ_WAITS)
+                memmove(&r.wait[0], &r.wait[1], sizeof r.wait[0] * (READ_WAITS - 1)), r.waits--;
+            r.wait[r.waits].event = o->event->id;
+            r.wait[r.waits++].target = o->target;
+        }
+    pthread_mutex_unlock(&stream->mu);
+    struct seg *s = m->seg;
+    tsock__sim_seg_lock(s);
+    int at = -1;
+    for (int i = 0; i < SEG_READS && at < 0; i++)
+        if (!s->reads[i].used || !tsock__sim_alive(s->reads[i].pid))
+            at = i;
+    if (at >= 0)
+        s->reads[at] = r;
+    tsock__sim_seg_unlock(s);
+    if (at < 0)
+        tsock__sim_violation("the simulator's table of queued reads of %s is full (%d entries): "
+                             "raise SEG_READS",
+                             s->name, SEG_READS);
+    op->read_seg = s;
+    op->read_slot = at;
+}
+
+void
+tsock__sim_use_mapping(struct op *op, const void *p)
+{
+    struct mapping *m = tsock__sim_find_mapping(p, 0);
+    if (!m)
+        return;
+    atomic_fetch_add(&m->queued, 1);
+    op->uses[op->uses[0] ? 1 : 0] = m;
 }
 
 /* Not instrumented by TSan: the bytes are shared with other processes, where TSan sees nothing
@@ -60,12 +157,12 @@ check_write(const struct op *op, const void *dst, size_t bytes)
 __attribute__((no_sanitize("thread")))
 #endif
 static void
-run_convert(const struct op *op)
+run_convert(const struct op *op, struct tsock__dev_stream *stream)
 {
     const struct tsock__convert_plan *cv = &op->cv;
     uint32_t per_sample = cv->height * cv->width * cv->channels;
     size_t in_bytes = cv->in_sample_bytes[cv->tensor], out_bytes = cv->out_sample_bytes[cv->tensor];
-    check_write(op, op->dst, out_bytes * op->samples);
+    check_write(op, stream, op->dst, out_bytes * op->samples);
     for (uint32_t n = 0; n < op->samples; n++)
         for (uint32_t i = 0; i < per_sample; i++)
             tsock__convert_element(cv, (const uint8_t *)op->src + n * in_bytes,
@@ -73,14 +170,14 @@ run_convert(const struct op *op)
 }
 
 static void
-run_op(struct op *op)
+run_op(struct op *op, struct tsock__dev_stream *stream)
 {
     switch (op->kind) {
     case OP_COPY:
-        check_write(op, op->dst, op->bytes);
+        check_write(op, stream, op->dst, op->bytes);
         memcpy(op->dst, op->src, op->bytes);
         break;
-    case OP_CONVERT: run_convert(op); break;
+    case OP_CONVERT: run_convert(op, stream); break;
     case OP_SIGNAL: {
         uint_fast64_t seen = atomic_load(&op->event->completed);
         while (seen < op->target &&
@@ -103,9 +200,21 @@ run_op(struct op *op)
         op->read_seg->reads[op->read_slot].used = 0;
         tsock__sim_seg_unlock(op->read_seg);
     }
+    for (int i = 0; i < 2; i++)
+        if (op->uses[i])
+            atomic_fetch_sub(&op->uses[i]->queued, 1);
 }
 
-/* Fault injection: after N items, this process's executors stop, work still queued. */
+static uint64_t
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Fault injection: after N items, this process's executors stop, work still queued: for good,
+ * or with TSOCK_CUDA_SIM_STALL_MS for that long (a device busy for seconds). */
 static void
 maybe_stall(void)
 {
@@ -113,10 +222,19 @@ maybe_stall(void)
         atomic_fetch_add(&tsock__sim_executed, 1) < tsock__sim_cfg.stall_after)
         return;
     static atomic_int told;
+    static _Atomic uint64_t stalled_at;
+    uint64_t zero = 0;
+    atomic_compare_exchange_strong(&stalled_at, &zero, now_ms());
     if (!atomic_exchange(&told, 1) && tsock__sim_cfg.stall_file) {
         int fd = open(tsock__sim_cfg.stall_file, O_WRONLY | O_CREAT, 0600);
         if (fd >= 0)
             close(fd);
+    }
+    if (tsock__sim_cfg.stall_ms > 0) {
+        uint64_t until = atomic_load(&stalled_at) + (uint64_t)tsock__sim_cfg.stall_ms;
+        while (now_ms() < until)
+            tsock__sim_sleep_us(10000);
+        return;
     }
     for (;;)
         pause();
@@ -152,16 +270,18 @@ executor(void *arg)
     struct tsock__dev_stream *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->head && !s->destroyed)
+        while ((!s->head && !s->destroyed) || (s->head && s->held))
             pthread_cond_wait(&s->cv, &s->mu);
         struct op *op = s->head;
         unsigned delay = op ? next_delay(s) : 0;
         pthread_mutex_unlock(&s->mu);
         if (!op)
             break;
+        while (atomic_load(&hold_all))
+            tsock__sim_sleep_us(1000);
         tsock__sim_sleep_us(delay);
         maybe_stall();
-        run_op(op);
+        run_op(op, s);
         pthread_mutex_lock(&s->mu);
         s->head = op->next;
         if (!s->head)
@@ -176,6 +296,22 @@ executor(void *arg)
     pthread_cond_destroy(&s->cv);
     free(s);
     return NULL;
+}
+
+void
+tsock__dev_sim_hold_all(int on)
+{
+    atomic_store(&hold_all, on);
+}
+
+void
+tsock__dev_sim_hold_stream(tsock__dev_stream_t stream, int on)
+{
+    struct tsock__dev_stream *s = tsock__sim_resolve(stream);
+    pthread_mutex_lock(&s->mu);
+    s->held = !!on;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 struct tsock__dev_stream *

@@ -15,7 +15,7 @@ struct tsock__sim_cfg {
     char device[64];
     int devices, fail, capture_env;
     unsigned long seed, max_delay_us;
-    long stall_after;
+    long stall_after, stall_ms;
     const char *stall_file;
 };
 extern struct tsock__sim_cfg tsock__sim_cfg;
@@ -31,27 +31,41 @@ void tsock__sim_violation(const char *fmt, ...) __attribute__((format(printf, 1,
 int tsock__sim_alive(int32_t pid);
 
 #define SEG_MAGIC 0x7453494du
-#define SEG_HEADER 4096u
+#define SEG_HEADER 32768u
 #define SEG_USERS 16
-#define SEG_READS 64
+#define SEG_READS 256
+/* The event waits a queued read keeps: the latest ones queued before it on its stream. */
+#define READ_WAITS 4
 enum { SEG_MEM = 1, SEG_EVENT = 2 };
+
+/* A queued read of device memory, until it runs: who queued it, on which of its streams, and
+ * the waits queued before it there that had not run yet, so that a write ordered before one of
+ * those waits' signals is not taken for a write under the read. */
+struct seg_read {
+    int32_t pid;
+    uint32_t used;
+    uint64_t off, len;
+    uint64_t stream, seq; /* the reader's stream (its address in pid) and the read's place */
+    uint32_t waits;
+    struct {
+        uint64_t event, target; /* the event's id (struct seg) and the record it waits for */
+    } wait[READ_WAITS];
+};
 
 struct seg {
     uint32_t magic, kind;
     int32_t owner;
     uint32_t flags; /* events: TSOCK__DEV_EVENT_* */
     uint64_t size;
+    uint64_t id; /* unique on the device: the owner's pid and a counter */
     atomic_uint_fast64_t recorded, completed; /* events */
     atomic_int freed;
-    pthread_mutex_t mu; /* robust, process-shared: guards users and reads */
+    atomic_int destroyed; /* events: the exporter destroyed it (importers may not use it) */
+    pthread_mutex_t mu;   /* robust, process-shared: guards users and reads */
     struct {
         int32_t pid, opens, pending; /* pending: queued waits of that process, not yet run */
     } users[SEG_USERS];
-    struct {
-        int32_t pid;
-        uint32_t used;
-        uint64_t off, len;
-    } reads[SEG_READS]; /* queued reads by other processes, not yet run */
+    struct seg_read reads[SEG_READS]; /* queued reads (any process), not yet run */
     char name[48];
 };
 _Static_assert(sizeof(struct seg) <= SEG_HEADER, "the header fits its page");
@@ -76,6 +90,7 @@ struct mapping {
     struct seg *seg;
     uint8_t *base; /* what the caller sees: the byte after the header */
     int imported;
+    atomic_int queued; /* operations this process queued that use it and have not run */
 };
 
 /* The mapping holding `p` (exact: starting at it), or NULL. */
@@ -94,7 +109,8 @@ struct op {
     const void *src;
     size_t bytes;
     struct seg *write_seg, *read_seg;
-    int read_slot; /* in read_seg->reads, or -1 */
+    int read_slot;           /* in read_seg->reads, or -1 */
+    struct mapping *uses[2]; /* the mappings it reads or writes (unmapping them is refused) */
     struct tsock__convert_plan cv;
     uint32_t samples;
     /* events */
@@ -110,6 +126,8 @@ struct tsock__dev_stream {
     struct op *head, *tail;
     uint64_t queued, done;
     int destroyed;
+    int capturing; /* a graph is being captured on it (tsock__dev_sim_capture_stream) */
+    int held;      /* its executor runs nothing (tsock__dev_sim_hold_stream) */
     uint64_t rng;
 };
 
@@ -119,6 +137,14 @@ struct tsock__dev_stream *tsock__sim_stream_new(void);
 struct tsock__dev_stream *tsock__sim_resolve(tsock__dev_stream_t s);
 struct op *tsock__sim_op_new(enum op_kind kind);
 void tsock__sim_enqueue(tsock__dev_stream_t stream, struct op *op);
+/* Registers op's read of device memory at src (any process's) before it is queued on s. */
+void tsock__sim_register_read(struct op *op, struct tsock__dev_stream *s, const void *src,
+                              size_t bytes);
+/* Notes that op uses the device memory at p (if any), until it runs. */
+void tsock__sim_use_mapping(struct op *op, const void *p);
+/* Streams being captured in this process: while one is, queries and synchronisation from
+ * threads that did not relax their capture mode fail (global capture mode). */
+extern atomic_int tsock__sim_capturing_streams;
 /* Waits until no operation queued by this process is left on any stream. Stronger than
  * cudaDeviceSynchronize, which waits only for the work queued before the call: the same when
  * no other thread keeps queuing, which holds where tsock calls it (a consumer closing). */

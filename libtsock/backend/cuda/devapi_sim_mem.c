@@ -21,7 +21,7 @@ struct tsock__sim_cfg tsock__sim_cfg;
  * ------------------------------------------------------------------------------ */
 
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
-atomic_int tsock__sim_global_capture, tsock__sim_stale_error;
+atomic_int tsock__sim_global_capture, tsock__sim_stale_error, tsock__sim_capturing_streams;
 atomic_long tsock__sim_executed, tsock__sim_spin_waits;
 atomic_uint tsock__sim_contexts; /* bit d: a context was created on device d */
 
@@ -47,6 +47,8 @@ load_cfg(void)
     v = getenv("TSOCK_CUDA_SIM_STALL_AFTER");
     tsock__sim_cfg.stall_after = v ? atol(v) : -1;
     tsock__sim_cfg.stall_file = getenv("TSOCK_CUDA_SIM_STALL_FILE");
+    v = getenv("TSOCK_CUDA_SIM_STALL_MS");
+    tsock__sim_cfg.stall_ms = v ? atol(v) : 0;
     v = getenv("TSOCK_CUDA_SIM_CAPTURE");
     tsock__sim_cfg.capture_env = v && strcmp(v, "1") == 0;
     static const struct {
@@ -151,8 +153,9 @@ tsock__sim_seg_create(int kind, size_t size, const char **err)
 {
     static atomic_uint counter;
     char name[48];
+    unsigned number = atomic_fetch_add(&counter, 1);
     snprintf(name, sizeof name, "/tsock-sim-%.20s-%c%d-%u", tsock__sim_cfg.device,
-             kind == SEG_MEM ? 'm' : 'e', (int)getpid(), atomic_fetch_add(&counter, 1));
+             kind == SEG_MEM ? 'm' : 'e', (int)getpid(), number);
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0) {
         *err = "shm_open";
@@ -175,6 +178,7 @@ tsock__sim_seg_create(int kind, size_t size, const char **err)
     s->kind = (uint32_t)kind;
     s->owner = (int32_t)getpid();
     s->size = size;
+    s->id = ((uint64_t)(uint32_t)getpid() << 32) | number;
     memcpy(s->name, name, sizeof name);
     pthread_mutexattr_t a;
     pthread_mutexattr_init(&a);
@@ -223,7 +227,14 @@ tsock__sim_seg_user(struct seg *s, int pending, int delta)
         if (free_at < 0 && (s->users[i].pid == 0 || !tsock__sim_alive(s->users[i].pid)))
             free_at = i;
     }
-    if (free_at >= 0) {
+    if (free_at < 0) {
+        tsock__sim_seg_unlock(s);
+        /* A dropped entry would hide a rule broken later: say so instead. */
+        tsock__sim_violation("the simulator's table of processes using %s is full (%d entries): "
+                             "raise SEG_USERS",
+                             s->name, SEG_USERS);
+    }
+    {
         if (s->users[free_at].pid != me)
             s->users[free_at].pid = me, s->users[free_at].opens = 0, s->users[free_at].pending = 0;
         if (pending)

@@ -111,6 +111,19 @@ tsock__cuda_find_uuid(const uint8_t uuid[TSOCK__CUDA_UUID_SIZE])
     return -1;
 }
 
+void
+tsock__cuda_relax_begin(struct tsock__cuda_relax *r)
+{
+    r->relaxed = tsock__dev()->capture_relax(&r->previous) == TSOCK__DEV_OK;
+}
+
+void
+tsock__cuda_relax_end(const struct tsock__cuda_relax *r)
+{
+    if (r->relaxed)
+        tsock__dev()->capture_restore(r->previous);
+}
+
 /* A release fence: its event, and the device it lives on, so that destroying it happens on
  * that device too (the table's fence_destroy gets no device). */
 struct fence {
@@ -127,7 +140,22 @@ tsock__cuda_fence_arm(int device, void **fence, void *stream)
     int err = tsock__cuda_enter(device, &g);
     if (err < 0)
         return err;
-    int e = TSOCK__DEV_OK;
+    /* Under capture a record is a node of the graph, not a record: the event would stay
+     * "complete" and the slot would be freed before the graph that reads it runs (issue 20). */
+    int capturing = 0;
+    int e = d->stream_capturing((tsock__dev_stream_t)stream, &capturing);
+    if (e != TSOCK__DEV_OK) {
+        tsock__cuda_leave(&g);
+        return tsock__cuda_fail(e, "cudaStreamIsCapturing (release fence)");
+    }
+    if (capturing) {
+        tsock__cuda_leave(&g);
+        tsock__log(TSOCK_LOG_ERROR,
+                   "a batch cannot be released on a stream that is capturing a CUDA graph: the "
+                   "release would pass before the graph runs; release it on a stream outside "
+                   "the capture after launching the graph (the batch is still held)");
+        return TSOCK_E_STATE;
+    }
     struct fence *f = *fence;
     if (!f) {
         f = calloc(1, sizeof *f);
@@ -203,7 +231,11 @@ tsock__cuda_alloc(int device, size_t bytes, void **ptr)
     int err = tsock__cuda_enter(device, &g);
     if (err < 0)
         return err;
+    /* The caller's thread: cudaMalloc is not capture-safe in global mode (issue 20). */
+    struct tsock__cuda_relax rx;
+    tsock__cuda_relax_begin(&rx);
     int e = tsock__dev()->malloc(ptr, bytes);
+    tsock__cuda_relax_end(&rx);
     tsock__cuda_leave(&g);
     return e == TSOCK__DEV_OK ? 0 : tsock__cuda_fail(e, "cudaMalloc (gather buffer)");
 }
@@ -214,6 +246,11 @@ tsock__cuda_free(int device, void *ptr)
     struct tsock__cuda_guard g;
     if (!ptr || tsock__cuda_enter(device, &g) < 0)
         return;
-    (void)tsock__dev()->free(ptr);
+    struct tsock__cuda_relax rx;
+    tsock__cuda_relax_begin(&rx);
+    int e = tsock__dev()->free(ptr);
+    if (e != TSOCK__DEV_OK)
+        (void)tsock__cuda_fail(e, "cudaFree (gather buffer)");
+    tsock__cuda_relax_end(&rx);
     tsock__cuda_leave(&g);
 }

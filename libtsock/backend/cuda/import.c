@@ -15,6 +15,7 @@ struct tsock__cuda_import {
     uint8_t *base;
     tsock__dev_event_t *events;
     tsock__dev_stream_t copy_stream; /* gathers only */
+    tsock__dev_event_t copied;       /* recorded after each gather copy: polled */
 };
 
 /* Chooses the device to open the ring on. `producer` is the producer's GPU as this process
@@ -72,7 +73,10 @@ open_handles(struct tsock__cuda_import *imp, const uint8_t *blob)
         }
     }
     e = d->stream_create(&imp->copy_stream);
-    return e == TSOCK__DEV_OK ? 0 : tsock__cuda_fail(e, "cudaStreamCreateWithFlags");
+    if (e != TSOCK__DEV_OK)
+        return tsock__cuda_fail(e, "cudaStreamCreateWithFlags");
+    e = d->event_create(&imp->copied, TSOCK__DEV_EVENT_DISABLE_TIMING);
+    return e == TSOCK__DEV_OK ? 0 : tsock__cuda_fail(e, "cudaEventCreateWithFlags (gather)");
 }
 
 int
@@ -165,6 +169,8 @@ tsock__cuda_import_copy(struct tsock__ring_view *v, uint32_t slot, void *dst, co
     int e = d->stream_wait(imp->copy_stream, imp->events[slot]);
     if (e == TSOCK__DEV_OK)
         e = d->memcpy_async(dst, src, bytes, TSOCK__DEV_D2D, imp->copy_stream);
+    if (e == TSOCK__DEV_OK)
+        e = d->event_record(imp->copied, imp->copy_stream);
     tsock__cuda_leave(&g);
     return e == TSOCK__DEV_OK ? 0 : tsock__cuda_fail(e, "queuing a gather copy");
 }
@@ -177,9 +183,31 @@ tsock__cuda_import_sync(struct tsock__ring_view *v)
     int err = tsock__cuda_enter(imp->device, &g);
     if (err < 0)
         return err;
+    /* The caller's thread: a graph another thread captures must not fail it (issue 20). */
+    struct tsock__cuda_relax rx;
+    tsock__cuda_relax_begin(&rx);
     int e = tsock__dev()->stream_sync(imp->copy_stream);
+    tsock__cuda_relax_end(&rx);
     tsock__cuda_leave(&g);
     return e == TSOCK__DEV_OK ? 0 : tsock__cuda_fail(e, "cudaStreamSynchronize (gather)");
+}
+
+int
+tsock__cuda_import_copies_done(struct tsock__ring_view *v)
+{
+    struct tsock__cuda_import *imp = (struct tsock__cuda_import *)v;
+    struct tsock__cuda_guard g;
+    int err = tsock__cuda_enter(imp->device, &g);
+    if (err < 0)
+        return err;
+    struct tsock__cuda_relax rx;
+    tsock__cuda_relax_begin(&rx);
+    int e = tsock__dev()->event_query(imp->copied);
+    tsock__cuda_relax_end(&rx);
+    tsock__cuda_leave(&g);
+    if (e == TSOCK__DEV_OK)
+        return 1;
+    return e == TSOCK__DEV_NOT_READY ? 0 : tsock__cuda_fail(e, "cudaEventQuery (gather)");
 }
 
 void
@@ -191,10 +219,16 @@ tsock__cuda_import_close(struct tsock__ring_view *v)
     const struct tsock__devapi *d = tsock__dev();
     struct tsock__cuda_guard g;
     if (tsock__cuda_enter(imp->device, &g) == 0) {
+        /* Nothing is unmapped under a queued gather copy, capture or not (issue 20). */
+        struct tsock__cuda_relax rx;
+        tsock__cuda_relax_begin(&rx);
         if (imp->copy_stream) {
             (void)d->stream_sync(imp->copy_stream);
             (void)d->stream_destroy(imp->copy_stream);
         }
+        if (imp->copied)
+            (void)d->event_destroy(imp->copied);
+        tsock__cuda_relax_end(&rx);
         for (uint32_t s = 0; imp->events && s < imp->slots; s++)
             if (imp->events[s])
                 (void)d->event_destroy(imp->events[s]);

@@ -8,12 +8,13 @@
  *
  * Workers write a batch into pinned staging memory; publish queues one host-to-device copy of
  * the whole staging slot on the producer's own non-blocking stream, records the slot's event,
- * and returns only once the copy has completed (issue 12, item 2): the engine announces the
- * batch when publish returns, so a producer killed mid-copy never leaves consumers waiting on
- * an event that will never complete. The wait sleeps in the driver (the staging events have
- * BlockingSync, item 13) instead of spinning a core. Consumers still make their streams wait
- * on the slot's event, which costs nothing once it has completed, and keeps them correct
- * should publish ever return earlier.
+ * and returns at once, so that the caller fills the next batch (in the other staging buffer)
+ * while this one is copied (issue 20). The engine's service thread announces the batch only
+ * once publish_done sees the slot's event complete (issue 12, item 2): a producer killed
+ * mid-copy never leaves consumers waiting on an event that will never complete. The caller
+ * waits only when it reuses a staging buffer whose copy is still running, and sleeps in the
+ * driver then (the staging events have BlockingSync, item 13). Consumers still make their
+ * streams wait on the slot's event, which costs nothing once it has completed.
  *
  * With a conversion the staging slot goes to a device scratch slot first; the kernel writes
  * the converted tensor into the ring slot, and the other tensors are copied device to device.
@@ -272,9 +273,6 @@ tsock__cuda_ring_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t s
         e = d->event_record(r->events[slot], r->stream);
     if (e == TSOCK__DEV_OK)
         e = d->event_record(r->staged[r->current], r->stream);
-    /* Announce only completed copies (see the top of this file). */
-    if (e == TSOCK__DEV_OK)
-        e = d->event_sync(r->staged[r->current]);
     tsock__cuda_leave(&g);
     if (e != TSOCK__DEV_OK)
         return tsock__cuda_fail(e, "copying a batch to the GPU");
@@ -299,6 +297,30 @@ tsock__cuda_ring_decoder(struct tsock__slot_memory *m, uint32_t slot, int *err)
             return NULL;
     }
     return tsock__cuda_gpudec_bind(r->gpudec, r->current);
+}
+
+/* Called by the producer's service thread, which may never have chosen a device and must not
+ * fail (or break) a graph another thread of the process captures: relaxed, on the ring's
+ * device. */
+int
+tsock__cuda_ring_publish_done(struct tsock__slot_memory *m, uint32_t slot)
+{
+    struct tsock__cuda_ring *r = (struct tsock__cuda_ring *)m;
+    if (slot >= r->slots)
+        return -EINVAL;
+    const struct tsock__devapi *d = tsock__dev();
+    struct tsock__cuda_guard g;
+    int err = tsock__cuda_enter(r->device, &g);
+    if (err < 0)
+        return err;
+    int mode = 0, relaxed = d->capture_relax(&mode) == TSOCK__DEV_OK;
+    int e = d->event_query(r->events[slot]);
+    if (relaxed)
+        d->capture_restore(mode);
+    tsock__cuda_leave(&g);
+    if (e == TSOCK__DEV_OK)
+        return 1;
+    return e == TSOCK__DEV_NOT_READY ? 0 : tsock__cuda_fail(e, "cudaEventQuery (a batch's copy)");
 }
 
 size_t

@@ -21,7 +21,11 @@ cuda_device_sync(int device)
     int err = tsock__cuda_enter(device, &g);
     if (err < 0)
         return err;
+    /* The caller's thread: a graph another thread captures must not fail it (issue 20). */
+    struct tsock__cuda_relax rx;
+    tsock__cuda_relax_begin(&rx);
     int e = tsock__dev()->device_sync();
+    tsock__cuda_relax_end(&rx);
     tsock__cuda_leave(&g);
     return e == TSOCK__DEV_OK ? 0 : tsock__cuda_fail(e, "waiting for the device (closing)");
 }
@@ -39,6 +43,7 @@ const struct tsock__backend tsock__backend_cuda = {
     .export_blob = tsock__cuda_ring_export,
     .fill_pointer = tsock__cuda_ring_staging,
     .publish = tsock__cuda_ring_publish,
+    .publish_done = tsock__cuda_ring_publish_done,
     .close = tsock__cuda_ring_destroy,
     .device_decoder = tsock__cuda_ring_decoder,
     .attach = tsock__cuda_import_open,
@@ -47,6 +52,7 @@ const struct tsock__backend tsock__backend_cuda = {
     .wait = tsock__cuda_import_wait,
     .copy_out = tsock__cuda_import_copy,
     .copy_finish = tsock__cuda_import_sync,
+    .copies_done = tsock__cuda_import_copies_done,
     .detach = tsock__cuda_import_close,
     .buffer_alloc = tsock__cuda_alloc,
     .buffer_free = tsock__cuda_free,
