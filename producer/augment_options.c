@@ -242,3 +242,19 @@ augment_options_describe(const struct augment_options *a, char *buf, size_t size
     }
     return n;
 }
+
+const char *
+augment_options_cpu_only(const struct augment_options *a)
+{
+    if (a->auto_augment)
+        return "--auto-augment";
+    if (a->jitter[0] > 0 || a->jitter[1] > 0 || a->jitter[2] > 0 || a->jitter[3] > 0)
+        return "--color-jitter";
+    if (a->random_erase > 0)
+        return "--random-erase";
+    if (a->bicubic)
+        return "--interpolation bicubic";
+    if (a->val_resize_size)
+        return "--val-resize-size";
+    return NULL;
+}

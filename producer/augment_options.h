@@ -68,6 +68,11 @@ int augment_options_apply(const struct augment_options *a, tsock_pipeline *pl);
  * (bilinear), RandomErasing(0.1)") to buf; returns 0 when nothing (buf then empty). */
 int augment_options_describe(const struct augment_options *a, char *buf, size_t size);
 
+/* The first option given that only the CPU decoder applies (an augmentation, bicubic
+ * resizing, a val resize other than the default), or NULL: the GPU decoder resizes with the
+ * bilinear filter into the slot and augments nothing (docs/gpu.md, "The GPU decoder"). */
+const char *augment_options_cpu_only(const struct augment_options *a);
+
 /* The usage text of these options. */
 extern const char augment_options_usage[];
 

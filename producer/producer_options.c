@@ -534,6 +534,10 @@ check_combination(struct config *cfg, const struct seen *seen)
     }
     if (cfg->decoder == TSOCK_DECODER_GPU && cfg->device < 0)
         cli_bad_usage("--decoder gpu: decodes into the ring on the GPU; add --device cuda");
+    if (cfg->decoder == TSOCK_DECODER_GPU && augment_options_cpu_only(&cfg->augment))
+        cli_bad_usage("--decoder gpu: %s runs on the CPU workers, after a CPU decode; use "
+                      "--decoder cpu (the default) with it",
+                      augment_options_cpu_only(&cfg->augment));
     if (seen->gpu_only && cfg->device < 0)
         cli_bad_usage("%s: converting images is done on the GPU; add --device cuda",
                       seen->gpu_only);

@@ -70,20 +70,6 @@ sample_request(const struct tsock_pipeline *pl, uint64_t id, void *buf, size_t c
                                     .capacity = capacity};
 }
 
-/* Every random decision about sample `id` in epoch `epoch` comes from this stream. */
-static void
-sample_rng(const struct tsock_pipeline *pl, uint64_t epoch, uint64_t id, struct tsock__rng *rng)
-{
-    tsock__rng_seed(rng, tsock__mix64(pl->seed ^ tsock__mix64(epoch ^ tsock__mix64(~id))));
-}
-
-void
-tsock__pipeline_sample_rng(const struct tsock_pipeline *pl, uint64_t epoch, uint64_t id,
-                           struct tsock__rng *rng)
-{
-    sample_rng(pl, epoch, id, rng);
-}
-
 /* CPU time of the calling thread, in ns: decode figures must not count time a busy machine
  * spent running something else. */
 static uint64_t
@@ -128,7 +114,7 @@ decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t epoch, 
                                         .ratio_min = 3.0 / 4.0,
                                         .ratio_max = 4.0 / 3.0,
                                         .flip = pl->flip};
-        sample_rng(pl, epoch, rng_id, &rng);
+        tsock__pipeline_sample_rng(pl, epoch, rng_id, &rng);
         r = tsock__preset_train(w->decoder, data, size, &rng, &p, out, NULL, NULL);
         /* The augmentations go on drawing from the sample's stream after the crop and flip. */
         if (r == 0 && w->aug_tmp)
@@ -580,6 +566,14 @@ tsock_pipeline_fill(tsock_pipeline *pl, tsock_slot *slot)
         return TSOCK_E_STATE;
     struct tsock__device_decoder *dd = NULL;
     if (pl->decoder == TSOCK_DECODER_GPU) {
+        /* The device decoder resizes bilinearly straight into the slot: nothing of the CPU's
+         * per-sample work after the crop would run, so refuse rather than skip it. */
+        if (tsock__aug_enabled(&pl->aug) || pl->bicubic || pl->val_resize) {
+            tsock__log(TSOCK_LOG_ERROR, "pipeline: the GPU decoder applies no augmentation, "
+                                        "bicubic resize or val resize size: use "
+                                        "TSOCK_DECODER_CPU with them");
+            return -ENOTSUP;
+        }
         int err = 0;
         dd = tsock__slot_device_decoder(slot, &err);
         if (!dd) {

@@ -111,7 +111,7 @@ struct tsock_pipeline {
  * marks those whose header shows they cannot be decoded. `arg` is the pipeline. */
 int tsock__pipeline_header_check(void *arg, const struct tsock__index *idx, uint8_t *drop);
 
-/* The random stream of sample `id` in `epoch` (load.c): every crop and flip comes from it. */
+/* The random stream of sample `id` in `epoch` (sample_rng.c): every crop and flip comes from it. */
 void tsock__pipeline_sample_rng(const struct tsock_pipeline *pl, uint64_t epoch, uint64_t id,
                                 struct tsock__rng *rng);
 

@@ -164,14 +164,22 @@ def test_killed_mid_decode(env):
 
 
 def test_bad_options(env):
-    """--decoder gpu needs --device cuda and an image dataset; a bad value is named."""
+    """--decoder gpu needs --device cuda and an image dataset, and takes no CPU-only option (an
+    augmentation, bicubic); a bad value is named."""
     tree = env.mkdataset("tree")
     for extra, says in ((["--dataset", "imagenet", "--root", tree, "--decoder", "gpu"],
                          "add --device cuda"),
                         (["--dataset", "synthetic", "--device", "cuda", "--decoder", "gpu"],
                          "only for the image datasets"),
                         (["--dataset", "imagenet", "--root", tree, "--decoder", "nvjpeg"],
-                         "--decoder")):
+                         "--decoder"),
+                        # The GPU decoder augments nothing: refused, never silently skipped.
+                        (["--dataset", "imagenet", "--root", tree, "--device", "cuda",
+                          "--decoder", "gpu", "--auto-augment", "ta_wide"],
+                         "--auto-augment runs on the CPU workers"),
+                        (["--dataset", "imagenet", "--root", tree, "--device", "cuda",
+                          "--decoder", "gpu", "--interpolation", "bicubic"],
+                         "--interpolation bicubic runs on the CPU workers")):
         r = subprocess.run([env.args.producer, "--endpoint", env.ipc, *extra],
                            capture_output=True, text=True, timeout=60)
         env.log.append((extra, r.returncode, r.stdout, r.stderr))
