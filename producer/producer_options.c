@@ -63,7 +63,8 @@ usage(FILE *f)
             "                             default: the per-user ipc endpoint\n"
             "  --batch-size N             samples per batch (default 64)\n"
             "  --slots N                  slots in the ring, 2 or more (default 8)\n"
-            "  --epochs N                 epochs to serve, 0 = forever (default 1)\n"
+            "  --epochs N                 epochs to serve, 0 = until stopped (default 0: a\n"
+            "                             producer beside training jobs serves them all)\n"
             "  --seed N                   seed of the shuffle and augmentations (default 0)\n"
             "  --nodes N                  one producer per node: serve only this node's share\n"
             "                             of the dataset, the same split on every node for the\n"
@@ -548,7 +549,7 @@ parse_options(int argc, char **argv, struct config *cfg)
                            .slots = 8,
                            .samples = 4096,
                            .image_size = 224,
-                           .epochs = 1,
+                           .epochs = 0, /* until stopped: a job's epoch count is its own */
                            .io_mode = TSOCK_READ_AUTO,
                            .io_depth = 64,
                            .flip = 1,

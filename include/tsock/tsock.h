@@ -523,6 +523,31 @@ TSOCK_API int tsock_consumer_set_group_timeout(tsock_consumer *c, uint32_t timeo
  * fresh, exact epoch. Default 100 ms; 0 pauses at once. TSOCK_E_STATE after start. */
 TSOCK_API int tsock_consumer_set_epoch_grace(tsock_consumer *c, int grace_ms);
 
+/* Leaving an epoch early (docs/semantics.md, "Leaving an epoch early"). A consumer that stops
+ * calling next in the middle of an epoch (a step limit, then validation) is paused as it is
+ * between epochs: the batches announced to it and not yet taken go back to the producer, which
+ * from then on gives it nothing, so the other consumers never wait for it. Its next call of
+ * next goes on with the same epoch: exactly the samples of that epoch it had not received
+ * (epoch number and batch index continue), gathered from the stream as it passes, then normal
+ * exact epochs. The library pauses a consumer on its own once it has not called next for the
+ * epoch grace plus twice its slowest step of the epoch so far (time between one batch's return
+ * and the next call), so that a consumer whose steps are merely slow is not paused between
+ * two of them; tsock_consumer_pause says so at once.
+ *
+ * Mid-epoch pauses need the sample ids of each batch (4 bytes a sample in each BATCH message,
+ * and a bitmap of the epoch's ids, n/8 bytes): a consumer asks the producer for them whenever
+ * it can use them, that is for a solo consumer of a producer with a sampler whose batches hold
+ * at most 16370 samples. A rank of a group (its ranks share one epoch) and a consumer of a
+ * producer in free mode keep the batches sent to them until they read them, as before.
+ *
+ * tsock_consumer_pause: the caller will not read for a while; pause now, mid-epoch or between
+ * epochs (the epoch grace is not waited for). Nothing the caller holds is released: release
+ * held batches as usual. Any thread but a signal handler; the pause is done by the service
+ * thread right after. Returns 0; TSOCK_E_STATE before start; -ENOTSUP mid-epoch for a consumer
+ * that cannot pause there (above); -EBUSY mid-epoch while a batch is half gathered (a next
+ * that timed out: call next again). */
+TSOCK_API int tsock_consumer_pause(tsock_consumer *c);
+
 /* When the producer dies or stops, wait up to `timeout_ms` for a producer to come back on the
  * same endpoint and go on with the next epoch there, instead of failing. An epoch cut short by
  * the loss ends with TSOCK_E_EPOCH_INTERRUPTED from next(); the call after that starts a new

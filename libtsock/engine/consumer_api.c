@@ -265,6 +265,7 @@ tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch)
     uint64_t started = tsock__now_ns();
     uint64_t deadline = tsock__deadline(timeout_ms);
     pthread_mutex_lock(&c->mu);
+    tsock__leave_note_call(c, started);
     c->waiting_since = started;
     int err = c->ready_to_read ? 0 : TSOCK_E_STATE;
     if (err == 0 && tsock__consumer_cancelled(c))
@@ -282,6 +283,7 @@ tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch)
             break;
     }
     tsock__group_report(c, err);
+    tsock__leave_note_return(c, err == 0 ? *batch : NULL, tsock__now_ns());
     c->stat_wait_ns += tsock__now_ns() - started;
     c->waiting_since = 0;
     pthread_mutex_unlock(&c->mu);

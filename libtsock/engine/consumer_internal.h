@@ -174,6 +174,13 @@ struct tsock_consumer {
     struct tsock__rank_plan group_full_plan; /* the normal epochs' plan */
     uint64_t group_index_base;               /* batches of the restored epoch before the restore */
     int group_filtering; /* in the restored window: ids of U are skipped (window_left counts) */
+
+    /* Leaving an epoch early (consumer_leave.c). */
+    int leave_ids;      /* ids asked for (HELLO IDS_IF_ABLE) and sent: mid-epoch pauses work */
+    int leave_asked;    /* tsock_consumer_pause: pause at the service thread's next pass */
+    int left_mid_epoch; /* paused inside an epoch: RESUMED arms the epoch's filter */
+    uint64_t leave_returned_ns; /* when next last returned a batch (0: none in this epoch) */
+    uint64_t leave_step_max_ns; /* the slowest step of the epoch so far */
 };
 
 /* ---- consumer_slots.c (mu held) ---- */
@@ -299,6 +306,26 @@ int tsock__group_check_restored(const tsock_consumer *c, const struct tsock__msg
 int tsock__group_describe(tsock_consumer *c, struct tsock__resume_state *s);
 /* Destroy. */
 void tsock__group_resume_free(tsock_consumer *c);
+
+/* ---- consumer_leave.c (mu held) ---- */
+
+/* Service thread, for the HELLO: ask the producer for sample ids if it can send them. */
+int tsock__leave_wants_ids(const tsock_consumer *c);
+/* Service thread, at WELCOME: whether this producer sends ids (c->leave_ids). */
+int tsock__leave_on_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w);
+/* The consumer keeps the sample ids of its batches (checkpointing, or for leaving early). */
+int tsock__ids_tracked(const tsock_consumer *c);
+/* Service thread: whether the caller stopped reading mid-epoch and the consumer should pause
+ * now; tsock__leave_paused then records the pause. */
+int tsock__leave_due(const tsock_consumer *c, uint64_t now);
+void tsock__leave_paused(tsock_consumer *c);
+/* Service thread: milliseconds until tsock__leave_due may hold (-1: not while things stay). */
+int tsock__leave_wait_ms(const tsock_consumer *c, uint64_t now);
+/* Service thread, at RESUMED: a consumer paused mid-epoch takes the rest of that epoch. */
+void tsock__leave_on_resumed(tsock_consumer *c);
+/* Caller's thread, in next: its call, and the batch it returns (NULL: none). */
+void tsock__leave_note_call(tsock_consumer *c, uint64_t now);
+void tsock__leave_note_return(tsock_consumer *c, const tsock_batch *b, uint64_t now);
 
 /* ---- consumer_read.c (mu held) ---- */
 

@@ -111,8 +111,8 @@ size_buffers(tsock_consumer *c, const struct tsock__msg_welcome *w)
 int
 tsock__resume_on_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w)
 {
-    if (!c->checkpointing)
-        return 0;
+    if (!c->checkpointing) /* ids for leaving an epoch early, when the producer sends them */
+        return tsock__leave_on_welcome(c, w) ? size_buffers(c, w) : 0;
     if (w->samples == 0 || w->samples > TSOCK__STATE_MAX_SAMPLES) {
         tsock__log(TSOCK_LOG_ERROR, "cannot save or resume a consumer's position: the producer "
                                     "has no sampler (free mode), so epochs are not exact");
@@ -129,7 +129,7 @@ tsock__resume_on_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w)
 int
 tsock__resume_on_batch(tsock_consumer *c, const struct tsock__msg_batch *b)
 {
-    if (!c->checkpointing)
+    if (!tsock__ids_tracked(c))
         return 0;
     if (!b->ids || b->samples > c->slot_ids_cap || b->slot >= c->welcome.slot_count)
         return -1;
@@ -154,7 +154,7 @@ tsock__resume_start(tsock_consumer *c)
         tsock__group_resume_start(c);
         return;
     }
-    if (!c->checkpointing)
+    if (!tsock__ids_tracked(c))
         return;
     c->delivered_epoch = c->plan.epoch;
     if (c->restored != 1)
@@ -241,7 +241,7 @@ void
 tsock__resume_note_taken(tsock_consumer *c, const struct tsock__hold_batch *h, uint32_t offset,
                          uint32_t n)
 {
-    if (!c->checkpointing)
+    if (!tsock__ids_tracked(c))
         return;
     if (tsock__group_member(c)) {
         tsock__group_note_passed(c, head_ids(c, h, offset), n);
@@ -269,7 +269,7 @@ tsock__resume_note_delivered(tsock_consumer *c, const tsock_batch *b)
         tsock__group_note_delivered(c, b);
         return;
     }
-    if (!c->checkpointing || !c->delivered)
+    if (!tsock__ids_tracked(c) || !c->delivered)
         return;
     if (c->delivered_epoch != b->epoch) /* an epoch was cut since the last batch */
         clear_delivered(c, b->epoch);

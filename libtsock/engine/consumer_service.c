@@ -23,6 +23,8 @@ send_msg(tsock_consumer *c, int type)
         memset(&m.u.hello, 0, sizeof m.u.hello);
         m.u.hello.pid = (uint32_t)getpid();
         m.u.hello.flags = c->checkpointing ? TSOCK__HELLO_WANT_IDS : 0;
+        if (tsock__leave_wants_ids(c))
+            m.u.hello.flags |= TSOCK__HELLO_IDS_IF_ABLE; /* to leave an epoch early */
         memcpy(m.u.hello.name, c->name, sizeof m.u.hello.name);
         tsock__group_fill_hello(c, &m.u.hello);
     }
@@ -254,6 +256,7 @@ on_resumed(void *ctx, const struct tsock__peer_id *from, int peer, const struct 
         c->phase = TSOCK__PHASE_ACTIVE;
         c->resume_sent = 0;
         c->expect_position = TSOCK__ANY_POSITION; /* a new window starts at the next batch */
+        tsock__leave_on_resumed(c);
     }
 }
 
@@ -356,9 +359,22 @@ pause_if_lingering(tsock_consumer *c, uint64_t now)
 {
     /* A group does not pause: one rank restarting its window alone would break the group's
      * shared epoch (producer_groups.c). */
-    if (!c->between_epochs || c->phase != TSOCK__PHASE_ACTIVE || c->terminal_error ||
-        tsock__group_member(c) || now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
+    if (c->phase != TSOCK__PHASE_ACTIVE || c->terminal_error || tsock__group_member(c))
         return;
+    /* tsock_consumer_pause before anything of an epoch was read: a boundary like any. */
+    int asked = c->leave_asked && c->plan.done == 0 && !c->building && c->waiting_since == 0;
+    if (!c->between_epochs && !asked) {
+        if (tsock__leave_due(c, now)) { /* stopped reading mid-epoch (consumer_leave.c) */
+            tsock__consumer_drop_queue(c);
+            c->phase = TSOCK__PHASE_PAUSED;
+            tsock__leave_paused(c);
+            send_msg(c, TSOCK__MSG_PAUSE);
+        }
+        return;
+    }
+    if (!c->leave_asked && now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
+        return;
+    c->leave_asked = 0;
     tsock__consumer_drop_queue(c);
     c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */
     c->phase = TSOCK__PHASE_PAUSED;
@@ -437,7 +453,7 @@ poll_timeout(const tsock_consumer *c, uint64_t now)
     if (c->deferred_count > 0)
         return 1;
     if (!c->between_epochs || c->phase != TSOCK__PHASE_ACTIVE)
-        return -1;
+        return tsock__leave_wait_ms(c, now);
     uint64_t grace_end = c->epoch_ended_ns + (uint64_t)c->grace_ms * 1000000u;
     return grace_end <= now ? 0 : (int)((grace_end - now) / 1000000u) + 1;
 }

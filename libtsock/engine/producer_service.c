@@ -207,6 +207,10 @@ admit(tsock_producer *p, const struct tsock__peer_id *from, const struct tsock__
     c->join_order = p->stat_joined++;
     c->pid = h->pid;
     c->want_ids = (h->flags & TSOCK__HELLO_WANT_IDS) != 0;
+    /* A solo consumer uses ids to pause mid-epoch (engine/consumer_leave.c, same rule). */
+    if ((h->flags & TSOCK__HELLO_IDS_IF_ABLE) && p->use_sampler &&
+        p->batch_size <= TSOCK__BATCH_MAX_IDS)
+        c->want_ids = 1;
     memcpy(c->name, h->name, sizeof c->name);
     c->rate_mark_ns = tsock__now_ns();
     c->window_start = TSOCK__NO_WINDOW;

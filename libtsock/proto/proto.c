@@ -175,7 +175,8 @@ static int
 check_hello(const struct tsock__msg_hello *h)
 {
     size_t len;
-    if ((h->flags & ~(TSOCK__HELLO_WANT_IDS | TSOCK__HELLO_HAS_GROUP)) != 0 ||
+    if ((h->flags & ~(TSOCK__HELLO_WANT_IDS | TSOCK__HELLO_HAS_GROUP | TSOCK__HELLO_IDS_IF_ABLE)) !=
+            0 ||
         tsock__wire_check_str(h->name, sizeof h->name, 0, &len) != 0)
         return -1;
     if (!(h->flags & TSOCK__HELLO_HAS_GROUP))

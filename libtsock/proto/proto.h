@@ -69,10 +69,14 @@ enum tsock__shutdown_reason {
 #define TSOCK__HELLO_WANT_IDS 1u
 /* HELLO flag: a group block follows the name (this consumer is a rank of a group). */
 #define TSOCK__HELLO_HAS_GROUP 2u
+/* HELLO flag: send me every BATCH with its sample ids if you can (a sampler, and batches of at
+ * most TSOCK__BATCH_MAX_IDS samples); otherwise admit me without (a solo consumer that uses
+ * them to pause mid-epoch, engine/consumer_leave.c). */
+#define TSOCK__HELLO_IDS_IF_ABLE 4u
 
 struct tsock__msg_hello {
     uint32_t pid;
-    uint32_t flags; /* TSOCK__HELLO_WANT_IDS, TSOCK__HELLO_HAS_GROUP; other bits reserved, 0 */
+    uint32_t flags; /* TSOCK__HELLO_WANT_IDS, _HAS_GROUP, _IDS_IF_ABLE; other bits reserved, 0 */
     char name[TSOCK_MAX_NAME + 1];
     /* With TSOCK__HELLO_HAS_GROUP (every field zero without): rank `rank` (< world) of group
      * `group` (1..64 bytes) of `world` ranks, taking `batch` samples per batch (0: the

@@ -57,7 +57,8 @@ class Env:
         return out
 
     def producer(self, *extra, stats="producer.json"):
-        argv = [self.args.producer, "--endpoint", self.ipc, "--batch-size", str(BATCH),
+        # One epoch unless `extra` says otherwise (the producer's default is until stopped).
+        argv = [self.args.producer, "--endpoint", self.ipc, "--epochs", "1", "--batch-size", str(BATCH),
                 "--slots", "4", "--image-size", "32", "--wait-consumers", "1",
                 "--stats-json", self.path(stats), "--heartbeat-ms", "100",
                 "--heartbeat-timeout-ms", "2000", *extra]

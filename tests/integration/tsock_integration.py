@@ -127,8 +127,11 @@ class Env:
 
     def producer(self, *extra, endpoint=None, name="producer", stats=None, hb=True,
                  samples=SAMPLES, batch=BATCH, slots=4, image=IMAGE):
+        # "--epochs 1" first: the tests were written for a producer that serves one epoch
+        # unless told otherwise (tsock-producer's default is now 0, until stopped); an
+        # "--epochs" in `extra` comes later and wins.
         argv = [self.args.producer, "--dataset", "synthetic", "--endpoint", endpoint or self.ipc,
-                "--samples", str(samples), "--image-size", str(image),
+                "--epochs", "1", "--samples", str(samples), "--image-size", str(image),
                 "--batch-size", str(batch), "--slots", str(slots)]
         if hb:
             argv += ["--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1000"]
