@@ -241,9 +241,11 @@ void tsock__session_free(tsock_consumer *c);
  * layout, batch size, sampler) and sizes the per-slot ids. Returns 0 or a negative code,
  * having logged why. */
 int tsock__resume_on_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w);
-/* Service thread, for an announced BATCH: keeps its sample ids. Returns 0, or -1 when a
- * checkpointing consumer got none or ids outside the dataset (a protocol error). */
-int tsock__resume_on_batch(tsock_consumer *c, const struct tsock__msg_batch *b);
+/* Service thread, for a BATCH before it is announced: 0, or -1 when a consumer that keeps ids
+ * got none or ids outside the dataset (a protocol error: the batch is not announced). */
+int tsock__resume_check_batch(const tsock_consumer *c, const struct tsock__msg_batch *b);
+/* Service thread, for an announced (checked) BATCH: keeps its sample ids. */
+void tsock__resume_on_batch(tsock_consumer *c, const struct tsock__msg_batch *b);
 /* Caller's thread, at start once the epoch plan exists: puts the plan where the restored
  * state left off. */
 void tsock__resume_start(tsock_consumer *c);

@@ -126,23 +126,34 @@ tsock__resume_on_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w)
     return size_buffers(c, w);
 }
 
+static uint32_t
+batch_id(const struct tsock__msg_batch *b, uint32_t i)
+{
+    const uint8_t *p = b->ids + 4 * (size_t)i;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 int
-tsock__resume_on_batch(tsock_consumer *c, const struct tsock__msg_batch *b)
+tsock__resume_check_batch(const tsock_consumer *c, const struct tsock__msg_batch *b)
 {
     if (!tsock__ids_tracked(c))
         return 0;
     if (!b->ids || b->samples > c->slot_ids_cap || b->slot >= c->welcome.slot_count)
         return -1;
-    uint32_t *out = c->slot_ids + (size_t)b->slot * c->slot_ids_cap;
-    for (uint32_t i = 0; i < b->samples; i++) {
-        const uint8_t *p = b->ids + 4 * (size_t)i;
-        uint32_t id =
-            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        if (id >= c->delivered_n)
+    for (uint32_t i = 0; i < b->samples; i++)
+        if (batch_id(b, i) >= c->delivered_n)
             return -1;
-        out[i] = id;
-    }
     return 0;
+}
+
+void
+tsock__resume_on_batch(tsock_consumer *c, const struct tsock__msg_batch *b)
+{
+    if (!tsock__ids_tracked(c))
+        return;
+    uint32_t *out = c->slot_ids + (size_t)b->slot * c->slot_ids_cap;
+    for (uint32_t i = 0; i < b->samples; i++)
+        out[i] = batch_id(b, i);
 }
 
 /* ---- reading (caller's thread) ----------------------------------------------------------- */

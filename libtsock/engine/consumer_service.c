@@ -188,14 +188,16 @@ on_batch(void *ctx, const struct tsock__peer_id *from, int peer, const struct ts
         .index_in_epoch = b->index_in_epoch,
         .flags = b->flags,
     };
+    /* Checked before it is announced: a batch with bad ids must never be read. */
+    if (tsock__resume_check_batch(c, b) < 0) {
+        protocol_error(c, "BATCH without its sample ids, or with ids outside the dataset");
+        return;
+    }
     if (tsock__hold_table_announce(&c->holds, &hb) < 0) {
         protocol_error(c, "BATCH for a slot out of range or still held");
         return;
     }
-    if (tsock__resume_on_batch(c, b) < 0) {
-        protocol_error(c, "BATCH without its sample ids, or with ids outside the dataset");
-        return;
-    }
+    tsock__resume_on_batch(c, b);
     c->expect_position = b->position + b->samples;
     pthread_cond_signal(&c->cond);
 }

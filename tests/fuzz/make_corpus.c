@@ -245,6 +245,8 @@ valid(const char *dir)
     put(dir, "hello-unnamed.bin", &m);
     m.u.hello.flags = TSOCK__HELLO_WANT_IDS;
     put(dir, "hello-want-ids.bin", &m);
+    m.u.hello.flags = TSOCK__HELLO_IDS_IF_ABLE;
+    put(dir, "hello-ids-if-able.bin", &m);
     m.u.hello.flags = TSOCK__HELLO_HAS_GROUP;
     snprintf(m.u.hello.group, sizeof m.u.hello.group, "resnet");
     m.u.hello.rank = 1;

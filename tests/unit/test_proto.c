@@ -973,7 +973,9 @@ test_hello_rules(void)
     m = base;
     m.u.hello.flags = TSOCK__HELLO_WANT_IDS;
     EXPECT_VALID(m);
-    m.u.hello.flags = 4;
+    m.u.hello.flags = TSOCK__HELLO_IDS_IF_ABLE;
+    EXPECT_VALID(m);
+    m.u.hello.flags = 8;
     EXPECT_INVALID(m);
     m.u.hello.flags = 0x80000000u | TSOCK__HELLO_WANT_IDS;
     EXPECT_INVALID(m);
