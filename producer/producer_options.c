@@ -46,12 +46,14 @@ usage(FILE *f)
             "                             the dataset)\n"
             "  --samples N                samples in the synthetic dataset (default 4096)\n"
             "\n"
-            "GPU (a CUDA build on a machine with an NVIDIA GPU):\n"
+            "Where the ring lives, and what consumers see (converted once, for every job):\n"
             "  --device cpu|cuda[:N]      keep the ring in host shared memory (default) or in\n"
-            "                             the memory of GPU N; consumers use it in place\n"
+            "                             the memory of GPU N (a CUDA build with an NVIDIA GPU);\n"
+            "                             consumers use it in place\n"
             "  --output uint8|float16|float32\n"
             "                             the image dtype consumers see, converted once on the\n"
-            "                             GPU (default uint8: a quarter of the bytes of float32)\n"
+            "                             GPU, or on the CPU at publish for a host ring\n"
+            "                             (default uint8: a quarter of the bytes of float32)\n"
             "  --layout nhwc|nchw         the image layout consumers see (default nhwc)\n"
             "  --normalize[=M1,M2,M3,S1,S2,S3]\n"
             "                             (x/255 - mean) / std per channel, ImageNet's mean and\n"
@@ -183,7 +185,6 @@ static const struct option longopts[] = {
 struct seen {
     int nodes, node_rank;   /* --nodes, --node-rank given */
     const char *image_only; /* an option of the image datasets */
-    const char *gpu_only;   /* the first of --output, --layout, --normalize */
     int samples, image_size;
 };
 
@@ -385,17 +386,12 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
     case OPT_OUTPUT:
         cfg->output_dtype = output_dtypes[parse_choice("output", arg, outputs)];
         cfg->convert = 1;
-        seen->gpu_only = seen->gpu_only ? seen->gpu_only : "--output";
         break;
     case OPT_LAYOUT:
         cfg->layout = parse_choice("layout", arg, layouts) ? TSOCK_NCHW : TSOCK_NHWC;
         cfg->convert = 1;
-        seen->gpu_only = seen->gpu_only ? seen->gpu_only : "--layout";
         break;
-    case OPT_NORMALIZE:
-        parse_normalize(arg, cfg);
-        seen->gpu_only = seen->gpu_only ? seen->gpu_only : "--normalize";
-        break;
+    case OPT_NORMALIZE: parse_normalize(arg, cfg); break;
     case 'q':
     case OPT_QUIET: cfg->quiet = 1; break;
     case 'v':
@@ -447,9 +443,6 @@ check_combination(struct config *cfg, const struct seen *seen)
         if (cfg->dataset != DATASET_LIST && cfg->list)
             cli_bad_usage("--list: only for --dataset list");
     }
-    if (seen->gpu_only && cfg->device < 0)
-        cli_bad_usage("%s: converting images is done on the GPU; add --device cuda",
-                      seen->gpu_only);
     if (cfg->normalize && cfg->convert && cfg->output_dtype == TSOCK_UINT8)
         cli_bad_usage("--normalize: needs --output float16 or float32 (normalised values are "
                       "not bytes)");

@@ -137,16 +137,15 @@ make_layout(const struct config *cfg, tsock_pipeline *pl, tsock_layout **out)
     return rc < 0 ? rc : 0;
 }
 
-/* --device, --output, --layout, --normalize: the ring on a GPU, and what the image becomes
- * there (converted once, for every consumer). Returns 0 or the error (reported). */
+/* --device, --output, --layout, --normalize: the ring on a GPU or in host memory, and what the
+ * image becomes there (converted once, for every consumer). Returns 0 or the error (reported). */
 static int
 set_device(const struct config *cfg, tsock_producer *p)
 {
     const char *what = "--device";
     int rc = 0;
-    if (cfg->device < 0)
-        return 0;
-    rc = tsock_producer_set_device(p, cfg->device);
+    if (cfg->device >= 0)
+        rc = tsock_producer_set_device(p, cfg->device);
     if (rc == 0 && cfg->convert) {
         what = "--output/--layout";
         rc = tsock_producer_set_output(p, "image", cfg->output_dtype, cfg->layout);

@@ -267,17 +267,19 @@ typedef enum tsock_image_layout {
 } tsock_image_layout;
 
 /* Converts tensor `tensor` (NULL: "image"), a uint8 [height, width, channels] tensor with 1..4
- * channels, once on the GPU for every consumer: to `dtype` (TSOCK_UINT8, TSOCK_FLOAT16 or
- * TSOCK_FLOAT32) in `layout` (TSOCK_NHWC or TSOCK_NCHW). Floats are x / 255 unless
+ * channels, once for every consumer: to `dtype` (TSOCK_UINT8, TSOCK_FLOAT16 or TSOCK_FLOAT32)
+ * in `layout` (TSOCK_NHWC or TSOCK_NCHW). Floats are x / 255 unless
  * tsock_producer_set_normalize is also called. The caller keeps filling the tensor as uint8
- * NHWC; consumers see the converted dtype and shape. Needs a CUDA ring
- * (tsock_producer_set_device): start fails with -ENOTSUP on a host ring, and with -EINVAL
- * (logged) when the tensor is missing or not of that shape. Returns 0, -EINVAL (bad dtype or
+ * NHWC (in staging memory that tsock_slot_data points to); consumers see the converted dtype
+ * and shape. On a CUDA ring (tsock_producer_set_device) the GPU converts; on a host ring
+ * tsock_producer_publish converts on the caller's thread, with the same bytes (the GPU
+ * kernel's C reference). Start fails with -EINVAL (logged) when the tensor is missing or not
+ * of that shape. Returns 0, -EINVAL (bad dtype or
  * layout, another tensor already named by a conversion setter) or TSOCK_E_STATE after start. */
 TSOCK_API int tsock_producer_set_output(tsock_producer *p, const char *tensor, int dtype,
                                         int layout);
 
-/* Normalises tensor `tensor` (NULL: "image") on the GPU as torchvision's Normalize after
+/* Normalises tensor `tensor` (NULL: "image") once, as torchvision's Normalize after
  * ToTensor: y = (x / 255 - mean[c]) / std[c] for channel c, computed in float as one fused
  * multiply-add. `mean` and `std` hold `channels` values (copied; channels must equal the
  * tensor's); both NULL (with channels 0 or 3) means ImageNet's, mean (0.485, 0.456, 0.406) and
