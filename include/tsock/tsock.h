@@ -534,7 +534,8 @@ TSOCK_API int tsock_consumer_set_epoch_grace(tsock_consumer *c, int grace_ms);
  * exact epochs. The library pauses a consumer on its own once it has not called next for the
  * epoch grace plus twice its slowest step of the epoch so far (time between one batch's return
  * and the next call), so that a consumer whose steps are merely slow is not paused between
- * two of them; tsock_consumer_pause says so at once.
+ * two of them; tsock_consumer_pause says so at once (the pause is done on return; PAUSE goes to
+ * the producer right after).
  *
  * Mid-epoch pauses need the sample ids of each batch (4 bytes a sample in each BATCH message,
  * and a bitmap of the epoch's ids, n/8 bytes): a consumer asks the producer for them whenever
@@ -544,11 +545,20 @@ TSOCK_API int tsock_consumer_set_epoch_grace(tsock_consumer *c, int grace_ms);
  *
  * tsock_consumer_pause: the caller will not read for a while; pause now, mid-epoch or between
  * epochs (the epoch grace is not waited for). Nothing the caller holds is released: release
- * held batches as usual. Any thread but a signal handler; the pause is done by the service
- * thread right after. Returns 0; TSOCK_E_STATE before start; -ENOTSUP mid-epoch for a consumer
- * that cannot pause there (above); -EBUSY mid-epoch while a batch is half gathered (a next
- * that timed out: call next again). */
+ * held batches as usual. Any thread but a signal handler. Returns 0 (also when paused already);
+ * TSOCK_E_STATE before start; -ENOTSUP mid-epoch for a consumer that cannot pause there (above);
+ * -EBUSY mid-epoch while a batch is half gathered (a next that timed out: call next again). */
 TSOCK_API int tsock_consumer_pause(tsock_consumer *c);
+
+/* Gives up the rest of the current epoch: the next batch starts the next epoch (its number one
+ * more, its index 0), a fresh exact epoch from wherever the stream is then, as after a pause
+ * between epochs. What torch's DataLoader does when a new iterator replaces one left by break
+ * (Python's tsock.DataLoader calls it there). The consumer is paused until its next call of
+ * next, which rejoins the stream. Nothing the caller holds is released. Any thread but a
+ * signal handler. Returns 0 (also at an epoch's boundary, where there is nothing to give up);
+ * TSOCK_E_STATE before start; -ENOTSUP for a rank of a group or a producer in free mode;
+ * -EBUSY while a batch is half gathered (a next that timed out). */
+TSOCK_API int tsock_consumer_end_epoch(tsock_consumer *c);
 
 /* When the producer dies or stops, wait up to `timeout_ms` for a producer to come back on the
  * same endpoint and go on with the next epoch there, instead of failing. An epoch cut short by

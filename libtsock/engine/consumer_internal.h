@@ -177,7 +177,7 @@ struct tsock_consumer {
 
     /* Leaving an epoch early (consumer_leave.c). */
     int leave_ids;      /* ids asked for (HELLO IDS_IF_ABLE) and sent: mid-epoch pauses work */
-    int leave_asked;    /* tsock_consumer_pause: pause at the service thread's next pass */
+    int pause_unsent;   /* paused by the caller: the service thread sends PAUSE */
     int left_mid_epoch; /* paused inside an epoch: RESUMED arms the epoch's filter */
     uint64_t leave_returned_ns; /* when next last returned a batch (0: none in this epoch) */
     uint64_t leave_step_max_ns; /* the slowest step of the epoch so far */
@@ -318,7 +318,8 @@ int tsock__leave_on_welcome(tsock_consumer *c, const struct tsock__msg_welcome *
 /* The consumer keeps the sample ids of its batches (checkpointing, or for leaving early). */
 int tsock__ids_tracked(const tsock_consumer *c);
 /* Service thread: whether the caller stopped reading mid-epoch and the consumer should pause
- * now; tsock__leave_paused then records the pause. */
+ * now; tsock__leave_paused then records the pause. (tsock_consumer_pause and
+ * tsock_consumer_end_epoch pause on the caller's thread and set pause_unsent.) */
 int tsock__leave_due(const tsock_consumer *c, uint64_t now);
 void tsock__leave_paused(tsock_consumer *c);
 /* Service thread: milliseconds until tsock__leave_due may hold (-1: not while things stay). */

@@ -34,7 +34,6 @@ tsock__leave_on_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w)
     c->leave_ids = tsock__leave_wants_ids(c) && w->samples > 0 &&
                    w->samples <= TSOCK__STATE_MAX_SAMPLES && w->batch_size <= TSOCK__BATCH_MAX_IDS;
     c->left_mid_epoch = 0; /* a new session: the epoch was cut */
-    c->leave_asked = 0;
     return c->leave_ids;
 }
 
@@ -71,8 +70,6 @@ stopped_at(const tsock_consumer *c)
 int
 tsock__leave_due(const tsock_consumer *c, uint64_t now)
 {
-    if (c->leave_asked)
-        return mid_epoch(c) && can_pause_mid_epoch(c);
     uint64_t at = stopped_at(c);
     return at != 0 && now >= at;
 }
@@ -80,7 +77,6 @@ tsock__leave_due(const tsock_consumer *c, uint64_t now)
 void
 tsock__leave_paused(tsock_consumer *c)
 {
-    c->leave_asked = 0;
     c->left_mid_epoch = 1;
 }
 
@@ -111,7 +107,6 @@ tsock__leave_note_call(tsock_consumer *c, uint64_t now)
 {
     /* A step is the caller's time between a batch and its next call, inside one epoch; the
      * time spent paused is not a step. */
-    c->leave_asked = 0; /* reading again: a pause asked for and not done yet is moot */
     if (c->leave_returned_ns == 0 || c->between_epochs || c->phase != TSOCK__PHASE_ACTIVE)
         return;
     uint64_t step = now - c->leave_returned_ns;
@@ -132,29 +127,75 @@ tsock__leave_note_return(tsock_consumer *c, const tsock_batch *b, uint64_t now)
     c->leave_returned_ns = now;
 }
 
+/* Pauses now, on the caller's thread (mu held): from here on every BATCH is given back as it
+ * comes, and the service thread sends PAUSE on its next pass (before any RESUME). */
+static void
+pause_now(tsock_consumer *c, int mid_epoch)
+{
+    tsock__consumer_drop_queue(c);
+    if (!mid_epoch)
+        c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */
+    c->left_mid_epoch = mid_epoch;
+    c->phase = TSOCK__PHASE_PAUSED;
+    c->pause_unsent = 1;
+    tsock__channel_wake(c->channel);
+}
+
+/* What may be paused or ended: a started solo consumer of a producer with a sampler. */
+static int
+check_leavable(const tsock_consumer *c)
+{
+    if (!c->ready_to_read)
+        return TSOCK_E_STATE;
+    if (tsock__group_member(c))
+        return -ENOTSUP; /* a group does not pause (producer_groups.c) */
+    return 0;
+}
+
 int
 tsock_consumer_pause(tsock_consumer *c)
 {
     if (!c)
         return -EINVAL;
     pthread_mutex_lock(&c->mu);
-    int err = 0;
-    if (!c->ready_to_read)
-        err = TSOCK_E_STATE;
-    else if (tsock__group_member(c))
-        err = -ENOTSUP; /* a group does not pause (producer_groups.c) */
-    else if (c->phase != TSOCK__PHASE_ACTIVE)
-        ; /* paused already, or coming back */
-    else if (c->between_epochs || c->plan.done == 0)
-        c->leave_asked = 1; /* at an epoch's boundary: the usual pause, without the grace */
-    else if (!can_pause_mid_epoch(c))
-        err = -ENOTSUP;
-    else if (c->building)
-        err = -EBUSY;
-    else
-        c->leave_asked = 1;
+    int err = check_leavable(c);
+    if (err == 0 && c->phase == TSOCK__PHASE_ACTIVE) {
+        if (c->between_epochs || c->plan.done == 0)
+            pause_now(c, 0); /* at an epoch's boundary: the usual pause, without the grace */
+        else if (!can_pause_mid_epoch(c))
+            err = -ENOTSUP;
+        else if (c->building)
+            err = -EBUSY;
+        else
+            pause_now(c, 1);
+    }
     pthread_mutex_unlock(&c->mu);
-    if (err == 0)
-        tsock__channel_wake(c->channel);
+    return err;
+}
+
+int
+tsock_consumer_end_epoch(tsock_consumer *c)
+{
+    if (!c)
+        return -EINVAL;
+    pthread_mutex_lock(&c->mu);
+    int err = check_leavable(c);
+    if (err == 0 && c->plan.n == 0)
+        err = -ENOTSUP; /* free mode: epochs are the producer's marks */
+    else if (err == 0 && c->building)
+        err = -EBUSY;
+    else if (err == 0 && !c->between_epochs && c->plan.done > 0) {
+        /* The new epoch needs a new window, which only a RESUMED starts (the producer keeps
+         * each window's phase for the sampler): pause, if not paused already. */
+        tsock__epoch_plan_cut(&c->plan);
+        c->resuming = 0;
+        c->leave_returned_ns = 0;
+        c->leave_step_max_ns = 0;
+        if (c->phase == TSOCK__PHASE_ACTIVE)
+            pause_now(c, 0);
+        else
+            c->left_mid_epoch = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
     return err;
 }

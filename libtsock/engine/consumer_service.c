@@ -361,11 +361,14 @@ pause_if_lingering(tsock_consumer *c, uint64_t now)
 {
     /* A group does not pause: one rank restarting its window alone would break the group's
      * shared epoch (producer_groups.c). */
+    if (c->pause_unsent) { /* the caller paused (consumer_leave.c) */
+        c->pause_unsent = 0;
+        send_msg(c, TSOCK__MSG_PAUSE);
+        return;
+    }
     if (c->phase != TSOCK__PHASE_ACTIVE || c->terminal_error || tsock__group_member(c))
         return;
-    /* tsock_consumer_pause before anything of an epoch was read: a boundary like any. */
-    int asked = c->leave_asked && c->plan.done == 0 && !c->building && c->waiting_since == 0;
-    if (!c->between_epochs && !asked) {
+    if (!c->between_epochs) {
         if (tsock__leave_due(c, now)) { /* stopped reading mid-epoch (consumer_leave.c) */
             tsock__consumer_drop_queue(c);
             c->phase = TSOCK__PHASE_PAUSED;
@@ -374,9 +377,8 @@ pause_if_lingering(tsock_consumer *c, uint64_t now)
         }
         return;
     }
-    if (!c->leave_asked && now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
+    if (now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
         return;
-    c->leave_asked = 0;
     tsock__consumer_drop_queue(c);
     c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */
     c->phase = TSOCK__PHASE_PAUSED;

@@ -136,11 +136,59 @@ scenario(uint32_t batch, int k, int explicit_pause, int checkpointing)
     id_producer_stop(p, &thread);
 }
 
+/* tsock_consumer_end_epoch mid-epoch: B reads on without A, and A's next batch starts a
+ * fresh, exact epoch 1 (what torch does for a new iterator after break). */
+static void
+test_end_epoch(void)
+{
+    pthread_t thread;
+    tsock_producer *p = id_producer_start("leave", 1, &thread);
+    tsock_consumer *a = NULL;
+    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
+    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
+    for (int i = 0; i < 3; i++) {
+        tsock_batch *b;
+        CHECK_EQ(tsock_consumer_next(a, 5000, &b), 0);
+        tsock_consumer_release(a, b);
+    }
+    CHECK_EQ(tsock_consumer_end_epoch(a), 0);
+    CHECK_EQ(tsock_consumer_end_epoch(a), 0); /* at a boundary now: nothing to give up */
+    struct steady s = {0, 0};
+    pthread_t steady;
+    pthread_create(&steady, NULL, steady_run, &s);
+    pthread_join(steady, NULL);
+    CHECK_EQ(s.err, 0);
+    CHECK_EQ(s.epochs_done, 2);
+    unsigned char seen[SAMPLES] = {0};
+    uint64_t epoch = 99, first_index = 99;
+    CHECK_EQ(read_epoch(a, seen, &epoch, &first_index, 20000), 0);
+    CHECK_EQ(epoch, 1);
+    CHECK_EQ(first_index, 0);
+    for (int i = 0; i < SAMPLES; i++)
+        CHECK_EQ(seen[i], 1);
+    tsock_consumer_destroy(a);
+    id_producer_stop(p, &thread);
+
+    /* Free mode: epochs are the producer's marks, nothing to end or to pause mid-epoch. */
+    p = id_producer_start("leave", 0, &thread);
+    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
+    CHECK_EQ(tsock_consumer_set_batch_size(a, BATCH / 2), 0);
+    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
+    tsock_batch *b;
+    CHECK_EQ(tsock_consumer_next(a, 5000, &b), 0);
+    CHECK_EQ(tsock_consumer_end_epoch(a), -ENOTSUP);
+    CHECK_EQ(tsock_consumer_pause(a), -ENOTSUP);
+    tsock_consumer_release(a, b);
+    tsock_consumer_destroy(a);
+    id_producer_stop(p, &thread);
+}
+
 /* tsock_consumer_pause's refusals and boundaries. */
 static void
 test_pause_calls(void)
 {
     CHECK_EQ(tsock_consumer_pause(NULL), -EINVAL);
+    CHECK_EQ(tsock_consumer_end_epoch(NULL), -EINVAL);
     pthread_t thread;
     tsock_producer *p = id_producer_start("leave", 1, &thread);
     tsock_consumer *a = NULL;
@@ -169,5 +217,6 @@ main(void)
     scenario(20, 5, 0, 1);    /* a checkpointing consumer, stopped */
     scenario(BATCH / 2, 11, 1, 0);
     test_pause_calls();
+    test_end_epoch();
     return CHECK_DONE();
 }
