@@ -693,6 +693,10 @@ TSOCK_API uint32_t tsock_consumer_slot_count(const tsock_consumer *c);
  * group, the rank's own count, the same on every rank). After start. */
 TSOCK_API uint64_t tsock_consumer_dataset_size(const tsock_consumer *c);
 TSOCK_API uint64_t tsock_consumer_batches_per_epoch(const tsock_consumer *c);
+/* Once next returned TSOCK_E_END: the whole epochs the producer published before its stream
+ * ended (tsock-producer --epochs N serves N; 0, its default, serves until stopped), which the
+ * consumer also logs. 0 before the end, or for NULL. Any thread. */
+TSOCK_API uint64_t tsock_consumer_stream_epochs(const tsock_consumer *c);
 
 /* Releases every held batch, says goodbye to the producer, unmaps the ring and frees the
  * consumer. NULL does nothing. Before the goodbye (after which the producer refills the slots)

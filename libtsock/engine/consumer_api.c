@@ -406,6 +406,17 @@ tsock_consumer_dataset_size(const tsock_consumer *c)
 }
 
 uint64_t
+tsock_consumer_stream_epochs(const tsock_consumer *c)
+{
+    if (!c)
+        return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&c->mu);
+    uint64_t epochs = c->stream_epochs;
+    pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
+    return epochs;
+}
+
+uint64_t
 tsock_consumer_batches_per_epoch(const tsock_consumer *c)
 {
     if (!c || !c->ready_to_read)

@@ -131,6 +131,7 @@ struct tsock_consumer {
     tsock_batch *free_batches, *all_batches;
     uint64_t stat_batches, stat_samples, stat_released, stat_bad, stat_wait_ns, stat_epochs;
     uint64_t waiting_since; /* when the caller's next() began waiting, 0 when not in next */
+    uint64_t stream_epochs; /* epochs the producer served, from its SHUTDOWN END */
     int held_count;
 
     /* tsock_consumer_cancel, from any thread or a signal handler, so no lock: the flag, set

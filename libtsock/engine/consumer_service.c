@@ -267,6 +267,12 @@ on_shutdown(void *ctx, const struct tsock__peer_id *from, int peer, const struct
 {
     tsock_consumer *c = ctx;
     if (m->u.shutdown.reason == TSOCK__SHUTDOWN_END) {
+        c->stream_epochs = m->u.shutdown.epochs;
+        tsock__log(TSOCK_LOG_INFO,
+                   "the producer's stream ended after %llu epochs: it serves the epochs it was "
+                   "started with (tsock-producer --epochs N; 0, the default, serves until "
+                   "stopped)",
+                   (unsigned long long)m->u.shutdown.epochs);
         fail(c, TSOCK_E_END); /* the batches queued are the stream's last: still read them */
         return;
     }

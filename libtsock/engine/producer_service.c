@@ -492,6 +492,7 @@ send_shutdown(tsock_producer *p, uint32_t reason)
     struct tsock__msg m;
     m.type = TSOCK__MSG_SHUTDOWN;
     m.u.shutdown.reason = reason;
+    m.u.shutdown.epochs = p->stat_epochs; /* so that a job's EndOfStream can say it */
     for (int i = 0; i < MAX_CONSUMERS; i++)
         if (p->consumers[i].active)
             send_to(p, i, &m);

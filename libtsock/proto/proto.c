@@ -342,7 +342,10 @@ put_body(struct tsock__wire_writer *w, const struct tsock__msg *msg)
         tsock__wire_put_le(w, msg->u.release.slot, 4);
         tsock__wire_put_le(w, msg->u.release.seq, 8);
         break;
-    case TSOCK__MSG_SHUTDOWN: tsock__wire_put_le(w, msg->u.shutdown.reason, 4); break;
+    case TSOCK__MSG_SHUTDOWN:
+        tsock__wire_put_le(w, msg->u.shutdown.reason, 4);
+        tsock__wire_put_le(w, msg->u.shutdown.epochs, 8);
+        break;
     case TSOCK__MSG_STATS_REQUEST: tsock__wire_put_le(w, msg->u.stats_request.request_id, 8); break;
     case TSOCK__MSG_CONSUMER_STATS: tsock__wire_put_own_stats(w, &msg->u.consumer_stats); break;
     default: /* HEARTBEAT, BYE, PAUSE, RESUME, RESUMED: empty body */ break;
@@ -496,7 +499,10 @@ get_body(struct tsock__wire_reader *r, struct tsock__msg *msg)
     case TSOCK__MSG_PAUSE:
     case TSOCK__MSG_RESUME:
     case TSOCK__MSG_RESUMED: break;
-    case TSOCK__MSG_SHUTDOWN: msg->u.shutdown.reason = (uint32_t)tsock__wire_get_le(r, 4); break;
+    case TSOCK__MSG_SHUTDOWN:
+        msg->u.shutdown.reason = (uint32_t)tsock__wire_get_le(r, 4);
+        msg->u.shutdown.epochs = tsock__wire_get_le(r, 8);
+        break;
     case TSOCK__MSG_STATS_REQUEST:
         msg->u.stats_request.request_id = tsock__wire_get_le(r, 8);
         break;

@@ -161,6 +161,7 @@ struct tsock__msg_release {
 
 struct tsock__msg_shutdown {
     uint32_t reason;
+    uint64_t epochs; /* epochs the producer published (whole ones), for the consumer's message */
 };
 
 struct tsock__msg_stats_request {

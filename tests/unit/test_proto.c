@@ -236,7 +236,10 @@ spec_encode(const struct tsock__msg *m, struct wire *w)
         w_le(w, m->u.release.slot, 4);
         w_le(w, m->u.release.seq, 8);
         break;
-    case TSOCK__MSG_SHUTDOWN: w_le(w, m->u.shutdown.reason, 4); break;
+    case TSOCK__MSG_SHUTDOWN:
+        w_le(w, m->u.shutdown.reason, 4);
+        w_le(w, m->u.shutdown.epochs, 8);
+        break;
     case TSOCK__MSG_STATS_REQUEST: w_le(w, m->u.stats_request.request_id, 8); break;
     case TSOCK__MSG_CONSUMER_STATS:
         w_le(w, m->u.consumer_stats.batches, 8);
@@ -535,6 +538,7 @@ valid_messages(struct tsock__msg *out)
     make(&out[n++], TSOCK__MSG_RESUME);
     make(&out[n++], TSOCK__MSG_RESUMED);
     make(&out[n], TSOCK__MSG_SHUTDOWN);
+    out[n].u.shutdown.epochs = 90;
     out[n++].u.shutdown.reason = TSOCK__SHUTDOWN_END;
     make(&out[n], TSOCK__MSG_SHUTDOWN);
     out[n++].u.shutdown.reason = TSOCK__SHUTDOWN_STOPPED;
@@ -689,7 +693,8 @@ test_golden(void)
                                       0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08};
     static const uint8_t heartbeat[] = {'T', 'S', 'C', 'K', 3, 0, 6, 0, 0, 0, 0, 0};
     static const uint8_t bye[] = {'T', 'S', 'C', 'K', 3, 0, 7, 0, 0, 0, 0, 0};
-    static const uint8_t shutdown[] = {'T', 'S', 'C', 'K', 3, 0, 8, 0, 4, 0, 0, 0, 2, 0, 0, 0};
+    static const uint8_t shutdown[] = {'T', 'S', 'C', 'K', 3, 0, 8, 0, 12, 0, 0, 0,
+                                       2,   0,   0,   0,   3, 0, 0, 0, 0,  0, 0, 0};
     static const uint8_t pause[] = {'T', 'S', 'C', 'K', 3, 0, 9, 0, 0, 0, 0, 0};
     static const uint8_t resume[] = {'T', 'S', 'C', 'K', 3, 0, 10, 0, 0, 0, 0, 0};
     static const uint8_t resumed[] = {'T', 'S', 'C', 'K', 3, 0, 11, 0, 0, 0, 0, 0};
@@ -747,6 +752,7 @@ test_golden(void)
     expect_golden(&m, bye, sizeof bye);
     make(&m, TSOCK__MSG_SHUTDOWN);
     m.u.shutdown.reason = TSOCK__SHUTDOWN_STOPPED;
+    m.u.shutdown.epochs = 3;
     expect_golden(&m, shutdown, sizeof shutdown);
     make(&m, TSOCK__MSG_PAUSE);
     expect_golden(&m, pause, sizeof pause);
@@ -821,24 +827,24 @@ test_header(void)
     make(&m, TSOCK__MSG_SHUTDOWN);
     m.u.shutdown.reason = TSOCK__SHUTDOWN_END;
     n = tsock__msg_encode(&m, buf, sizeof buf);
-    CHECK_EQ(n, 16);
-    CHECK_EQ(decode_exact(buf, 16, &d), 0);
+    CHECK_EQ(n, 24);
+    CHECK_EQ(decode_exact(buf, 24, &d), 0);
 
     /* Wrong magic, one byte at a time. */
     for (int i = 0; i < 4; i++) {
         buf[i] ^= 0x20;
-        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
+        CHECK_EQ(decode_exact(buf, 24, &d), TSOCK_E_PROTOCOL);
         buf[i] ^= 0x20;
     }
     /* Another version: TSOCK_E_VERSION, whatever follows the header. */
     static const uint16_t versions[] = {0, 1, 2, 4, 0x100, 0xFFFF};
     for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
         store_le(buf + 4, versions[i], 2);
-        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_VERSION);
+        CHECK_EQ(decode_exact(buf, 24, &d), TSOCK_E_VERSION);
         CHECK_EQ(decode_exact(buf, 12, &d), TSOCK_E_VERSION);
         store_le(buf + 6, 0x77, 2);
         store_le(buf + 8, 0xFFFFFFFF, 4);
-        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_VERSION);
+        CHECK_EQ(decode_exact(buf, 24, &d), TSOCK_E_VERSION);
         CHECK_EQ(decode_exact(buf, 11, &d), TSOCK_E_PROTOCOL); /* shorter than a header */
         n = tsock__msg_encode(&m, buf, sizeof buf);
     }
@@ -846,10 +852,10 @@ test_header(void)
     static const uint32_t lengths[] = {0, 3, 5, 0x10004, 0x80000004u, 0xFFFFFFFFu};
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
         store_le(buf + 8, lengths[i], 4);
-        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
+        CHECK_EQ(decode_exact(buf, 24, &d), TSOCK_E_PROTOCOL);
     }
-    store_le(buf + 8, 4, 4);
-    CHECK_EQ(decode_exact(buf, 16, &d), 0);
+    store_le(buf + 8, 12, 4);
+    CHECK_EQ(decode_exact(buf, 24, &d), 0);
 
     /* Unknown types, with empty and non-empty bodies; the encoder refuses them too. */
     static const uint16_t types[] = {
