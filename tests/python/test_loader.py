@@ -151,7 +151,9 @@ def test_previous_batch_released_when_next_requested(tsock, programs, procs, end
 
 
 def test_break_skips_to_next_epoch(tsock, programs, procs, endpoint):
-    start_producer(programs, procs, endpoint, batch_size=10, samples=50, epochs=3)
+    # Until stopped: the job left epoch 0 early and gave its batches back (it paused), so its
+    # next epochs are fresh windows of the stream, not the producer's epochs 1 and 2.
+    start_producer(programs, procs, endpoint, batch_size=10, samples=50, epochs=0)
     with tsock.DataLoader(endpoint, return_ids=True, timeout=20) as loader:
         for n, _ in enumerate(loader):
             if n == 1:
