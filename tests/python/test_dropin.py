@@ -48,6 +48,7 @@ def test_torch_only_arguments_warned_once_and_ignored(tsock, programs, procs, en
         assert sum(f"ignores {name}=" in t for t in texts) == 1, (name, texts)
     assert len(texts) == len(args)
     assert sum(len(x) for x, _ in loader) == 30  # and it reads as ever
+    assert [c["name"] for c in tsock.query_stats(endpoint)["consumers"]] == ["", ""]
     loader.close()
     second.close()
 
@@ -155,3 +156,43 @@ def test_same_iterator_continues_with_exactly_the_rest(tsock, programs, procs, e
     assert sorted(ids.tolist()) == list(range(100)) and a.epoch == 0
     assert sorted(read_epoch_ids(a).tolist()) == list(range(100)) and a.epoch == 1
     a.close()
+
+
+def test_producer_log_names_a_lost_consumer(tsock, programs, procs, endpoint):
+    """A job killed with SIGKILL: the producer's log names it by its name and pid, not by a
+    socket errno ("No route to host", before)."""
+    import signal
+    import subprocess
+    from tsock_testutil import wait_until
+    prod = subprocess.Popen(
+        [programs["tsock-producer"], "--dataset", "synthetic", "--endpoint", endpoint,
+         "--batch-size", "10", "--samples", "100", "--image-size", "8", "--slots", "4",
+         "--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1000", "--verbose"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    procs.append(prod)
+    victim = subprocess.Popen(
+        [programs["tsock-consume"], "--endpoint", endpoint, "--name", "victim-job",
+         "--epochs", "0", "--delay-ms", "20", "--quiet"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs.append(victim)
+
+    def victim_reads():
+        try:
+            st = tsock.query_stats(endpoint, timeout=2)
+        except tsock.TsockError:
+            return False
+        return any(c.get("name") == "victim-job" and c.get("batches", 0) > 0
+                   for c in st["consumers"])
+
+    wait_until(victim_reads, 30, "the victim reading")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    with tsock.DataLoader(endpoint, timeout=20, epoch_grace=30) as loader:
+        for _ in range(3):  # long enough for the producer to find the victim gone
+            assert sum(len(x) for x, _ in loader) == 100
+    prod.send_signal(signal.SIGTERM)
+    _, err = prod.communicate(timeout=20)
+    lines = [line for line in err.splitlines() if "victim-job" in line]
+    assert lines and all(f"pid {victim.pid}" in line for line in lines), err
+    assert any("gone" in line or "timed out" in line for line in lines), err
+    assert "No route to host" not in err, err

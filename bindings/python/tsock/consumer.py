@@ -974,12 +974,12 @@ class DataLoader:
         _ms(timeout)  # validates it before anything is imported or connected
         # Resolved once, so a reconnection (load_state_dict) keeps the same rank.
         membership = _group.resolve(group, rank, world_size, group_timeout, solo_check=True)
-        for name, value in (("num_workers", num_workers), ("pin_memory", pin_memory),
-                            ("shuffle", shuffle), ("sampler", sampler),
-                            ("prefetch_factor", prefetch_factor),
-                            ("persistent_workers", persistent_workers)):
+        for arg, value in (("num_workers", num_workers), ("pin_memory", pin_memory),
+                           ("shuffle", shuffle), ("sampler", sampler),
+                           ("prefetch_factor", prefetch_factor),
+                           ("persistent_workers", persistent_workers)):
             if value is not None:
-                _warn_ignored(name, value)
+                _warn_ignored(arg, value)
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"collate_fn must be callable, not {type(collate_fn).__name__}")
         #: Applied to each batch (a list of per-sample tuples), as torch's DataLoader does.
