@@ -234,6 +234,15 @@ TSOCK_API int tsock_producer_set_sampler(tsock_producer *p, uint64_t samples, ui
  * (and a log line) when there is no sampler or more nodes than samples. */
 TSOCK_API int tsock_producer_set_nodes(tsock_producer *p, uint32_t nodes, uint32_t node_rank);
 
+/* The dataset's class names, label i named names[i] (ImageFolder's: the folder names sorted),
+ * announced to every consumer in its WELCOME (tsock_consumer_class_name; Python's
+ * loader.dataset.classes). `count` names of 1..255 bytes each, no control characters, copied;
+ * count 0 clears them. Caller's thread, before start. Returns 0, -EINVAL (a NULL or bad name),
+ * -E2BIG (the names take more than 32768 bytes with a NUL each: consumers then get none, and
+ * the caller should say so), -ENOMEM, or TSOCK_E_STATE after start. */
+TSOCK_API int tsock_producer_set_classes(tsock_producer *p, uint32_t count,
+                                         const char *const *names);
+
 /* ---- the ring on a GPU (CUDA backend) ---- */
 
 /* The number of CUDA devices this process sees, TSOCK_E_NO_DEVICE when there is none (no
@@ -697,6 +706,11 @@ TSOCK_API uint64_t tsock_consumer_batches_per_epoch(const tsock_consumer *c);
  * ended (tsock-producer --epochs N serves N; 0, its default, serves until stopped), which the
  * consumer also logs. 0 before the end, or for NULL. Any thread. */
 TSOCK_API uint64_t tsock_consumer_stream_epochs(const tsock_consumer *c);
+/* The producer's class names (tsock_producer_set_classes), after start: how many (0 when it
+ * announced none), and the name of label `label` (NUL-terminated, owned by the consumer and
+ * valid until it is destroyed or reconnects; NULL out of range). Any thread. */
+TSOCK_API uint32_t tsock_consumer_classes(const tsock_consumer *c);
+TSOCK_API const char *tsock_consumer_class_name(const tsock_consumer *c, uint32_t label);
 
 /* Releases every held batch, says goodbye to the producer, unmaps the ring and frees the
  * consumer. NULL does nothing. Before the goodbye (after which the producer refills the slots)

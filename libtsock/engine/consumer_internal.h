@@ -132,6 +132,10 @@ struct tsock_consumer {
     uint64_t stat_batches, stat_samples, stat_released, stat_bad, stat_wait_ns, stat_epochs;
     uint64_t waiting_since; /* when the caller's next() began waiting, 0 when not in next */
     uint64_t stream_epochs; /* epochs the producer served, from its SHUTDOWN END */
+    /* The producer's class names (consumer_classes.c), from the last WELCOME. */
+    char *class_blob;
+    const char **class_names;
+    uint32_t class_count;
     int held_count;
 
     /* tsock_consumer_cancel, from any thread or a signal handler, so no lock: the flag, set
@@ -309,6 +313,13 @@ int tsock__group_check_restored(const tsock_consumer *c, const struct tsock__msg
 int tsock__group_describe(tsock_consumer *c, struct tsock__resume_state *s);
 /* Destroy. */
 void tsock__group_resume_free(tsock_consumer *c);
+
+/* ---- consumer_classes.c (mu held) ---- */
+
+/* Service thread, at WELCOME: keeps its class names. Returns 0 or -ENOMEM. */
+int tsock__classes_keep(tsock_consumer *c, const struct tsock__msg_welcome *w);
+/* Destroy (or a new WELCOME): frees them. */
+void tsock__classes_free(tsock_consumer *c);
 
 /* ---- consumer_leave.c (mu held) ---- */
 

@@ -98,6 +98,8 @@ keep_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w)
         return -ENOMEM;
     memcpy(blob, w->attach, w->attach_len);
     int err = tsock__hold_table_init(&c->holds, w->slot_count);
+    if (err == 0)
+        err = tsock__classes_keep(c, w);
     if (err < 0) {
         free(blob);
         return err;
@@ -107,6 +109,8 @@ keep_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w)
     c->ops = ops;
     c->welcome = *w;
     c->welcome.attach = c->attach;
+    c->welcome.classes = NULL; /* kept apart (consumer_classes.c) */
+    c->welcome.classes_len = 0;
     c->ring_closed = 0;
     return 0;
 }

@@ -117,7 +117,10 @@ struct tsock_producer {
      * sampler ids map to, which tsock_slot_sample_ids gives the application. */
     uint32_t nodes, node_rank;
     uint64_t dataset_samples;
-    uint64_t *node_share;       /* NULL on one node */
+    uint64_t *node_share; /* NULL on one node */
+    /* tsock_producer_set_classes: the WELCOME's class block (producer_classes.c). */
+    uint8_t *classes;
+    uint32_t classes_len;
     uint64_t *slot_dataset_ids; /* NULL on one node; laid out as slot_ids */
     uint8_t *ids_wire;          /* one batch's ids as BATCH carries them (service thread's) */
     struct tsock_slot current;

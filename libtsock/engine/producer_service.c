@@ -161,6 +161,8 @@ fill_welcome(const tsock_producer *p, const struct tsock__consumer_rec *c, struc
     w->nodes = p->nodes > 1 ? p->nodes : 1;
     w->node_rank = p->nodes > 1 ? p->node_rank : 0;
     w->attach_len = (uint32_t)p->memory->ops->export_blob(p->memory, &w->attach);
+    w->classes = p->classes;
+    w->classes_len = p->classes_len;
     w->tensor_count = (uint32_t)p->shape.layout.count;
     for (int t = 0; t < p->shape.layout.count; t++) {
         const struct tsock__layout_tensor *lt = &p->shape.layout.tensors[t];

@@ -24,6 +24,10 @@
 /* No valid message is larger; anything bigger is rejected before it is parsed. */
 #define TSOCK__PROTO_MAX_MESSAGE 65536
 #define TSOCK__PROTO_MAX_SHM_NAME 255
+/* WELCOME's class names: at most this many bytes in all (ImageNet's 1000 folder names take
+ * 10 000), and this many bytes a name (a folder name). */
+#define TSOCK__PROTO_MAX_CLASS_BYTES 32768
+#define TSOCK__PROTO_MAX_CLASS_NAME 255
 /* A CUDA ring announces one 64-byte event handle per slot; this bound keeps a WELCOME well
  * inside TSOCK__PROTO_MAX_MESSAGE. */
 #define TSOCK__PROTO_MAX_DEVICE_SLOTS 256
@@ -123,6 +127,11 @@ struct tsock__msg_welcome {
     uint32_t attach_len;
     uint32_t tensor_count; /* 1..TSOCK_MAX_TENSORS */
     struct tsock__tensor_desc tensors[TSOCK_MAX_TENSORS];
+    /* The dataset's class names (label i is the i-th), each 1..TSOCK__PROTO_MAX_CLASS_NAME name
+     * bytes followed by a NUL, TSOCK__PROTO_MAX_CLASS_BYTES in all; empty when the producer
+     * has none. A view like attach. */
+    const uint8_t *classes;
+    uint32_t classes_len;
 };
 
 struct tsock__msg_reject {
@@ -276,5 +285,8 @@ int tsock__proto_text_ok(const char *s, size_t len);
 
 /* A short name for a message type, for logs ("BATCH"), or "?". */
 const char *tsock__msg_type_name(int type);
+
+/* The number of class names in a WELCOME's class block, or -1 when it is malformed. */
+long tsock__proto_class_count(const uint8_t *blob, uint32_t len);
 
 #endif

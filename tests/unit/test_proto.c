@@ -16,7 +16,9 @@
 #include "check.h"
 #include "proto/proto.h"
 
-#define BUF 20480       /* room for a WELCOME of a CUDA ring with its largest slot count */
+#define BUF                                                                                        \
+    65536 /* room for the largest WELCOME: a CUDA ring, its largest slot count, 32 KiB of class    \
+             names */
 #define RANDOM_MAX 4096 /* random frames: long enough for every body parser */
 #define MAX_SLOTS 1024u
 
@@ -86,8 +88,12 @@ msg_same(const struct tsock__msg *a, const struct tsock__msg *b)
     if (wa->attach_len &&
         (!wa->attach || !wb->attach || memcmp(wa->attach, wb->attach, wa->attach_len) != 0))
         return 0;
+    if (wa->classes_len != wb->classes_len ||
+        (wa->classes_len && memcmp(wa->classes, wb->classes, wa->classes_len) != 0))
+        return 0;
     memcpy(&tmp, b, sizeof tmp);
     tmp.u.welcome.attach = wa->attach;
+    tmp.u.welcome.classes = wa->classes;
     return memcmp(a, &tmp, sizeof tmp) == 0;
 }
 
@@ -170,6 +176,9 @@ w_welcome(struct wire *w, const struct tsock__msg_welcome *m)
         w_tensor(w, &m->tensors[t]);
     if (cuda)
         w_bytes(w, m->attach, m->attach_len);
+    /* The class names: a u32 byte count, then the names, each with its NUL. */
+    w_le(w, m->classes_len, 4);
+    w_bytes(w, m->classes, m->classes_len);
 }
 
 /* Inserts n bytes at frame offset `at` and makes the header count them. */
@@ -331,6 +340,9 @@ make_welcome(struct tsock__msg *m)
     w->tensor_count = 2;
     set_tensor(&w->tensors[0], "image", TSOCK_UINT8, 3, image, 0, 60);
     set_tensor(&w->tensors[1], "label", TSOCK_INT64, 0, NULL, 256, 8);
+    static const char classes[] = "cat\0dog\0n01440764";
+    w->classes = (const uint8_t *)classes;
+    w->classes_len = sizeof classes; /* the last NUL included */
 }
 
 /* Everything at its largest: 16 tensors of 8 dims with 63-byte names, a 255-byte ring name,
@@ -590,7 +602,7 @@ test_roundtrip_one(const struct tsock__msg *m)
         CHECK_EQ(tsock__msg_decode(buf, (size_t)n, &d), 0);
         const uint8_t *at = d.u.welcome.device == TSOCK_DEVICE_CPU
                                 ? buf + TSOCK__PROTO_HEADER_SIZE + 64 + 1
-                                : buf + n - d.u.welcome.attach_len;
+                                : buf + n - 4 - d.u.welcome.classes_len - d.u.welcome.attach_len;
         CHECK(d.u.welcome.attach == at);
         CHECK_EQ(d.u.welcome.attach_len, m->u.welcome.attach_len);
     }
@@ -642,7 +654,7 @@ test_roundtrip(void)
     for (int t = TSOCK__MSG_HELLO; t <= TSOCK__MSG_TYPE_LAST; t++)
         CHECK(seen[t] || t == TSOCK__MSG_STATS_REPLY);
     /* The largest message there is stays far below the frame limit. */
-    CHECK_EQ(tsock__msg_encode(&msgs[4], scratch, sizeof scratch), 2669);
+    CHECK_EQ(tsock__msg_encode(&msgs[4], scratch, sizeof scratch), 2673);
 
     /* Every TSOCK_E_* code can be carried by REJECT. */
     for (int code = TSOCK_E_PROTOCOL; code > TSOCK_E_LAST; code--) {
@@ -699,7 +711,7 @@ test_golden(void)
     static const uint8_t resume[] = {'T', 'S', 'C', 'K', 3, 0, 10, 0, 0, 0, 0, 0};
     static const uint8_t resumed[] = {'T', 'S', 'C', 'K', 3, 0, 11, 0, 0, 0, 0, 0};
     static const uint8_t welcome[] = {
-        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x60, 0x00, 0x00, 0x00, /* header */
+        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x64, 0x00, 0x00, 0x00, /* header */
         0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* consumer_id */
         0x02, 0x00, 0x00, 0x00,                                                 /* batch_size */
         0x03, 0x00, 0x00, 0x00,                                                 /* slot_count */
@@ -718,7 +730,8 @@ test_golden(void)
         0x01,                                                                   /* ndim */
         0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* dim 0 */
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* offset */
-        0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};                        /* bytes */
+        0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* bytes */
+        0x00, 0x00, 0x00, 0x00};                                                /* no classes */
     static const int64_t two[1] = {2};
     struct tsock__msg m;
 
@@ -778,7 +791,7 @@ test_golden(void)
 
     /* The same ring in device memory with 3 slots: no shm name, then the CUDA block. */
     static const uint8_t cuda_head[] = {
-        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x6E, 0x01, 0x00, 0x00, /* body 366 */
+        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x72, 0x01, 0x00, 0x00, /* body 370 */
         0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* consumer_id */
         0x02, 0x00, 0x00, 0x00,                                                 /* batch_size */
         0x03, 0x00, 0x00, 0x00,                                                 /* slot_count */
@@ -795,7 +808,7 @@ test_golden(void)
         0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* dim 0 */
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* offset */
         0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};                        /* bytes */
-    uint8_t cuda[sizeof cuda_head + 16 + 64 + 3 * 64];
+    uint8_t cuda[sizeof cuda_head + 16 + 64 + 3 * 64 + 4];
     size_t at = sizeof cuda_head;
     memcpy(cuda, cuda_head, at);
     for (int i = 0; i < 16; i++)
@@ -806,8 +819,10 @@ test_golden(void)
         memset(cuda + at, s + 1, 64); /* event handle of slot s: 64 bytes of s + 1 */
         at += 64;
     }
+    memset(cuda + at, 0, 4); /* no class names */
+    at += 4;
     CHECK_EQ(at, sizeof cuda);
-    CHECK_EQ(sizeof cuda, 378);
+    CHECK_EQ(sizeof cuda, 382);
     m.u.welcome.device = TSOCK_DEVICE_CUDA;
     set_cuda_handles(&m.u.welcome);
     expect_golden(&m, cuda, sizeof cuda);
@@ -964,6 +979,48 @@ tensor_offset(const struct tsock__msg_welcome *w, uint32_t t)
     for (uint32_t i = 0; i < t; i++)
         off += 1 + strlen(w->tensors[i].name) + 2 + 8u * w->tensors[i].ndim + 16;
     return off;
+}
+
+/* WELCOME's class names: NUL-terminated names of 1..255 name bytes, 32 KiB in all. */
+static void
+test_welcome_classes(void)
+{
+    struct tsock__msg m, base;
+    static uint8_t big[TSOCK__PROTO_MAX_CLASS_BYTES + 1];
+    make_welcome(&base);
+    EXPECT_VALID(base);
+    CHECK_EQ(tsock__proto_class_count(base.u.welcome.classes, base.u.welcome.classes_len), 3);
+    m = base;
+    m.u.welcome.classes_len--; /* the last name without its NUL */
+    EXPECT_INVALID(m);
+    static const char empty_name[] = "a\0\0b";
+    m.u.welcome.classes = (const uint8_t *)empty_name;
+    m.u.welcome.classes_len = sizeof empty_name;
+    EXPECT_INVALID(m);
+    static const char control[] = "a\tb";
+    m.u.welcome.classes = (const uint8_t *)control;
+    m.u.welcome.classes_len = sizeof control;
+    EXPECT_INVALID(m);
+    /* 255 name bytes are a name; 256 are not. */
+    memset(big, 'c', sizeof big);
+    big[255] = 0;
+    m.u.welcome.classes = big;
+    m.u.welcome.classes_len = 256;
+    EXPECT_VALID(m);
+    big[255] = 'c';
+    big[256] = 0;
+    m.u.welcome.classes_len = 257;
+    EXPECT_INVALID(m);
+    /* 32768 bytes in all (128 names of 255 bytes) fit; one byte more does not. */
+    big[256] = 'c';
+    for (size_t i = 255; i < sizeof big; i += 256)
+        big[i] = 0;
+    m.u.welcome.classes_len = TSOCK__PROTO_MAX_CLASS_BYTES;
+    EXPECT_VALID(m);
+    CHECK_EQ(tsock__proto_class_count(big, TSOCK__PROTO_MAX_CLASS_BYTES), 128);
+    big[TSOCK__PROTO_MAX_CLASS_BYTES] = 0;
+    m.u.welcome.classes_len = TSOCK__PROTO_MAX_CLASS_BYTES + 1;
+    EXPECT_INVALID(m);
 }
 
 static void
@@ -1174,10 +1231,10 @@ test_welcome_cuda_rules(void)
     EXPECT_VALID(base);
     make_welcome_cuda_max(&m);
     EXPECT_VALID(m);
-    /* The largest valid message of all: 18 878 bytes (docs/protocol.md). */
+    /* The largest valid message without class names: 18 882 bytes (docs/protocol.md). */
     CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch),
              12 + 66 + TSOCK_MAX_TENSORS * (19 + TSOCK_MAX_NAME + 8 * TSOCK_MAX_DIMS) + 80 +
-                 64 * TSOCK__PROTO_MAX_DEVICE_SLOTS);
+                 64 * TSOCK__PROTO_MAX_DEVICE_SLOTS + 4);
 
     /* A name and handles: which ring is it? The struct holds one blob, so the name goes in on
      * the wire, as a non-empty shm_name in front of the tensors; and in the struct, a blob
@@ -1837,6 +1894,7 @@ main(void)
     test_batch_ids();
     test_header();
     test_hello_rules();
+    test_welcome_classes();
     test_welcome_ring_rules();
     test_welcome_shm_rules();
     test_welcome_cuda_rules();
