@@ -188,6 +188,7 @@ tsock_consumer_start(tsock_consumer *c, int timeout_ms)
     tsock__resume_start(c);
     pthread_mutex_unlock(&c->mu);
     c->ready_to_read = 1;
+    c->idle_since_ns = tsock__now_ns(); /* a job that never reads is paused (consumer_leave.c) */
     return 0;
 }
 

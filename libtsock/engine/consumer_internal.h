@@ -186,6 +186,7 @@ struct tsock_consumer {
     int left_mid_epoch; /* paused inside an epoch: RESUMED arms the epoch's filter */
     uint64_t leave_returned_ns; /* when next last returned a batch (0: none in this epoch) */
     uint64_t leave_step_max_ns; /* the slowest step of the epoch so far */
+    uint64_t idle_since_ns;     /* when next last returned (or start): for a job not reading */
 };
 
 /* ---- consumer_slots.c (mu held) ---- */
@@ -334,7 +335,11 @@ int tsock__ids_tracked(const tsock_consumer *c);
  * tsock_consumer_end_epoch pause on the caller's thread and set pause_unsent.) */
 int tsock__leave_due(const tsock_consumer *c, uint64_t now);
 void tsock__leave_paused(tsock_consumer *c);
-/* Service thread: milliseconds until tsock__leave_due may hold (-1: not while things stay). */
+/* Service thread: whether a consumer that has read nothing of its epoch yet (after start, or
+ * after a pause) has not called next for the epoch grace: it pauses as between epochs. */
+int tsock__leave_unread_due(const tsock_consumer *c, uint64_t now);
+/* Service thread: milliseconds until tsock__leave_due or _unread_due may hold (-1: not while
+ * things stay). */
 int tsock__leave_wait_ms(const tsock_consumer *c, uint64_t now);
 /* Service thread, at RESUMED: a consumer paused mid-epoch takes the rest of that epoch. */
 void tsock__leave_on_resumed(tsock_consumer *c);

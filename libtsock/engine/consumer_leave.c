@@ -16,7 +16,12 @@
  * When is a consumer "stopped" rather than slow? The library cannot know; it waits for the
  * epoch grace plus twice the slowest step of the epoch so far, so a job whose training steps
  * take 300 ms is not paused between two of them, and tsock_consumer_pause lets a caller that
- * knows (Python's loop left by break) say so at once. */
+ * knows (Python's loop left by break) say so at once.
+ *
+ * A job that connected and has not read anything of its epoch yet (a training script creates
+ * its eval loader at the start and reads it only after a training epoch) holds what was sent
+ * to it just the same; once it has not called next for the epoch grace it pauses as between
+ * epochs: nothing of an epoch was delivered, so its next read starts a fresh, exact one. */
 #include <errno.h>
 
 #include "engine/consumer_internal.h"
@@ -67,6 +72,24 @@ stopped_at(const tsock_consumer *c)
     return c->leave_returned_ns + (uint64_t)c->grace_ms * 1000000u + 2 * c->leave_step_max_ns;
 }
 
+/* When a consumer that read nothing of its epoch counts as idle (0: never). */
+static uint64_t
+unread_idle_at(const tsock_consumer *c)
+{
+    if (!c->ready_to_read || c->phase != TSOCK__PHASE_ACTIVE || c->between_epochs ||
+        c->terminal_error || c->plan.done != 0 || c->building || c->waiting_since != 0 ||
+        tsock__group_member(c))
+        return 0;
+    return c->idle_since_ns + (uint64_t)c->grace_ms * 1000000u;
+}
+
+int
+tsock__leave_unread_due(const tsock_consumer *c, uint64_t now)
+{
+    uint64_t at = unread_idle_at(c);
+    return at != 0 && now >= at;
+}
+
 int
 tsock__leave_due(const tsock_consumer *c, uint64_t now)
 {
@@ -84,6 +107,8 @@ int
 tsock__leave_wait_ms(const tsock_consumer *c, uint64_t now)
 {
     uint64_t at = stopped_at(c);
+    if (at == 0)
+        at = unread_idle_at(c);
     if (at == 0)
         return -1;
     return at <= now ? 0 : (int)((at - now) / 1000000u) + 1;
@@ -117,6 +142,7 @@ tsock__leave_note_call(tsock_consumer *c, uint64_t now)
 void
 tsock__leave_note_return(tsock_consumer *c, const tsock_batch *b, uint64_t now)
 {
+    c->idle_since_ns = now;
     if (!b)
         return;
     if (b->epoch_end) {

@@ -378,7 +378,7 @@ pause_if_lingering(tsock_consumer *c, uint64_t now)
     }
     if (c->phase != TSOCK__PHASE_ACTIVE || c->terminal_error || tsock__group_member(c))
         return;
-    if (!c->between_epochs) {
+    if (!c->between_epochs && !tsock__leave_unread_due(c, now)) {
         if (tsock__leave_due(c, now)) { /* stopped reading mid-epoch (consumer_leave.c) */
             tsock__consumer_drop_queue(c);
             c->phase = TSOCK__PHASE_PAUSED;
@@ -387,7 +387,7 @@ pause_if_lingering(tsock_consumer *c, uint64_t now)
         }
         return;
     }
-    if (now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
+    if (c->between_epochs && now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
         return;
     tsock__consumer_drop_queue(c);
     c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */
