@@ -196,3 +196,24 @@ def test_producer_log_names_a_lost_consumer(tsock, programs, procs, endpoint):
     assert lines and all(f"pid {victim.pid}" in line for line in lines), err
     assert any("gone" in line or "timed out" in line for line in lines), err
     assert "No route to host" not in err, err
+
+
+def test_example_normalises_as_the_presets_do(tsock):
+    """examples/python/train.py's to_model_input: a uint8 NHWC batch becomes what torchvision's
+    presets make of it (ToTensor + Normalize with ImageNet's statistics); a converted
+    producer's float NCHW batch is used as it is. The docs' snippet is the same expression."""
+    import importlib.util
+    import os
+    torch = pytest.importorskip("torch")
+    transforms = pytest.importorskip("torchvision.transforms")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python", "train.py")
+    spec = importlib.util.spec_from_file_location("example_train", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    batch = torch.randint(0, 256, (4, 6, 5, 3), dtype=torch.uint8)
+    preset = transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    expect = torch.stack([preset(img.permute(2, 0, 1).float() / 255) for img in batch])
+    got = example.to_model_input(batch, "cpu")
+    assert got.shape == (4, 3, 6, 5) and torch.allclose(got, expect, atol=1e-6)
+    assert example.to_model_input(expect, "cpu") is expect or torch.equal(
+        example.to_model_input(expect, "cpu"), expect)
