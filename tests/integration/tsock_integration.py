@@ -297,6 +297,23 @@ def test_three_consumers(env):
         check(not shm_exists(obj), f"{obj[0]} left behind")
 
 
+def test_host_ring_converted(env):
+    """--output float16 --layout nchw --normalize on a host ring (no GPU): the producer converts
+    once for every consumer; tsock-consume --normalize checks every element of every batch
+    against that conversion of the synthetic bytes. Before, the producer refused the flags
+    without --device cuda."""
+    prod = env.producer("--wait-consumers", "2", "--epochs", "2", "--output", "float16",
+                        "--layout", "nchw", "--normalize")
+    cons = [env.consumer("--epochs", "2", "--normalize", "--delay-ms", str(d),
+                         name=f"converted-{d}") for d in (0, 1)]
+    for c in cons:
+        rc = c.wait(60)
+        res = c.json()
+        check(rc == 0, f"{c.name} exit code {rc}")
+        check_clean(res, c.name, 2)
+    check(prod.wait(20) == 0, "producer exit code")
+
+
 def test_kill_consumer(env):
     stats = env.path("stats.json")
     # 4 slots, 192 batches: the producer can only finish if the dead consumer's slots come back.
@@ -485,10 +502,11 @@ def test_bad_options(env):
         ([P, "--dataset", "synthetic", "--endpoint"], "--endpoint"),
         ([P, "--dataset", "synthetic", "--endpoint", ""], "--endpoint"),
         # Each GPU-only option named as given (--output uint8 used to be called --layout).
-        ([P, "--dataset", "synthetic", "--output", "uint8"], "--output:"),
-        ([P, "--dataset", "synthetic", "--output", "float32"], "--output:"),
-        ([P, "--dataset", "synthetic", "--layout", "nchw"], "--layout:"),
-        ([P, "--dataset", "synthetic", "--normalize"], "--normalize:"),
+        # A host ring converts too (no --device needed): bad values are what is refused.
+        ([P, "--dataset", "synthetic", "--output", "int8"], "--output"),
+        ([P, "--dataset", "synthetic", "--layout", "chw"], "--layout"),
+        ([P, "--dataset", "synthetic", "--output", "uint8", "--normalize"], "--normalize"),
+        ([P, "--dataset", "synthetic", "--normalize=1e39,0,0,1,1,1"], "--normalize"),
         # Values that are finite doubles but not usable floats, or that overflow the output.
         ([P, "--dataset", "synthetic", "--device", "cuda", "--normalize=1e39,0,0,1,1,1"],
          "--normalize"),
@@ -1034,6 +1052,7 @@ def test_producer_restart_reconnect_late(env):
 
 TESTS = {
     "three_consumers": test_three_consumers,
+    "host_ring_converted": test_host_ring_converted,
     "kill_consumer": test_kill_consumer,
     "stopped_consumer": test_stopped_consumer,
     "kill_producer": test_kill_producer,
