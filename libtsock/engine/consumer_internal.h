@@ -17,6 +17,11 @@
  *                       restored epoch's plan (called by the resume path and the reader;
  *                       calls none of them; saving a rank first asks the reader to read past
  *                       the rest of its group's step)
+ *   consumer_leave.c    leaving an epoch early: pausing a consumer that stopped reading,
+ *                       re-arming the epoch's filter at RESUMED, tsock_consumer_pause and
+ *                       _end_epoch (called by the API, the service and the resume path;
+ *                       calls the slots and the group only)
+ *   consumer_classes.c  the producer's class names from WELCOME (calls nothing)
  *   batch.c             the public tsock_batch accessors
  *
  * Two threads touch a consumer: the caller's (next, release) and the service thread, which
