@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/shm/shm.h"
 #include "core/core.h"
+#include "core/parallel.h"
 
 struct shm_ring {
     struct tsock__slot_memory base;
@@ -111,14 +112,34 @@ shm_fill_pointer(struct tsock__slot_memory *m, uint32_t slot, uint8_t **base)
     return 0;
 }
 
+/* One sample of a batch being converted (tsock__parallel_for's item). */
+struct convert_job {
+    const struct tsock__convert_plan *plan;
+    const uint8_t *in;
+    uint8_t *out;
+};
+
+static void
+convert_sample(void *ctx, size_t item, char *scratch)
+{
+    const struct convert_job *job = ctx;
+    (void)scratch;
+    tsock__convert_ref_range(job->plan, job->in, job->out, (uint32_t)item, 1);
+}
+
 static int
 shm_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t samples)
 {
     struct shm_ring *r = (struct shm_ring *)m;
-    if (r->staging) /* converted once here, for every consumer */
-        tsock__convert_ref(r->plan, r->staging + (size_t)slot * r->stage_stride,
-                           r->region.base + (size_t)slot * r->stride, samples);
-    return 0; /* otherwise the caller wrote the slot itself: it is readable as it is */
+    if (!r->staging)
+        return 0; /* the caller wrote the slot itself: it is readable as it is */
+    /* Converted once here, for every consumer, a sample per item on every CPU: one thread
+     * converting 224-pixel float32 batches would be slower than the decode workers. */
+    struct convert_job job = {r->plan, r->staging + (size_t)slot * r->stage_stride,
+                              r->region.base + (size_t)slot * r->stride};
+    if (tsock__parallel_for(0, samples, 1, convert_sample, &job) < 0)
+        tsock__convert_ref(r->plan, job.in, job.out, samples); /* no thread had memory */
+    return 0;
 }
 
 static void
