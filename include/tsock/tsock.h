@@ -531,7 +531,10 @@ TSOCK_API int tsock_consumer_set_group_timeout(tsock_consumer *c, uint32_t timeo
  * next batch within `grace_ms` goes on where it was (no sample is skipped). One that waits
  * longer (validation, checkpointing) is paused: it gives back every slot it holds or was sent,
  * so it slows nobody, and its next call rejoins the stream at the current position with a
- * fresh, exact epoch. Default 100 ms; 0 pauses at once. TSOCK_E_STATE after start. */
+ * fresh, exact epoch. Default 100 ms; 0 pauses at once. The same grace applies to a consumer
+ * that has read nothing of its epoch yet (after start) and to one that stops reading in the
+ * middle of an epoch (plus twice its slowest step: see tsock_consumer_pause below). Batches the
+ * caller holds are never taken back. TSOCK_E_STATE after start. */
 TSOCK_API int tsock_consumer_set_epoch_grace(tsock_consumer *c, int grace_ms);
 
 /* Leaving an epoch early (docs/semantics.md, "Leaving an epoch early"). A consumer that stops
