@@ -34,8 +34,8 @@ def test_dataset_batch_size_drop_last_sampler(tsock, programs, procs, endpoint):
 
 def test_torch_only_arguments_warned_once_and_ignored(tsock, programs, procs, endpoint,
                                                       monkeypatch):
-    import tsock.consumer as consumer_module
-    monkeypatch.setattr(consumer_module, "_warned_args", set())
+    import tsock._dropin as dropin
+    monkeypatch.setattr(dropin, "_warned_args", set())
     start_producer(programs, procs, endpoint, batch_size=10, samples=30, epochs=0)
     args = dict(num_workers=8, pin_memory=True, shuffle=True, sampler=object(),
                 prefetch_factor=4, persistent_workers=True)
