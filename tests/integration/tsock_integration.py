@@ -560,6 +560,9 @@ def test_bad_options(env):
     res = json.loads(lines[-1])
     check(res["error"] and res["error_code"] == -ETIMEDOUT,
           f"consumer without producer: error {res['error_code']} {res['error']!r}")
+    # It names the endpoint and what to start, not a bare "Connection timed out".
+    check(env.ipc in r.stderr and "tsock-producer" in r.stderr,
+          f"consumer without producer: {r.stderr!r}")
 
 
 def test_stats_json_busy(env):
