@@ -120,6 +120,9 @@ tsock__leave_on_resumed(tsock_consumer *c)
     if (!c->left_mid_epoch)
         return;
     c->left_mid_epoch = 0;
+    /* The epoch was cut meanwhile (a reconnect): the next one starts fresh, nothing to skip. */
+    if (c->plan.done == 0 || c->delivered_epoch != c->plan.epoch)
+        return;
     /* The restored-epoch filter of consumer_resume.c, over the ids delivered so far. */
     c->restore.epoch = c->plan.epoch;
     c->resuming = 1;
