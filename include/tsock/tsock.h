@@ -544,10 +544,10 @@ TSOCK_API int tsock_consumer_set_epoch_grace(tsock_consumer *c, int grace_ms);
  * next goes on with the same epoch: exactly the samples of that epoch it had not received
  * (epoch number and batch index continue), gathered from the stream as it passes, then normal
  * exact epochs. The library pauses a consumer on its own once it has not called next for the
- * epoch grace plus twice its slowest step of the epoch so far (time between one batch's return
- * and the next call), so that a consumer whose steps are merely slow is not paused between
- * two of them; tsock_consumer_pause says so at once (the pause is done on return; PAUSE goes to
- * the producer right after).
+ * epoch grace plus twice its slowest step so far (time between one batch's return and the next
+ * call; halved at each epoch's end), so that a consumer whose steps are merely slow is not paused
+ * between two of them; tsock_consumer_pause says so at once (the pause is done on return; PAUSE
+ * goes to the producer right after).
  *
  * Mid-epoch pauses need the sample ids of each batch (4 bytes a sample in each BATCH message,
  * and a bitmap of the epoch's ids, n/8 bytes): a consumer asks the producer for them whenever

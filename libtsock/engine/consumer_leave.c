@@ -14,9 +14,9 @@
  * never pauses mid-epoch.
  *
  * When is a consumer "stopped" rather than slow? The library cannot know; it waits for the
- * epoch grace plus twice the slowest step of the epoch so far, so a job whose training steps
- * take 300 ms is not paused between two of them, and tsock_consumer_pause lets a caller that
- * knows (Python's loop left by break) say so at once.
+ * epoch grace plus twice the slowest step so far (halved at each epoch's end), so a job whose
+ * training steps take 300 ms is not paused between two of them, and tsock_consumer_pause lets a
+ * caller that knows (Python's loop left by break) say so at once.
  *
  * A job that connected and has not read anything of its epoch yet (a training script creates
  * its eval loader at the start and reads it only after a training epoch) holds what was sent
@@ -150,7 +150,9 @@ tsock__leave_note_return(tsock_consumer *c, const tsock_batch *b, uint64_t now)
         return;
     if (b->epoch_end) {
         c->leave_returned_ns = 0; /* between epochs: the epoch grace applies */
-        c->leave_step_max_ns = 0;
+        /* The next epoch's steps start from half of this one's slowest, not from nothing: a
+         * slow first step (warm-up) must not pause a job, while one stall long ago fades. */
+        c->leave_step_max_ns /= 2;
         return;
     }
     c->leave_returned_ns = now;
