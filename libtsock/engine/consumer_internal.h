@@ -190,7 +190,7 @@ struct tsock_consumer {
     int pause_unsent;   /* paused by the caller: the service thread sends PAUSE */
     int left_mid_epoch; /* paused inside an epoch: RESUMED arms the epoch's filter */
     uint64_t leave_returned_ns; /* when next last returned a batch (0: none in this epoch) */
-    uint64_t leave_step_max_ns; /* the slowest step of the epoch so far */
+    uint64_t leave_step_max_ns; /* the slowest step so far, halved at each epoch end */
     uint64_t idle_since_ns;     /* when next last returned (or start): for a job not reading */
 };
 
