@@ -62,12 +62,14 @@ usage(FILE *f)
             "  --samples N                samples in the synthetic dataset (default 4096)\n"
             "\n"
             "%s"
-            "GPU (a CUDA build on a machine with an NVIDIA GPU):\n"
+            "Where the ring lives, and what consumers see (converted once, for every job):\n"
             "  --device cpu|cuda[:N]      keep the ring in host shared memory (default) or in\n"
-            "                             the memory of GPU N; consumers use it in place\n"
+            "                             the memory of GPU N (a CUDA build with an NVIDIA GPU);\n"
+            "                             consumers use it in place\n"
             "  --output uint8|float16|float32\n"
             "                             the image dtype consumers see, converted once on the\n"
-            "                             GPU (default uint8: a quarter of the bytes of float32)\n"
+            "                             GPU, or on the CPU at publish for a host ring\n"
+            "                             (default uint8: a quarter of the bytes of float32)\n"
             "  --layout nhwc|nchw         the image layout consumers see (default nhwc)\n"
             "  --normalize[=M1,M2,M3,S1,S2,S3]\n"
             "                             (x/255 - mean) / std per channel, ImageNet's mean and\n"
@@ -79,7 +81,8 @@ usage(FILE *f)
             "                             default: the per-user ipc endpoint\n"
             "  --batch-size N             samples per batch (default 64)\n"
             "  --slots N                  slots in the ring, 2 or more (default 8)\n"
-            "  --epochs N                 epochs to serve, 0 = forever (default 1)\n"
+            "  --epochs N                 epochs to serve, 0 = until stopped (default 0: a\n"
+            "                             producer beside training jobs serves them all)\n"
             "  --seed N                   seed of the shuffle and augmentations (default 0)\n"
             "  --nodes N                  one producer per node: serve only this node's share\n"
             "                             of the dataset, the same split on every node for the\n"
@@ -214,7 +217,6 @@ static const struct option longopts[] = {
 struct seen {
     int nodes, node_rank;   /* --nodes, --node-rank given */
     const char *image_only; /* an option of the image datasets */
-    const char *gpu_only;   /* the first of --output, --layout, --normalize */
     int samples, image_size;
 };
 
@@ -440,17 +442,12 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
     case OPT_OUTPUT:
         cfg->output_dtype = output_dtypes[parse_choice("output", arg, outputs)];
         cfg->convert = 1;
-        seen->gpu_only = seen->gpu_only ? seen->gpu_only : "--output";
         break;
     case OPT_LAYOUT:
         cfg->layout = parse_choice("layout", arg, layouts) ? TSOCK_NCHW : TSOCK_NHWC;
         cfg->convert = 1;
-        seen->gpu_only = seen->gpu_only ? seen->gpu_only : "--layout";
         break;
-    case OPT_NORMALIZE:
-        parse_normalize(arg, cfg);
-        seen->gpu_only = seen->gpu_only ? seen->gpu_only : "--normalize";
-        break;
+    case OPT_NORMALIZE: parse_normalize(arg, cfg); break;
     case 'q':
     case OPT_QUIET: cfg->quiet = 1; break;
     case 'v':
@@ -538,9 +535,6 @@ check_combination(struct config *cfg, const struct seen *seen)
         cli_bad_usage("--decoder gpu: %s runs on the CPU workers, after a CPU decode; use "
                       "--decoder cpu (the default) with it",
                       augment_options_cpu_only(&cfg->augment));
-    if (seen->gpu_only && cfg->device < 0)
-        cli_bad_usage("%s: converting images is done on the GPU; add --device cuda",
-                      seen->gpu_only);
     if (cfg->normalize && cfg->convert && cfg->output_dtype == TSOCK_UINT8)
         cli_bad_usage("--normalize: needs --output float16 or float32 (normalised values are "
                       "not bytes)");
@@ -650,7 +644,7 @@ parse_options(int argc, char **argv, struct config *cfg)
                            .slots = 8,
                            .samples = 4096,
                            .image_size = 224,
-                           .epochs = 1,
+                           .epochs = 0, /* until stopped: a job's epoch count is its own */
                            .io_mode = TSOCK_READ_AUTO,
                            .io_depth = 64,
                            .flip = 1,

@@ -1202,7 +1202,7 @@ main(int argc, char **argv)
     int error_code = 0;
     const char *error = NULL;
     const char *failed_call = NULL;
-    char why[160] = "";
+    char why[320] = "";
     struct tensors tens = {0};
     int have_tensors = 0;
     tsock_consumer *c = NULL;
@@ -1236,6 +1236,22 @@ main(int argc, char **argv)
     rc = tsock_consumer_start(c, (int)cfg.connect_timeout_ms);
     if (rc == TSOCK_E_CANCELLED && g_signal)
         goto out; /* interrupted while waiting for the producer */
+    if (rc == -ETIMEDOUT) {
+        /* Name the endpoint and what to start, not the socket's errno. */
+        char dflt[256] = "";
+        const char *where = cfg.endpoint;
+        if (!where && tsock_default_endpoint(dflt, sizeof dflt) >= 0)
+            where = dflt;
+        snprintf(why, sizeof(why),
+                 "no tsock producer answered at %s within %" PRId64 " ms: start one there "
+                 "(tsock-producer --dataset ... --endpoint %s) or check --endpoint",
+                 where ? where : "the default endpoint", (int64_t)cfg.connect_timeout_ms,
+                 where ? where : "...");
+        failed_call = "tsock_consumer_start";
+        error_code = rc; /* the JSON's code stays -ETIMEDOUT; the message says what to do */
+        error = why;
+        goto out;
+    }
     if (rc < 0) {
         failed_call = "tsock_consumer_start";
         error_code = rc;
@@ -1362,7 +1378,8 @@ out:;
         error = why;
     }
     if (error_code != 0) {
-        error = tsock_strerror(error_code);
+        if (!error) /* a call's failure, unless a sentence says more (no producer) */
+            error = tsock_strerror(error_code);
         fprintf(stderr, PROG ": %s: %s\n", failed_call, error);
         exit_code = 1;
     } else if (g_signal) {

@@ -155,16 +155,15 @@ make_layout(const struct config *cfg, tsock_pipeline *pl, tsock_layout **out)
     return rc < 0 ? rc : 0;
 }
 
-/* --device, --output, --layout, --normalize: the ring on a GPU, and what the image becomes
- * there (converted once, for every consumer). Returns 0 or the error (reported). */
+/* --device, --output, --layout, --normalize: the ring on a GPU or in host memory, and what the
+ * image becomes there (converted once, for every consumer). Returns 0 or the error (reported). */
 static int
 set_device(const struct config *cfg, tsock_producer *p)
 {
     const char *what = "--device";
     int rc = 0;
-    if (cfg->device < 0)
-        return 0;
-    rc = tsock_producer_set_device(p, cfg->device);
+    if (cfg->device >= 0)
+        rc = tsock_producer_set_device(p, cfg->device);
     if (rc == 0 && cfg->convert) {
         what = "--output/--layout";
         rc = tsock_producer_set_output(p, "image", cfg->output_dtype, cfg->layout);
@@ -189,6 +188,40 @@ set_shard_order(const struct config *cfg, tsock_pipeline *pl, tsock_producer *p,
     if (rc == 0)
         rc = tsock_producer_set_shard_order(p, starts, shards, cfg->shard_window);
     free(starts);
+    return rc;
+}
+
+/* The dataset's class names (a folder dataset's), announced to every consumer: a training
+ * script reads them as loader.dataset.classes. A dataset whose names do not fit in a WELCOME
+ * is served without them, said out loud. Returns 0 or the error (reported). */
+static int
+set_classes(const tsock_pipeline *pl, tsock_producer *p)
+{
+    uint32_t count = pl ? tsock_pipeline_classes(pl) : 0;
+    if (count == 0 || !tsock_pipeline_class_name(pl, 0))
+        return 0;
+    const char **names = calloc(count, sizeof *names);
+    if (!names) {
+        lib_error("class names", -ENOMEM);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < count; i++)
+        names[i] = tsock_pipeline_class_name(pl, i);
+    int rc = tsock_producer_set_classes(p, count, names);
+    free(names);
+    if (rc == -E2BIG || rc == -EINVAL) {
+        fprintf(stderr,
+                "tsock-producer: warning: the %u class names are not announced to consumers "
+                "(%s); labels stay 0..%u\n",
+                count,
+                rc == -E2BIG ? "more than 32768 bytes"
+                             : "a name longer than 255 bytes or with "
+                               "a control character",
+                count - 1);
+        return 0;
+    }
+    if (rc < 0)
+        lib_error("tsock_producer_set_classes", rc);
     return rc;
 }
 
@@ -223,6 +256,10 @@ start_producer(const struct config *cfg, tsock_pipeline *pl, uint64_t samples, t
     if (rc == 0 && cfg->insecure_open_to_network) {
         what = "--insecure-open-to-network";
         rc = tsock_producer_set_insecure(p, 1);
+    }
+    if (rc == 0 && (rc = set_classes(pl, p)) < 0) {
+        tsock_producer_destroy(p);
+        return rc;
     }
     if (rc == 0 && (rc = set_device(cfg, p)) < 0) {
         tsock_producer_destroy(p);

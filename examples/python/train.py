@@ -16,6 +16,11 @@ training job on the machine reads it zero-copy from shared memory:
 
     python3 examples/python/train.py --loader torch            # the same data, no tsock
 
+Images reach the model as torchvision's classification presets give them: float32 NCHW,
+normalised with ImageNet's mean and std (to_model_input). A uint8 producer's batches (and the
+torch loader's) are converted by each job; a producer started with --output float32 --layout
+nchw --normalize has converted them once for every job, and they are used as they are.
+
 Prints images/s per epoch and overall (and one JSON object with --json). examples/python/
 launch.py starts a producer and several of these jobs at once.
 """
@@ -79,6 +84,24 @@ def make_batch_mix(args, classes=1000):
     return mixes[0] if len(mixes) == 1 else v2.RandomChoice(mixes)
 
 
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def to_model_input(x, device):
+    """What torchvision's presets give a model (PILToTensor, ConvertImageDtype(float),
+    Normalize(ImageNet's mean and std)), from either kind of batch: uint8 NHWC (a uint8
+    producer, or the torch loader) is converted here, into a new tensor (tsock batches are
+    read-only views, never modified in place); float NCHW from a producer started with
+    --output float32 --layout nchw --normalize is that already."""
+    x = x.to(device, non_blocking=True)
+    if x.dtype != torch.uint8:
+        return x
+    mean = torch.tensor(IMAGENET_MEAN, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD, device=x.device).view(1, 3, 1, 1)
+    return x.permute(0, 3, 1, 2).float().div(255.0).sub(mean).div(std)
+
+
 class SmallCNN(nn.Module):
     def __init__(self, classes=1000):
         super().__init__()
@@ -128,9 +151,7 @@ def main():
         images = 0
         loss_sum = 0.0
         for x, y in loader:
-            # A new tensor: tsock batches are read-only views of shared memory, never modified
-            # in place (the permute/float/div here make a copy, as any normalisation does).
-            x = x.to(args.device, non_blocking=True).permute(0, 3, 1, 2).float().div(255.0)
+            x = to_model_input(x, args.device)
             y = y.to(args.device, non_blocking=True)
             if mix is not None:
                 x, y = mix(x, y)  # y becomes soft labels [B, classes]; CrossEntropyLoss takes them

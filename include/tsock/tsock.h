@@ -260,6 +260,15 @@ TSOCK_API int tsock_producer_set_nodes(tsock_producer *p, uint32_t nodes, uint32
 TSOCK_API int tsock_producer_set_shard_order(tsock_producer *p, const uint64_t *starts,
                                              uint32_t shards, uint32_t window);
 
+/* The dataset's class names, label i named names[i] (ImageFolder's: the folder names sorted),
+ * announced to every consumer in its WELCOME (tsock_consumer_class_name; Python's
+ * loader.dataset.classes). `count` names of 1..255 bytes each, no control characters, copied;
+ * count 0 clears them. Caller's thread, before start. Returns 0, -EINVAL (a NULL or bad name),
+ * -E2BIG (the names take more than 32768 bytes with a NUL each: consumers then get none, and
+ * the caller should say so), -ENOMEM, or TSOCK_E_STATE after start. */
+TSOCK_API int tsock_producer_set_classes(tsock_producer *p, uint32_t count,
+                                         const char *const *names);
+
 /* ---- the ring on a GPU (CUDA backend) ---- */
 
 /* The number of CUDA devices this process sees, TSOCK_E_NO_DEVICE when there is none (no
@@ -303,17 +312,19 @@ typedef enum tsock_image_layout {
 } tsock_image_layout;
 
 /* Converts tensor `tensor` (NULL: "image"), a uint8 [height, width, channels] tensor with 1..4
- * channels, once on the GPU for every consumer: to `dtype` (TSOCK_UINT8, TSOCK_FLOAT16 or
- * TSOCK_FLOAT32) in `layout` (TSOCK_NHWC or TSOCK_NCHW). Floats are x / 255 unless
+ * channels, once for every consumer: to `dtype` (TSOCK_UINT8, TSOCK_FLOAT16 or TSOCK_FLOAT32)
+ * in `layout` (TSOCK_NHWC or TSOCK_NCHW). Floats are x / 255 unless
  * tsock_producer_set_normalize is also called. The caller keeps filling the tensor as uint8
- * NHWC; consumers see the converted dtype and shape. Needs a CUDA ring
- * (tsock_producer_set_device): start fails with -ENOTSUP on a host ring, and with -EINVAL
- * (logged) when the tensor is missing or not of that shape. Returns 0, -EINVAL (bad dtype or
+ * NHWC (in staging memory that tsock_slot_data points to); consumers see the converted dtype
+ * and shape. On a CUDA ring (tsock_producer_set_device) the GPU converts; on a host ring
+ * tsock_producer_publish converts on the caller's thread, with the same bytes (the GPU
+ * kernel's C reference). Start fails with -EINVAL (logged) when the tensor is missing or not
+ * of that shape. Returns 0, -EINVAL (bad dtype or
  * layout, another tensor already named by a conversion setter) or TSOCK_E_STATE after start. */
 TSOCK_API int tsock_producer_set_output(tsock_producer *p, const char *tensor, int dtype,
                                         int layout);
 
-/* Normalises tensor `tensor` (NULL: "image") on the GPU as torchvision's Normalize after
+/* Normalises tensor `tensor` (NULL: "image") once, as torchvision's Normalize after
  * ToTensor: y = (x / 255 - mean[c]) / std[c] for channel c, computed in float as one fused
  * multiply-add. `mean` and `std` hold `channels` values (copied; channels must equal the
  * tensor's); both NULL (with channels 0 or 3) means ImageNet's, mean (0.485, 0.456, 0.406) and
@@ -559,8 +570,46 @@ TSOCK_API int tsock_consumer_set_group_timeout(tsock_consumer *c, uint32_t timeo
  * next batch within `grace_ms` goes on where it was (no sample is skipped). One that waits
  * longer (validation, checkpointing) is paused: it gives back every slot it holds or was sent,
  * so it slows nobody, and its next call rejoins the stream at the current position with a
- * fresh, exact epoch. Default 100 ms; 0 pauses at once. TSOCK_E_STATE after start. */
+ * fresh, exact epoch. Default 100 ms; 0 pauses at once. The same grace applies to a consumer
+ * that has read nothing of its epoch yet (after start) and to one that stops reading in the
+ * middle of an epoch (plus twice its slowest step: see tsock_consumer_pause below). Batches the
+ * caller holds are never taken back. TSOCK_E_STATE after start. */
 TSOCK_API int tsock_consumer_set_epoch_grace(tsock_consumer *c, int grace_ms);
+
+/* Leaving an epoch early (docs/semantics.md, "Leaving an epoch early"). A consumer that stops
+ * calling next in the middle of an epoch (a step limit, then validation) is paused as it is
+ * between epochs: the batches announced to it and not yet taken go back to the producer, which
+ * from then on gives it nothing, so the other consumers never wait for it. Its next call of
+ * next goes on with the same epoch: exactly the samples of that epoch it had not received
+ * (epoch number and batch index continue), gathered from the stream as it passes, then normal
+ * exact epochs. The library pauses a consumer on its own once it has not called next for the
+ * epoch grace plus twice its slowest step so far (time between one batch's return and the next
+ * call; halved at each epoch's end), so that a consumer whose steps are merely slow is not paused
+ * between two of them; tsock_consumer_pause says so at once (the pause is done on return; PAUSE
+ * goes to the producer right after).
+ *
+ * Mid-epoch pauses need the sample ids of each batch (4 bytes a sample in each BATCH message,
+ * and a bitmap of the epoch's ids, n/8 bytes): a consumer asks the producer for them whenever
+ * it can use them, that is for a solo consumer of a producer with a sampler whose batches hold
+ * at most 16370 samples. A rank of a group (its ranks share one epoch) and a consumer of a
+ * producer in free mode keep the batches sent to them until they read them, as before.
+ *
+ * tsock_consumer_pause: the caller will not read for a while; pause now, mid-epoch or between
+ * epochs (the epoch grace is not waited for). Nothing the caller holds is released: release
+ * held batches as usual. Any thread but a signal handler. Returns 0 (also when paused already);
+ * TSOCK_E_STATE before start; -ENOTSUP mid-epoch for a consumer that cannot pause there (above);
+ * -EBUSY mid-epoch while a batch is half gathered (a next that timed out: call next again). */
+TSOCK_API int tsock_consumer_pause(tsock_consumer *c);
+
+/* Gives up the rest of the current epoch: the next batch starts the next epoch (its number one
+ * more, its index 0), a fresh exact epoch from wherever the stream is then, as after a pause
+ * between epochs. What torch's DataLoader does when a new iterator replaces one left by break
+ * (Python's tsock.DataLoader calls it there). The consumer is paused until its next call of
+ * next, which rejoins the stream. Nothing the caller holds is released. Any thread but a
+ * signal handler. Returns 0 (also at an epoch's boundary, where there is nothing to give up);
+ * TSOCK_E_STATE before start; -ENOTSUP for a rank of a group or a producer in free mode;
+ * -EBUSY while a batch is half gathered (a next that timed out). */
+TSOCK_API int tsock_consumer_end_epoch(tsock_consumer *c);
 
 /* When the producer dies or stops, wait up to `timeout_ms` for a producer to come back on the
  * same endpoint and go on with the next epoch there, instead of failing. An epoch cut short by
@@ -704,6 +753,15 @@ TSOCK_API uint64_t tsock_consumer_batches_per_epoch(const tsock_consumer *c);
  * any thread. Returns 0, -EINVAL (c NULL), or TSOCK_E_STATE before a successful start. */
 TSOCK_API int tsock_consumer_node_split(const tsock_consumer *c, uint32_t *nodes,
                                         uint32_t *node_rank, uint64_t *dataset);
+/* Once next returned TSOCK_E_END: the whole epochs the producer published before its stream
+ * ended (tsock-producer --epochs N serves N; 0, its default, serves until stopped), which the
+ * consumer also logs. 0 before the end, or for NULL. Any thread. */
+TSOCK_API uint64_t tsock_consumer_stream_epochs(const tsock_consumer *c);
+/* The producer's class names (tsock_producer_set_classes), after start: how many (0 when it
+ * announced none), and the name of label `label` (NUL-terminated, owned by the consumer and
+ * valid until it is destroyed or reconnects; NULL out of range). Any thread. */
+TSOCK_API uint32_t tsock_consumer_classes(const tsock_consumer *c);
+TSOCK_API const char *tsock_consumer_class_name(const tsock_consumer *c, uint32_t label);
 
 /* Releases every held batch, says goodbye to the producer, unmaps the ring and frees the
  * consumer. NULL does nothing. Before the goodbye (after which the producer refills the slots)

@@ -125,20 +125,27 @@ tsock__convert_plan_make(const struct tsock__convert_request *req, const tsock_l
 }
 
 void
-tsock__convert_ref(const struct tsock__convert_plan *cv, const uint8_t *in_slot, uint8_t *out_slot,
-                   uint32_t samples)
+tsock__convert_ref_range(const struct tsock__convert_plan *cv, const uint8_t *in_slot,
+                         uint8_t *out_slot, uint32_t first, uint32_t count)
 {
     for (int t = 0; t < cv->tensor_count; t++) {
-        const uint8_t *in = in_slot + cv->in_offset[t];
-        uint8_t *out = out_slot + cv->out_offset[t];
+        const uint8_t *in = in_slot + cv->in_offset[t] + cv->in_sample_bytes[t] * first;
+        uint8_t *out = out_slot + cv->out_offset[t] + cv->out_sample_bytes[t] * first;
         if (t != cv->tensor) {
-            memcpy(out, in, cv->in_sample_bytes[t] * samples);
+            memcpy(out, in, cv->in_sample_bytes[t] * count);
             continue;
         }
         uint32_t elements = cv->height * cv->width * cv->channels;
-        for (uint32_t s = 0; s < samples; s++)
+        for (uint32_t s = 0; s < count; s++)
             for (uint32_t i = 0; i < elements; i++)
                 tsock__convert_element(cv, in + (size_t)s * cv->in_sample_bytes[t],
                                        out + (size_t)s * cv->out_sample_bytes[t], i);
     }
+}
+
+void
+tsock__convert_ref(const struct tsock__convert_plan *cv, const uint8_t *in_slot, uint8_t *out_slot,
+                   uint32_t samples)
+{
+    tsock__convert_ref_range(cv, in_slot, out_slot, 0, samples);
 }

@@ -63,6 +63,10 @@ int tsock__convert_plan_make(const struct tsock__convert_request *req, const tso
  * CPU, exactly as the kernel does on the GPU. */
 void tsock__convert_ref(const struct tsock__convert_plan *cv, const uint8_t *in_slot,
                         uint8_t *out_slot, uint32_t samples);
+/* The same for samples first..first+count-1 only (each sample's bytes are those of the whole
+ * call): a host ring converts its samples on several threads. */
+void tsock__convert_ref_range(const struct tsock__convert_plan *cv, const uint8_t *in_slot,
+                              uint8_t *out_slot, uint32_t first, uint32_t count);
 
 /* float -> IEEE binary16 bits, rounded to nearest, ties to even; NaN stays NaN, overflow gives
  * infinity, tiny values become subnormals or zero. */

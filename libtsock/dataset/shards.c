@@ -30,9 +30,14 @@ names_add(struct names *l, const char *s, size_t len)
         return -E2BIG;
     if (tsock__array_grow((void **)&l->v, &l->cap, l->n, sizeof *l->v) != 0)
         return -ENOMEM;
-    if (!(l->v[l->n] = strndup(s, len)))
+    /* Not strndup: `s` is a span of a buffer that need not be NUL-terminated (an info file's
+     * text), and strndup may look for the NUL past `len` (ASan's strict_string_checks). */
+    char *copy = malloc(len + 1);
+    if (!copy)
         return -ENOMEM;
-    l->n++;
+    memcpy(copy, s, len);
+    copy[len] = '\0';
+    l->v[l->n++] = copy;
     return 0;
 }
 

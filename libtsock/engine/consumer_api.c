@@ -184,6 +184,7 @@ tsock_consumer_start(tsock_consumer *c, int timeout_ms)
     tsock__resume_start(c);
     pthread_mutex_unlock(&c->mu);
     c->ready_to_read = 1;
+    c->idle_since_ns = tsock__now_ns(); /* a job that never reads is paused (consumer_leave.c) */
     return 0;
 }
 
@@ -261,6 +262,7 @@ tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch)
     uint64_t started = tsock__now_ns();
     uint64_t deadline = tsock__deadline(timeout_ms);
     pthread_mutex_lock(&c->mu);
+    tsock__leave_note_call(c, started);
     c->waiting_since = started;
     int err = c->ready_to_read ? 0 : TSOCK_E_STATE;
     if (err == 0 && tsock__consumer_cancelled(c))
@@ -278,6 +280,7 @@ tsock_consumer_next(tsock_consumer *c, int timeout_ms, tsock_batch **batch)
             break;
     }
     tsock__group_report(c, err);
+    tsock__leave_note_return(c, err == 0 ? *batch : NULL, tsock__now_ns());
     c->stat_wait_ns += tsock__now_ns() - started;
     c->waiting_since = 0;
     pthread_mutex_unlock(&c->mu);
@@ -416,6 +419,17 @@ tsock_consumer_node_split(const tsock_consumer *c, uint32_t *nodes, uint32_t *no
     if (dataset)
         *dataset = c->welcome.dataset;
     return 0;
+}
+
+uint64_t
+tsock_consumer_stream_epochs(const tsock_consumer *c)
+{
+    if (!c)
+        return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&c->mu);
+    uint64_t epochs = c->stream_epochs;
+    pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
+    return epochs;
 }
 
 uint64_t

@@ -17,6 +17,11 @@
  *                       restored epoch's plan (called by the resume path and the reader;
  *                       calls none of them; saving a rank first asks the reader to read past
  *                       the rest of its group's step)
+ *   consumer_leave.c    leaving an epoch early: pausing a consumer that stopped reading,
+ *                       re-arming the epoch's filter at RESUMED, tsock_consumer_pause and
+ *                       _end_epoch (called by the API, the service and the resume path;
+ *                       calls the slots and the group only)
+ *   consumer_classes.c  the producer's class names from WELCOME (calls nothing)
  *   batch.c             the public tsock_batch accessors
  *
  * Two threads touch a consumer: the caller's (next, release) and the service thread, which
@@ -184,6 +189,11 @@ struct tsock_consumer {
     tsock_batch *free_batches, *all_batches;
     uint64_t stat_batches, stat_samples, stat_released, stat_bad, stat_wait_ns, stat_epochs;
     uint64_t waiting_since; /* when the caller's next() began waiting, 0 when not in next */
+    uint64_t stream_epochs; /* epochs the producer served, from its SHUTDOWN END */
+    /* The producer's class names (consumer_classes.c), from the last WELCOME. */
+    char *class_blob;
+    const char **class_names;
+    uint32_t class_count;
     int held_count;
     int held_views; /* of those, views: each keeps a slot of the ring */
 
@@ -200,6 +210,14 @@ struct tsock_consumer {
     /* A rank of a data-parallel group: its state (consumer_group.c); group.name[0] == 0: not
      * one, and the read path never looks further. */
     struct tsock__consumer_group group;
+
+    /* Leaving an epoch early (consumer_leave.c). */
+    int leave_ids;      /* ids asked for (HELLO IDS_IF_ABLE) and sent: mid-epoch pauses work */
+    int pause_unsent;   /* paused by the caller: the service thread sends PAUSE */
+    int left_mid_epoch; /* paused inside an epoch: RESUMED arms the epoch's filter */
+    uint64_t leave_returned_ns; /* when next last returned a batch (0: none in this epoch) */
+    uint64_t leave_step_max_ns; /* the slowest step so far, halved at each epoch end */
+    uint64_t idle_since_ns;     /* when next last returned (or start): for a job not reading */
 };
 
 /* ---- consumer_slots.c (mu held) ---- */
@@ -266,9 +284,11 @@ void tsock__session_free(tsock_consumer *c);
  * layout, batch size, sampler) and sizes the per-slot ids. Returns 0 or a negative code,
  * having logged why. */
 int tsock__resume_on_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w);
-/* Service thread, for an announced BATCH: keeps its sample ids. Returns 0, or -1 when a
- * checkpointing consumer got none or ids outside the dataset (a protocol error). */
-int tsock__resume_on_batch(tsock_consumer *c, const struct tsock__msg_batch *b);
+/* Service thread, for a BATCH before it is announced: 0, or -1 when a consumer that keeps ids
+ * got none or ids outside the dataset (a protocol error: the batch is not announced). */
+int tsock__resume_check_batch(const tsock_consumer *c, const struct tsock__msg_batch *b);
+/* Service thread, for an announced (checked) BATCH: keeps its sample ids. */
+void tsock__resume_on_batch(tsock_consumer *c, const struct tsock__msg_batch *b);
 /* Caller's thread, at start once the epoch plan exists: puts the plan where the restored
  * state left off. */
 void tsock__resume_start(tsock_consumer *c);
@@ -336,6 +356,43 @@ int tsock__group_check_restored(const tsock_consumer *c, const struct tsock__msg
 int tsock__group_describe(tsock_consumer *c, struct tsock__resume_state *s);
 /* Destroy. */
 void tsock__group_resume_free(tsock_consumer *c);
+
+/* ---- consumer_classes.c (mu held) ---- */
+
+/* Service thread, at WELCOME: keeps its class names. Returns 0 or -ENOMEM. */
+int tsock__classes_keep(tsock_consumer *c, const struct tsock__msg_welcome *w);
+/* Destroy (or a new WELCOME): frees them. */
+void tsock__classes_free(tsock_consumer *c);
+
+/* ---- consumer_leave.c (mu held) ---- */
+
+/* Service thread, for the HELLO: ask the producer for sample ids if it can send them. */
+int tsock__leave_wants_ids(const tsock_consumer *c);
+/* Service thread, at WELCOME: whether this producer sends ids (c->leave_ids). */
+int tsock__leave_on_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w);
+/* The consumer keeps the sample ids of its batches (checkpointing, or for leaving early);
+ * inline: it is on every batch's path, and a consumer that does neither goes no further. */
+static inline int
+tsock__ids_tracked(const tsock_consumer *c)
+{
+    return c->checkpointing || c->leave_ids;
+}
+/* Service thread: whether the caller stopped reading mid-epoch and the consumer should pause
+ * now; tsock__leave_paused then records the pause. (tsock_consumer_pause and
+ * tsock_consumer_end_epoch pause on the caller's thread and set pause_unsent.) */
+int tsock__leave_due(const tsock_consumer *c, uint64_t now);
+void tsock__leave_paused(tsock_consumer *c);
+/* Service thread: whether a consumer that has read nothing of its epoch yet (after start, or
+ * after a pause) has not called next for the epoch grace: it pauses as between epochs. */
+int tsock__leave_unread_due(const tsock_consumer *c, uint64_t now);
+/* Service thread: milliseconds until tsock__leave_due or _unread_due may hold (-1: not while
+ * things stay). */
+int tsock__leave_wait_ms(const tsock_consumer *c, uint64_t now);
+/* Service thread, at RESUMED: a consumer paused mid-epoch takes the rest of that epoch. */
+void tsock__leave_on_resumed(tsock_consumer *c);
+/* Caller's thread, in next: its call, and the batch it returns (NULL: none). */
+void tsock__leave_note_call(tsock_consumer *c, uint64_t now);
+void tsock__leave_note_return(tsock_consumer *c, const tsock_batch *b, uint64_t now);
 
 /* ---- consumer_read.c (mu held) ---- */
 

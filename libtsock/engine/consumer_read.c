@@ -172,7 +172,7 @@ take_from_head(tsock_consumer *c, tsock_batch *b, uint32_t n)
     /* In free mode the producer's epoch marks end the consumer's epochs; with a sampler only
      * the consumer's own window does. */
     b->free_end = c->plan.n == 0 && (h->flags & TSOCK__BATCH_EPOCH_END) && n == available;
-    if (c->checkpointing)
+    if (tsock__ids_tracked(c))
         tsock__resume_note_taken(c, h, offset, n);
     tsock__consumer_take(c, n, b->view);
     return (int)n;
@@ -212,7 +212,7 @@ begin_batch(tsock_consumer *c, uint32_t want, uint32_t usable)
     b->free_end = 0;
     b->view_slot = UINT32_MAX;
     b->view = usable >= want || (c->plan.n == 0 && (h->flags & TSOCK__BATCH_EPOCH_END));
-    if (c->checkpointing)
+    if (tsock__ids_tracked(c))
         tsock__resume_begin(c);
     if (!b->view) {
         int err = reserve_gather(c, b, want);
@@ -236,7 +236,7 @@ finish_batch(tsock_consumer *c)
     b->epoch = c->plan.epoch;
     b->index = c->plan.index;
     b->epoch_end = tsock__epoch_plan_advance(&c->plan, b->samples, b->free_end);
-    if (c->checkpointing)
+    if (tsock__ids_tracked(c))
         tsock__resume_note_delivered(c, b);
     if (tsock__group_member(c)) {
         /* The reader, not the plan, skips what a rank leaves out: the rest of the window. */
@@ -269,7 +269,7 @@ finish_batch(tsock_consumer *c)
 static uint32_t
 head_run(tsock_consumer *c, uint32_t max)
 {
-    if (c->checkpointing)
+    if (tsock__ids_tracked(c))
         return tsock__resume_usable(c, max);
     uint32_t available = tsock__hold_table_available(&c->holds);
     return available < max ? available : max;

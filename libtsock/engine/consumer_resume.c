@@ -111,8 +111,8 @@ size_buffers(tsock_consumer *c, const struct tsock__msg_welcome *w)
 int
 tsock__resume_on_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w)
 {
-    if (!c->checkpointing)
-        return 0;
+    if (!c->checkpointing) /* ids for leaving an epoch early, when the producer sends them */
+        return tsock__leave_on_welcome(c, w) ? size_buffers(c, w) : 0;
     if (w->samples == 0 || w->samples > TSOCK__STATE_MAX_SAMPLES) {
         tsock__log(TSOCK_LOG_ERROR, "cannot save or resume a consumer's position: the producer "
                                     "has no sampler (free mode), so epochs are not exact");
@@ -126,23 +126,34 @@ tsock__resume_on_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w)
     return size_buffers(c, w);
 }
 
-int
-tsock__resume_on_batch(tsock_consumer *c, const struct tsock__msg_batch *b)
+static uint32_t
+batch_id(const struct tsock__msg_batch *b, uint32_t i)
 {
-    if (!c->checkpointing)
+    const uint8_t *p = b->ids + 4 * (size_t)i;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int
+tsock__resume_check_batch(const tsock_consumer *c, const struct tsock__msg_batch *b)
+{
+    if (!tsock__ids_tracked(c))
         return 0;
     if (!b->ids || b->samples > c->resume.slot_ids_cap || b->slot >= c->welcome.slot_count)
         return -1;
-    uint32_t *out = c->resume.slot_ids + (size_t)b->slot * c->resume.slot_ids_cap;
-    for (uint32_t i = 0; i < b->samples; i++) {
-        const uint8_t *p = b->ids + 4 * (size_t)i;
-        uint32_t id =
-            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        if (id >= c->resume.delivered_n)
+    for (uint32_t i = 0; i < b->samples; i++)
+        if (batch_id(b, i) >= c->resume.delivered_n)
             return -1;
-        out[i] = id;
-    }
     return 0;
+}
+
+void
+tsock__resume_on_batch(tsock_consumer *c, const struct tsock__msg_batch *b)
+{
+    if (!tsock__ids_tracked(c))
+        return;
+    uint32_t *out = c->resume.slot_ids + (size_t)b->slot * c->resume.slot_ids_cap;
+    for (uint32_t i = 0; i < b->samples; i++)
+        out[i] = batch_id(b, i);
 }
 
 /* ---- reading (caller's thread) ----------------------------------------------------------- */
@@ -154,7 +165,7 @@ tsock__resume_start(tsock_consumer *c)
         tsock__group_resume_start(c);
         return;
     }
-    if (!c->checkpointing)
+    if (!tsock__ids_tracked(c))
         return;
     c->resume.delivered_epoch = c->plan.epoch;
     if (c->resume.restored != 1)
@@ -241,7 +252,7 @@ void
 tsock__resume_note_taken(tsock_consumer *c, const struct tsock__hold_batch *h, uint32_t offset,
                          uint32_t n)
 {
-    if (!c->checkpointing)
+    if (!tsock__ids_tracked(c))
         return;
     if (tsock__group_member(c)) {
         tsock__group_note_passed(c, head_ids(c, h, offset), n);
@@ -270,7 +281,7 @@ tsock__resume_note_delivered(tsock_consumer *c, const tsock_batch *b)
         tsock__group_note_delivered(c, b);
         return;
     }
-    if (!c->checkpointing || !c->resume.delivered)
+    if (!tsock__ids_tracked(c) || !c->resume.delivered)
         return;
     if (c->resume.delivered_epoch != b->epoch) /* an epoch was cut since the last batch */
         clear_delivered(c, b->epoch);

@@ -24,6 +24,8 @@ send_msg(tsock_consumer *c, int type)
         memset(&m.u.hello, 0, sizeof m.u.hello);
         m.u.hello.pid = (uint32_t)getpid();
         m.u.hello.flags = c->checkpointing ? TSOCK__HELLO_WANT_IDS : 0;
+        if (tsock__leave_wants_ids(c))
+            m.u.hello.flags |= TSOCK__HELLO_IDS_IF_ABLE; /* to leave an epoch early */
         memcpy(m.u.hello.name, c->name, sizeof m.u.hello.name);
         tsock__group_fill_hello(c, &m.u.hello);
     }
@@ -97,6 +99,8 @@ keep_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w)
         return -ENOMEM;
     memcpy(blob, w->attach, w->attach_len);
     int err = tsock__hold_table_init(&c->holds, w->slot_count);
+    if (err == 0)
+        err = tsock__classes_keep(c, w);
     if (err < 0) {
         free(blob);
         return err;
@@ -106,6 +110,8 @@ keep_welcome(tsock_consumer *c, const struct tsock__msg_welcome *w)
     c->ops = ops;
     c->welcome = *w;
     c->welcome.attach = c->attach;
+    c->welcome.classes = NULL; /* kept apart (consumer_classes.c) */
+    c->welcome.classes_len = 0;
     c->ring_closed = 0;
     return 0;
 }
@@ -120,7 +126,7 @@ on_welcome(void *ctx, const struct tsock__peer_id *from, int peer, const struct 
     int err = 0;
     if (c->generation > 1 && !same_layout(&c->welcome, w))
         err = TSOCK_E_LAYOUT;
-    if (!err && c->checkpointing)
+    if (!err && (c->checkpointing || tsock__leave_wants_ids(c)))
         err = tsock__resume_on_welcome(c, w);
     if (!err)
         err = keep_welcome(c, w);
@@ -187,14 +193,16 @@ on_batch(void *ctx, const struct tsock__peer_id *from, int peer, const struct ts
         .index_in_epoch = b->index_in_epoch,
         .flags = b->flags,
     };
+    /* Checked before it is announced: a batch with bad ids must never be read. */
+    if (tsock__resume_check_batch(c, b) < 0) {
+        protocol_error(c, "BATCH without its sample ids, or with ids outside the dataset");
+        return;
+    }
     if (tsock__hold_table_announce(&c->holds, &hb) < 0) {
         protocol_error(c, "BATCH for a slot out of range or still held");
         return;
     }
-    if (c->checkpointing && tsock__resume_on_batch(c, b) < 0) {
-        protocol_error(c, "BATCH without its sample ids, or with ids outside the dataset");
-        return;
-    }
+    tsock__resume_on_batch(c, b);
     c->expect_position = b->position + b->samples;
     if (tsock__group_member(c))
         tsock__consumer_group_pass_others(c);
@@ -257,6 +265,7 @@ on_resumed(void *ctx, const struct tsock__peer_id *from, int peer, const struct 
         c->phase = TSOCK__PHASE_ACTIVE;
         c->resume_sent = 0;
         c->expect_position = TSOCK__ANY_POSITION; /* a new window starts at the next batch */
+        tsock__leave_on_resumed(c);
     }
 }
 
@@ -265,6 +274,12 @@ on_shutdown(void *ctx, const struct tsock__peer_id *from, int peer, const struct
 {
     tsock_consumer *c = ctx;
     if (m->u.shutdown.reason == TSOCK__SHUTDOWN_END) {
+        c->stream_epochs = m->u.shutdown.epochs;
+        tsock__log(TSOCK_LOG_INFO,
+                   "the producer's stream ended after %llu epochs: it serves the epochs it was "
+                   "started with (tsock-producer --epochs N; 0, the default, serves until "
+                   "stopped)",
+                   (unsigned long long)m->u.shutdown.epochs);
         fail(c, TSOCK_E_END); /* the batches queued are the stream's last: still read them */
         return;
     }
@@ -359,8 +374,23 @@ pause_if_lingering(tsock_consumer *c, uint64_t now)
 {
     /* A group does not pause: one rank restarting its window alone would break the group's
      * shared epoch (producer_groups.c). */
-    if (!c->between_epochs || c->phase != TSOCK__PHASE_ACTIVE || c->terminal_error ||
-        tsock__group_member(c) || now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
+    if (c->pause_unsent) { /* the caller paused (consumer_leave.c) */
+        c->pause_unsent = 0;
+        send_msg(c, TSOCK__MSG_PAUSE);
+        return;
+    }
+    if (c->phase != TSOCK__PHASE_ACTIVE || c->terminal_error || tsock__group_member(c))
+        return;
+    if (!c->between_epochs && !tsock__leave_unread_due(c, now)) {
+        if (tsock__leave_due(c, now)) { /* stopped reading mid-epoch (consumer_leave.c) */
+            tsock__consumer_drop_queue(c);
+            c->phase = TSOCK__PHASE_PAUSED;
+            tsock__leave_paused(c);
+            send_msg(c, TSOCK__MSG_PAUSE);
+        }
+        return;
+    }
+    if (c->between_epochs && now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
         return;
     tsock__consumer_drop_queue(c);
     c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */
@@ -528,7 +558,7 @@ poll_timeout(const tsock_consumer *c, uint64_t now)
     if (c->deferred_count > 0 || c->gather_pending)
         return 1;
     if (!c->between_epochs || c->phase != TSOCK__PHASE_ACTIVE)
-        return -1;
+        return tsock__leave_wait_ms(c, now);
     uint64_t grace_end = c->epoch_ended_ns + (uint64_t)c->grace_ms * 1000000u;
     return grace_end <= now ? 0 : (int)((grace_end - now) / 1000000u) + 1;
 }

@@ -173,5 +173,6 @@ tsock__session_free(tsock_consumer *c)
     for (int i = 0; i < c->old_ring_count; i++)
         c->old_rings[i].ring->ops->detach(c->old_rings[i].ring);
     free(c->attach);
+    tsock__classes_free(c);
     tsock__hold_table_free(&c->holds);
 }

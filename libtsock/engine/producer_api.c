@@ -600,6 +600,7 @@ tsock_producer_destroy(tsock_producer *p)
     tsock__pgroup_free_all(p);
     tsock__producer_nodes_free(p);
     free(p->shard_starts);
+    free(p->classes);
     free(p->slot_ids);
     free(p->ids_wire);
     free(p->queue);

@@ -124,6 +124,9 @@ struct tsock_producer {
     /* Shard order (producer_shards.c): NULL for plain permutations. */
     uint64_t *shard_starts;
     uint32_t shards, shard_window;
+    /* tsock_producer_set_classes: the WELCOME's class block (producer_classes.c). */
+    uint8_t *classes;
+    uint32_t classes_len;
     uint64_t *slot_dataset_ids; /* NULL on one node; laid out as slot_ids */
     uint8_t *ids_wire;          /* one batch's ids as BATCH carries them (service thread's) */
     struct tsock_slot current;

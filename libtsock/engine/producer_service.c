@@ -26,6 +26,17 @@
 
 /* ---- the roster -------------------------------------------------------------------------- */
 
+/* "consumer 3 \"trainer-0\" (pid 1234)": how logs name a consumer, by what its job chose. */
+static void
+consumer_label(const struct tsock__consumer_rec *c, char *buf, size_t size)
+{
+    if (c->name[0])
+        snprintf(buf, size, "consumer %llu \"%s\" (pid %u)", (unsigned long long)c->consumer_id,
+                 c->name, c->pid);
+    else
+        snprintf(buf, size, "consumer %llu (pid %u)", (unsigned long long)c->consumer_id, c->pid);
+}
+
 /* Forgets a consumer and frees its slots. `lost`: it vanished without saying BYE. */
 static void
 drop_consumer(tsock_producer *p, int index, const char *why, int lost)
@@ -40,20 +51,30 @@ drop_consumer(tsock_producer *p, int index, const char *why, int lost)
         tsock__pgroup_leave(p, index, lost);
     int freed = tsock__ring_drop_consumer(&p->ring, (uint32_t)index);
     tsock__channel_unwatch(p->channel, index);
-    tsock__log(TSOCK_LOG_INFO, "consumer %llu (pid %u) %s; %d slots reclaimed",
-               (unsigned long long)c->consumer_id, c->pid, why, freed < 0 ? 0 : freed);
+    char label[TSOCK_MAX_NAME + 64];
+    consumer_label(c, label, sizeof label);
+    tsock__log(TSOCK_LOG_INFO, "%s %s; %d slots reclaimed", label, why, freed < 0 ? 0 : freed);
     c->active = 0;
     p->consumer_count--;
     pthread_cond_broadcast(&p->cond);
 }
 
 /* A send to the consumer failed. EHOSTUNREACH: its connection is gone. EAGAIN: it stopped
- * reading a queue deep enough for thousands of messages. Either way it cannot be served. */
+ * reading a queue deep enough for thousands of messages. Either way it cannot be served. The
+ * log says which job and what happened, not the socket's errno ("No route to host"). */
 static void
 drop_unreachable(tsock_producer *p, int index, int type, int err)
 {
-    tsock__log(TSOCK_LOG_WARN, "sending %s to consumer %llu failed: %s", tsock__msg_type_name(type),
-               (unsigned long long)p->consumers[index].consumer_id, tsock_strerror(err));
+    char label[TSOCK_MAX_NAME + 64];
+    consumer_label(&p->consumers[index], label, sizeof label);
+    if (err == -EHOSTUNREACH)
+        tsock__log(TSOCK_LOG_WARN,
+                   "%s is gone: its connection closed without a goodbye (the process exited or "
+                   "was killed) while a %s was sent to it",
+                   label, tsock__msg_type_name(type));
+    else
+        tsock__log(TSOCK_LOG_WARN, "%s cannot be sent a %s (%s): it stopped reading its messages",
+                   label, tsock__msg_type_name(type), tsock_strerror(err));
     p->consumers[index].unreachable = 1;
     drop_consumer(p, index, "is unreachable", 0);
 }
@@ -140,6 +161,8 @@ fill_welcome(const tsock_producer *p, const struct tsock__consumer_rec *c, struc
     w->nodes = p->nodes > 1 ? p->nodes : 1;
     w->node_rank = p->nodes > 1 ? p->node_rank : 0;
     w->attach_len = (uint32_t)p->memory->ops->export_blob(p->memory, &w->attach);
+    w->classes = p->classes;
+    w->classes_len = p->classes_len;
     w->tensor_count = (uint32_t)p->shape.layout.count;
     for (int t = 0; t < p->shape.layout.count; t++) {
         const struct tsock__layout_tensor *lt = &p->shape.layout.tensors[t];
@@ -207,6 +230,10 @@ admit(tsock_producer *p, const struct tsock__peer_id *from, const struct tsock__
     c->join_order = p->stat_joined++;
     c->pid = h->pid;
     c->want_ids = (h->flags & TSOCK__HELLO_WANT_IDS) != 0;
+    /* A solo consumer uses ids to pause mid-epoch (engine/consumer_leave.c, same rule). */
+    if ((h->flags & TSOCK__HELLO_IDS_IF_ABLE) && p->use_sampler &&
+        p->batch_size <= TSOCK__BATCH_MAX_IDS)
+        c->want_ids = 1;
     memcpy(c->name, h->name, sizeof c->name);
     c->rate_mark_ns = tsock__now_ns();
     c->window_start = TSOCK__NO_WINDOW;
@@ -532,6 +559,7 @@ send_shutdown(tsock_producer *p, uint32_t reason)
     struct tsock__msg m;
     m.type = TSOCK__MSG_SHUTDOWN;
     m.u.shutdown.reason = reason;
+    m.u.shutdown.epochs = p->stat_epochs; /* so that a job's EndOfStream can say it */
     for (int i = 0; i < MAX_CONSUMERS; i++)
         if (p->consumers[i].active)
             send_to(p, i, &m);

@@ -125,6 +125,28 @@ check_ring_place(const struct tsock__msg_welcome *w)
     return 0;
 }
 
+/* Class names: NUL-terminated names of 1..255 name bytes, back to back, nothing after the last
+ * NUL. Returns the count, or -1. */
+long
+tsock__proto_class_count(const uint8_t *blob, uint32_t len)
+{
+    if (len > TSOCK__PROTO_MAX_CLASS_BYTES || (len && !blob))
+        return -1;
+    long count = 0;
+    size_t start = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (blob[i] != 0)
+            continue;
+        size_t n = i - start;
+        if (n < 1 || n > TSOCK__PROTO_MAX_CLASS_NAME ||
+            !tsock__wire_name_bytes_ok((const char *)blob + start, n))
+            return -1;
+        count++;
+        start = i + 1;
+    }
+    return start == len ? count : -1;
+}
+
 static int
 check_welcome(const struct tsock__msg_welcome *w)
 {
@@ -143,6 +165,8 @@ check_welcome(const struct tsock__msg_welcome *w)
         (w->samples != 0 && w->samples != w->dataset / w->nodes + (w->dataset % w->nodes != 0)))
         return -1;
     if (w->tensor_count < 1 || w->tensor_count > TSOCK_MAX_TENSORS)
+        return -1;
+    if (tsock__proto_class_count(w->classes, w->classes_len) < 0)
         return -1;
     for (uint32_t t = 0; t < w->tensor_count; t++) {
         if (check_tensor(&w->tensors[t], w->batch_size, w->slot_stride) != 0)
@@ -175,7 +199,8 @@ static int
 check_hello(const struct tsock__msg_hello *h)
 {
     size_t len;
-    if ((h->flags & ~(TSOCK__HELLO_WANT_IDS | TSOCK__HELLO_HAS_GROUP)) != 0 ||
+    if ((h->flags & ~(TSOCK__HELLO_WANT_IDS | TSOCK__HELLO_HAS_GROUP | TSOCK__HELLO_IDS_IF_ABLE)) !=
+            0 ||
         tsock__wire_check_str(h->name, sizeof h->name, 0, &len) != 0)
         return -1;
     if (!(h->flags & TSOCK__HELLO_HAS_GROUP))
@@ -302,6 +327,8 @@ put_welcome(struct tsock__wire_writer *w, const struct tsock__msg_welcome *m)
         put_tensor(w, &m->tensors[t]);
     if (!host)
         tsock__wire_put_bytes(w, m->attach, m->attach_len);
+    tsock__wire_put_le(w, m->classes_len, 4);
+    tsock__wire_put_bytes(w, m->classes, m->classes_len);
 }
 
 static void
@@ -341,7 +368,10 @@ put_body(struct tsock__wire_writer *w, const struct tsock__msg *msg)
         tsock__wire_put_le(w, msg->u.release.slot, 4);
         tsock__wire_put_le(w, msg->u.release.seq, 8);
         break;
-    case TSOCK__MSG_SHUTDOWN: tsock__wire_put_le(w, msg->u.shutdown.reason, 4); break;
+    case TSOCK__MSG_SHUTDOWN:
+        tsock__wire_put_le(w, msg->u.shutdown.reason, 4);
+        tsock__wire_put_le(w, msg->u.shutdown.epochs, 8);
+        break;
     case TSOCK__MSG_STATS_REQUEST: tsock__wire_put_le(w, msg->u.stats_request.request_id, 8); break;
     case TSOCK__MSG_CONSUMER_STATS: tsock__wire_put_own_stats(w, &msg->u.consumer_stats); break;
     default: /* HEARTBEAT, BYE, PAUSE, RESUME, RESUMED: empty body */ break;
@@ -436,7 +466,14 @@ get_welcome(struct tsock__wire_reader *r, struct tsock__msg_welcome *m)
         m->attach = tsock__wire_get_view(r, m->attach_len);
     } else {
         r->bad = 1;
+        return;
     }
+    m->classes_len = (uint32_t)tsock__wire_get_le(r, 4);
+    if (m->classes_len > TSOCK__PROTO_MAX_CLASS_BYTES) {
+        r->bad = 1;
+        return;
+    }
+    m->classes = tsock__wire_get_view(r, m->classes_len);
 }
 
 /* The u32 on the wire is the two's complement of the code; converted without relying on the
@@ -495,7 +532,10 @@ get_body(struct tsock__wire_reader *r, struct tsock__msg *msg)
     case TSOCK__MSG_PAUSE:
     case TSOCK__MSG_RESUME:
     case TSOCK__MSG_RESUMED: break;
-    case TSOCK__MSG_SHUTDOWN: msg->u.shutdown.reason = (uint32_t)tsock__wire_get_le(r, 4); break;
+    case TSOCK__MSG_SHUTDOWN:
+        msg->u.shutdown.reason = (uint32_t)tsock__wire_get_le(r, 4);
+        msg->u.shutdown.epochs = tsock__wire_get_le(r, 8);
+        break;
     case TSOCK__MSG_STATS_REQUEST:
         msg->u.stats_request.request_id = tsock__wire_get_le(r, 8);
         break;

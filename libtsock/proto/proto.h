@@ -24,6 +24,10 @@
 /* No valid message is larger; anything bigger is rejected before it is parsed. */
 #define TSOCK__PROTO_MAX_MESSAGE 65536
 #define TSOCK__PROTO_MAX_SHM_NAME 255
+/* WELCOME's class names: at most this many bytes in all (ImageNet's 1000 folder names take
+ * 10 000), and this many bytes a name (a folder name). */
+#define TSOCK__PROTO_MAX_CLASS_BYTES 32768
+#define TSOCK__PROTO_MAX_CLASS_NAME 255
 /* A CUDA ring announces one 64-byte event handle per slot; this bound keeps a WELCOME well
  * inside TSOCK__PROTO_MAX_MESSAGE. */
 #define TSOCK__PROTO_MAX_DEVICE_SLOTS 256
@@ -69,10 +73,14 @@ enum tsock__shutdown_reason {
 #define TSOCK__HELLO_WANT_IDS 1u
 /* HELLO flag: a group block follows the name (this consumer is a rank of a group). */
 #define TSOCK__HELLO_HAS_GROUP 2u
+/* HELLO flag: send me every BATCH with its sample ids if you can (a sampler, and batches of at
+ * most TSOCK__BATCH_MAX_IDS samples); otherwise admit me without (a solo consumer that uses
+ * them to pause mid-epoch, engine/consumer_leave.c). */
+#define TSOCK__HELLO_IDS_IF_ABLE 4u
 
 struct tsock__msg_hello {
     uint32_t pid;
-    uint32_t flags; /* TSOCK__HELLO_WANT_IDS, TSOCK__HELLO_HAS_GROUP; other bits reserved, 0 */
+    uint32_t flags; /* TSOCK__HELLO_WANT_IDS, _HAS_GROUP, _IDS_IF_ABLE; other bits reserved, 0 */
     char name[TSOCK_MAX_NAME + 1];
     /* With TSOCK__HELLO_HAS_GROUP (every field zero without): rank `rank` (< world) of group
      * `group` (1..64 bytes) of `world` ranks, taking `batch` samples per batch (0: the
@@ -119,6 +127,11 @@ struct tsock__msg_welcome {
     uint32_t attach_len;
     uint32_t tensor_count; /* 1..TSOCK_MAX_TENSORS */
     struct tsock__tensor_desc tensors[TSOCK_MAX_TENSORS];
+    /* The dataset's class names (label i is the i-th), each 1..TSOCK__PROTO_MAX_CLASS_NAME name
+     * bytes followed by a NUL, TSOCK__PROTO_MAX_CLASS_BYTES in all; empty when the producer
+     * has none. A view like attach. */
+    const uint8_t *classes;
+    uint32_t classes_len;
 };
 
 struct tsock__msg_reject {
@@ -157,6 +170,7 @@ struct tsock__msg_release {
 
 struct tsock__msg_shutdown {
     uint32_t reason;
+    uint64_t epochs; /* epochs the producer published (whole ones), for the consumer's message */
 };
 
 struct tsock__msg_stats_request {
@@ -271,5 +285,8 @@ int tsock__proto_text_ok(const char *s, size_t len);
 
 /* A short name for a message type, for logs ("BATCH"), or "?". */
 const char *tsock__msg_type_name(int type);
+
+/* The number of class names in a WELCOME's class block, or -1 when it is malformed. */
+long tsock__proto_class_count(const uint8_t *blob, uint32_t len);
 
 #endif

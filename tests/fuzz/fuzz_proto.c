@@ -67,13 +67,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * same frame are equal byte for byte, names' tails and unused dims included. */
     if (tsock__msg_decode(buf, (size_t)n, &again) != 0)
         abort();
-    /* A WELCOME's attach blob is a view of the bytes decoded: equal content, other buffer. */
+    /* A WELCOME's attach blob and class names are views of the bytes decoded: equal content,
+     * other buffer. */
     if (first.type == TSOCK__MSG_WELCOME) {
         const struct tsock__msg_welcome *a = &first.u.welcome, *b = &again.u.welcome;
         if (a->attach_len != b->attach_len ||
             (a->attach_len && memcmp(a->attach, b->attach, a->attach_len) != 0))
             abort();
         again.u.welcome.attach = first.u.welcome.attach;
+        if (a->classes_len != b->classes_len ||
+            (a->classes_len && memcmp(a->classes, b->classes, a->classes_len) != 0))
+            abort();
+        again.u.welcome.classes = first.u.welcome.classes;
     }
     /* So are a BATCH's sample ids. */
     if (first.type == TSOCK__MSG_BATCH) {

@@ -245,6 +245,8 @@ valid(const char *dir)
     put(dir, "hello-unnamed.bin", &m);
     m.u.hello.flags = TSOCK__HELLO_WANT_IDS;
     put(dir, "hello-want-ids.bin", &m);
+    m.u.hello.flags = TSOCK__HELLO_IDS_IF_ABLE;
+    put(dir, "hello-ids-if-able.bin", &m);
     m.u.hello.flags = TSOCK__HELLO_HAS_GROUP;
     snprintf(m.u.hello.group, sizeof m.u.hello.group, "resnet");
     m.u.hello.rank = 1;
@@ -267,6 +269,11 @@ valid(const char *dir)
     m.u.welcome.nodes = 2;
     m.u.welcome.node_rank = 1;
     put(dir, "welcome-node.bin", &m);
+    welcome(&m);
+    static const char classes[] = "n01440764\0n01443537\0goldfish";
+    m.u.welcome.classes = (const uint8_t *)classes;
+    m.u.welcome.classes_len = sizeof classes;
+    put(dir, "welcome-classes.bin", &m);
     welcome_max(&m);
     put(dir, "welcome-max.bin", &m);
     welcome_cuda(&m);

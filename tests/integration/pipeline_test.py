@@ -57,7 +57,8 @@ class Env:
         return out
 
     def producer(self, *extra, stats="producer.json"):
-        argv = [self.args.producer, "--endpoint", self.ipc, "--batch-size", str(BATCH),
+        # One epoch unless `extra` says otherwise (the producer's default is until stopped).
+        argv = [self.args.producer, "--endpoint", self.ipc, "--epochs", "1", "--batch-size", str(BATCH),
                 "--slots", "4", "--image-size", "32", "--wait-consumers", "1",
                 "--stats-json", self.path(stats), "--heartbeat-ms", "100",
                 "--heartbeat-timeout-ms", "2000", *extra]
@@ -281,9 +282,11 @@ def test_bad_options(env):
         (["--dataset", "imagenet", "--root", tree, "--image-size", "9000"], "--image-size"),
         (["--dataset", "imagenet", "--root", tree, "--device", "gpu"], "--device"),
         (["--dataset", "imagenet", "--root", tree, "--device", "cuda:x"], "--device"),
-        (["--dataset", "imagenet", "--root", tree, "--output", "float16"], "--output"),
-        (["--dataset", "imagenet", "--root", tree, "--layout", "nchw"], "--layout"),
-        (["--dataset", "imagenet", "--root", tree, "--normalize"], "--normalize"),
+        # A host ring converts too (no --device): only bad values are refused there.
+        (["--dataset", "imagenet", "--root", tree, "--output", "int8"], "--output"),
+        (["--dataset", "imagenet", "--root", tree, "--layout", "chw"], "--layout"),
+        (["--dataset", "imagenet", "--root", tree, "--output", "uint8", "--normalize"],
+         "--normalize"),
         (["--dataset", "imagenet", "--root", tree, "--device", "cuda", "--output", "int8"],
          "--output"),
         (["--dataset", "imagenet", "--root", tree, "--device", "cuda", "--normalize=1,2"],

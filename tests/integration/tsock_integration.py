@@ -127,8 +127,11 @@ class Env:
 
     def producer(self, *extra, endpoint=None, name="producer", stats=None, hb=True,
                  samples=SAMPLES, batch=BATCH, slots=4, image=IMAGE):
+        # "--epochs 1" first: the tests were written for a producer that serves one epoch
+        # unless told otherwise (tsock-producer's default is now 0, until stopped); an
+        # "--epochs" in `extra` comes later and wins.
         argv = [self.args.producer, "--dataset", "synthetic", "--endpoint", endpoint or self.ipc,
-                "--samples", str(samples), "--image-size", str(image),
+                "--epochs", "1", "--samples", str(samples), "--image-size", str(image),
                 "--batch-size", str(batch), "--slots", str(slots)]
         if hb:
             argv += ["--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1000"]
@@ -292,6 +295,23 @@ def test_three_consumers(env):
     check(not os.path.exists(env.sock), "socket file left behind")
     for obj in shm:
         check(not shm_exists(obj), f"{obj[0]} left behind")
+
+
+def test_host_ring_converted(env):
+    """--output float16 --layout nchw --normalize on a host ring (no GPU): the producer converts
+    once for every consumer; tsock-consume --normalize checks every element of every batch
+    against that conversion of the synthetic bytes. Before, the producer refused the flags
+    without --device cuda."""
+    prod = env.producer("--wait-consumers", "2", "--epochs", "2", "--output", "float16",
+                        "--layout", "nchw", "--normalize")
+    cons = [env.consumer("--epochs", "2", "--normalize", "--delay-ms", str(d),
+                         name=f"converted-{d}") for d in (0, 1)]
+    for c in cons:
+        rc = c.wait(60)
+        res = c.json()
+        check(rc == 0, f"{c.name} exit code {rc}")
+        check_clean(res, c.name, 2)
+    check(prod.wait(20) == 0, "producer exit code")
 
 
 def test_kill_consumer(env):
@@ -482,10 +502,11 @@ def test_bad_options(env):
         ([P, "--dataset", "synthetic", "--endpoint"], "--endpoint"),
         ([P, "--dataset", "synthetic", "--endpoint", ""], "--endpoint"),
         # Each GPU-only option named as given (--output uint8 used to be called --layout).
-        ([P, "--dataset", "synthetic", "--output", "uint8"], "--output:"),
-        ([P, "--dataset", "synthetic", "--output", "float32"], "--output:"),
-        ([P, "--dataset", "synthetic", "--layout", "nchw"], "--layout:"),
-        ([P, "--dataset", "synthetic", "--normalize"], "--normalize:"),
+        # A host ring converts too (no --device needed): bad values are what is refused.
+        ([P, "--dataset", "synthetic", "--output", "int8"], "--output"),
+        ([P, "--dataset", "synthetic", "--layout", "chw"], "--layout"),
+        ([P, "--dataset", "synthetic", "--output", "uint8", "--normalize"], "--normalize"),
+        ([P, "--dataset", "synthetic", "--normalize=1e39,0,0,1,1,1"], "--normalize"),
         # Values that are finite doubles but not usable floats, or that overflow the output.
         ([P, "--dataset", "synthetic", "--device", "cuda", "--normalize=1e39,0,0,1,1,1"],
          "--normalize"),
@@ -539,6 +560,9 @@ def test_bad_options(env):
     res = json.loads(lines[-1])
     check(res["error"] and res["error_code"] == -ETIMEDOUT,
           f"consumer without producer: error {res['error_code']} {res['error']!r}")
+    # It names the endpoint and what to start, not a bare "Connection timed out".
+    check(env.ipc in r.stderr and "tsock-producer" in r.stderr,
+          f"consumer without producer: {r.stderr!r}")
 
 
 def test_stats_json_busy(env):
@@ -1031,6 +1055,7 @@ def test_producer_restart_reconnect_late(env):
 
 TESTS = {
     "three_consumers": test_three_consumers,
+    "host_ring_converted": test_host_ring_converted,
     "kill_consumer": test_kill_consumer,
     "stopped_consumer": test_stopped_consumer,
     "kill_producer": test_kill_producer,

@@ -151,7 +151,9 @@ def test_previous_batch_released_when_next_requested(tsock, programs, procs, end
 
 
 def test_break_skips_to_next_epoch(tsock, programs, procs, endpoint):
-    start_producer(programs, procs, endpoint, batch_size=10, samples=50, epochs=3)
+    # Until stopped: the job left epoch 0 early and gave its batches back (it paused), so its
+    # next epochs are fresh windows of the stream, not the producer's epochs 1 and 2.
+    start_producer(programs, procs, endpoint, batch_size=10, samples=50, epochs=0)
     with tsock.DataLoader(endpoint, return_ids=True, timeout=20) as loader:
         for n, _ in enumerate(loader):
             if n == 1:
@@ -165,7 +167,9 @@ def test_break_skips_to_next_epoch(tsock, programs, procs, endpoint):
 
 
 def test_exception_in_loop_then_continue(tsock, programs, procs, endpoint):
-    prod = start_producer(programs, procs, endpoint, batch_size=10, samples=50, epochs=2,
+    # Until stopped: leaving the loop paused the job, whose next epoch is a fresh window of the
+    # stream rather than the producer's epoch 1.
+    prod = start_producer(programs, procs, endpoint, batch_size=10, samples=50, epochs=0,
                           slots=2)
     loader = tsock.DataLoader(endpoint, return_ids=True, timeout=20)
     with pytest.raises(RuntimeError, match="training step failed"):
@@ -178,6 +182,7 @@ def test_exception_in_loop_then_continue(tsock, programs, procs, endpoint):
     assert batches == 5 and sorted(ids.tolist()) == list(range(50))
     assert loader.stats()["held"] == 0
     loader.close()
+    prod.send_signal(signal.SIGTERM)
     assert prod.wait(timeout=20) == 0
 
 

@@ -91,16 +91,24 @@ close_fake(struct fake *f, tsock_consumer *c)
     tsock__shm_release(&f->region);
 }
 
+/* A solo consumer asks for ids if the producer can send them (HELLO IDS_IF_ABLE, to pause
+ * mid-epoch), and a producer with a sampler and batches of 4 can: the fake sends them. */
+static const uint8_t four_ids[16] = {0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0};
+
 static struct tsock__msg
 batch(uint32_t slot, uint64_t seq, uint64_t position)
 {
     struct tsock__msg m = {.type = TSOCK__MSG_BATCH};
-    m.u.batch =
-        (struct tsock__msg_batch){.slot = slot, .samples = 4, .seq = seq, .position = position};
+    m.u.batch = (struct tsock__msg_batch){.slot = slot,
+                                          .samples = 4,
+                                          .seq = seq,
+                                          .position = position,
+                                          .flags = TSOCK__BATCH_HAS_IDS,
+                                          .ids = four_ids};
     return m;
 }
 
-enum breakage { GARBAGE, SLOT_OUT_OF_RANGE, POSITION_GAP, SLOT_STILL_HELD };
+enum breakage { GARBAGE, SLOT_OUT_OF_RANGE, POSITION_GAP, SLOT_STILL_HELD, NO_IDS };
 
 static void
 expect_protocol_error(enum breakage kind)
@@ -141,6 +149,12 @@ expect_protocol_error(enum breakage kind)
         bad = batch(0, 1, 4);
         send_to(&f, &bad);
         break;
+    case NO_IDS: /* asked for and promised by the rule, then missing: never read */
+        bad = batch(1, 1, 4);
+        bad.u.batch.flags = 0;
+        bad.u.batch.ids = NULL;
+        send_to(&f, &bad);
+        break;
     }
     tsock_batch *b;
     CHECK_EQ(tsock_consumer_next(c, 5000, &b), TSOCK_E_PROTOCOL);
@@ -158,5 +172,6 @@ main(void)
     expect_protocol_error(SLOT_OUT_OF_RANGE);
     expect_protocol_error(POSITION_GAP);
     expect_protocol_error(SLOT_STILL_HELD);
+    expect_protocol_error(NO_IDS);
     return CHECK_DONE();
 }

@@ -213,9 +213,11 @@ test_producer(enum how how)
     CHECK_EQ(tsock_producer_wait_consumers(p, 1, -1), TSOCK_E_CANCELLED);
     canceller_join(&k);
 
-    /* acquire blocked on a full ring: one consumer holds both slots' batches. */
+    /* acquire blocked on a full ring: one consumer holds both slots' batches (within its
+     * epoch grace: a consumer that reads nothing for longer is paused and gives them back). */
     tsock_consumer *c = NULL;
     CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
+    CHECK_EQ(tsock_consumer_set_epoch_grace(c, 600000), 0);
     CHECK_EQ(tsock_consumer_start(c, 10000), 0);
     CHECK_EQ(tsock_producer_wait_consumers(p, 1, 10000), 1);
     for (int i = 0; i < SLOTS; i++)

@@ -313,10 +313,70 @@ test_setters(void)
     CHECK_EQ(tsock_producer_set_normalize(p, "label", 3, mean, std), -EINVAL); /* another */
     CHECK_EQ(tsock_producer_set_normalize(p, NULL, 0, NULL, NULL), 0);         /* ImageNet's */
     CHECK_EQ(tsock_producer_set_device(p, -2), -EINVAL);
-    /* Host ring: the conversion cannot run. */
-    CHECK_EQ(tsock_producer_start(p), -ENOTSUP);
     tsock_producer_destroy(p);
     tsock_layout_destroy(l);
+}
+
+/* A host ring converts once at publish (no GPU): a consumer reads exactly the bytes the C
+ * reference gives for what the producer wrote, in every output the GPU offers. Before, start
+ * refused the conversion on a host ring (-ENOTSUP). */
+static void
+host_ring_case(int dtype, int nchw, int normalize)
+{
+    tsock_layout *l = image_layout();
+    struct tsock__convert_request req = request(dtype, nchw, normalize);
+    tsock_layout plan_out;
+    size_t out_offsets[TSOCK_MAX_TENSORS], out_stride;
+    struct tsock__convert_plan cv;
+    CHECK_EQ(tsock__convert_plan_make(&req, l, BATCH, &plan_out, out_offsets, &out_stride, &cv), 0);
+
+    char endpoint[128];
+    snprintf(endpoint, sizeof endpoint, "ipc:///tmp/tsock-convert-host-%d.sock", (int)getpid());
+    tsock_producer *p;
+    CHECK_EQ(tsock_producer_create(&p, endpoint, l, BATCH, 2), 0);
+    CHECK_EQ(tsock_producer_set_output(p, NULL, dtype ? dtype : TSOCK_UINT8,
+                                       nchw ? TSOCK_NCHW : TSOCK_NHWC),
+             0);
+    if (normalize)
+        CHECK_EQ(tsock_producer_set_normalize(p, NULL, req.channels, req.mean, req.std), 0);
+    CHECK_EQ(tsock_producer_start(p), 0);
+    tsock_consumer *c;
+    CHECK_EQ(tsock_consumer_create(&c, endpoint), 0);
+    CHECK_EQ(tsock_consumer_start(c, 5000), 0);
+    CHECK_EQ(tsock_producer_wait_consumers(p, 1, 5000), 1);
+
+    tsock_slot *slot;
+    CHECK_EQ(tsock_producer_acquire(p, 5000, &slot), 0);
+    uint8_t *staging = tsock_slot_data(slot, 0); /* uint8 NHWC, where the caller writes */
+    uint8_t *input = malloc(cv.in_offset[1] + 8 * BATCH);
+    fill_staging(&cv, input);
+    memcpy(staging, input + cv.in_offset[0], (size_t)BATCH * H * W * C);
+    memcpy(tsock_slot_data(slot, 1), input + cv.in_offset[1], 8 * BATCH);
+    CHECK_EQ(tsock_producer_publish(p, slot, BATCH), 0);
+
+    uint8_t *expect = calloc(1, out_stride);
+    tsock__convert_ref(&cv, input, expect, BATCH);
+    tsock_batch *b;
+    CHECK_EQ(tsock_consumer_next(c, 5000, &b), 0);
+    CHECK_EQ(tsock_batch_tensor_dtype(b, 0), plan_out.tensors[0].dtype);
+    size_t bytes = cv.out_sample_bytes[0] * BATCH;
+    CHECK_EQ(memcmp(tsock_batch_tensor_data(b, 0), expect + cv.out_offset[0], bytes), 0);
+    CHECK_EQ(memcmp(tsock_batch_tensor_data(b, 1), expect + cv.out_offset[1], 8 * BATCH), 0);
+    tsock_consumer_release(c, b);
+    tsock_consumer_destroy(c);
+    tsock_producer_destroy(p);
+    free(expect);
+    free(input);
+    tsock_layout_destroy(l);
+}
+
+static void
+test_host_ring(void)
+{
+    host_ring_case(TSOCK_FLOAT32, 1, 1);
+    host_ring_case(TSOCK_FLOAT16, 1, 1);
+    host_ring_case(TSOCK_FLOAT32, 0, 0);
+    host_ring_case(TSOCK_UINT8, 1, 0);
 }
 
 int
@@ -328,5 +388,6 @@ main(void)
     test_reference_float32();
     test_reference_other_outputs();
     test_setters();
+    test_host_ring();
     return CHECK_DONE();
 }

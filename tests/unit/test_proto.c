@@ -16,7 +16,9 @@
 #include "check.h"
 #include "proto/proto.h"
 
-#define BUF 20480       /* room for a WELCOME of a CUDA ring with its largest slot count */
+#define BUF                                                                                        \
+    65536 /* room for the largest WELCOME: a CUDA ring, its largest slot count, 32 KiB of class    \
+             names */
 #define RANDOM_MAX 4096 /* random frames: long enough for every body parser */
 #define MAX_SLOTS 1024u
 
@@ -86,8 +88,12 @@ msg_same(const struct tsock__msg *a, const struct tsock__msg *b)
     if (wa->attach_len &&
         (!wa->attach || !wb->attach || memcmp(wa->attach, wb->attach, wa->attach_len) != 0))
         return 0;
+    if (wa->classes_len != wb->classes_len ||
+        (wa->classes_len && memcmp(wa->classes, wb->classes, wa->classes_len) != 0))
+        return 0;
     memcpy(&tmp, b, sizeof tmp);
     tmp.u.welcome.attach = wa->attach;
+    tmp.u.welcome.classes = wa->classes;
     return memcmp(a, &tmp, sizeof tmp) == 0;
 }
 
@@ -170,6 +176,9 @@ w_welcome(struct wire *w, const struct tsock__msg_welcome *m)
         w_tensor(w, &m->tensors[t]);
     if (cuda)
         w_bytes(w, m->attach, m->attach_len);
+    /* The class names: a u32 byte count, then the names, each with its NUL. */
+    w_le(w, m->classes_len, 4);
+    w_bytes(w, m->classes, m->classes_len);
 }
 
 /* Inserts n bytes at frame offset `at` and makes the header count them. */
@@ -236,7 +245,10 @@ spec_encode(const struct tsock__msg *m, struct wire *w)
         w_le(w, m->u.release.slot, 4);
         w_le(w, m->u.release.seq, 8);
         break;
-    case TSOCK__MSG_SHUTDOWN: w_le(w, m->u.shutdown.reason, 4); break;
+    case TSOCK__MSG_SHUTDOWN:
+        w_le(w, m->u.shutdown.reason, 4);
+        w_le(w, m->u.shutdown.epochs, 8);
+        break;
     case TSOCK__MSG_STATS_REQUEST: w_le(w, m->u.stats_request.request_id, 8); break;
     case TSOCK__MSG_CONSUMER_STATS:
         w_le(w, m->u.consumer_stats.batches, 8);
@@ -328,6 +340,9 @@ make_welcome(struct tsock__msg *m)
     w->tensor_count = 2;
     set_tensor(&w->tensors[0], "image", TSOCK_UINT8, 3, image, 0, 60);
     set_tensor(&w->tensors[1], "label", TSOCK_INT64, 0, NULL, 256, 8);
+    static const char classes[] = "cat\0dog\0n01440764";
+    w->classes = (const uint8_t *)classes;
+    w->classes_len = sizeof classes; /* the last NUL included */
 }
 
 /* Everything at its largest: 16 tensors of 8 dims with 63-byte names, a 255-byte ring name,
@@ -535,6 +550,7 @@ valid_messages(struct tsock__msg *out)
     make(&out[n++], TSOCK__MSG_RESUME);
     make(&out[n++], TSOCK__MSG_RESUMED);
     make(&out[n], TSOCK__MSG_SHUTDOWN);
+    out[n].u.shutdown.epochs = 90;
     out[n++].u.shutdown.reason = TSOCK__SHUTDOWN_END;
     make(&out[n], TSOCK__MSG_SHUTDOWN);
     out[n++].u.shutdown.reason = TSOCK__SHUTDOWN_STOPPED;
@@ -586,7 +602,7 @@ test_roundtrip_one(const struct tsock__msg *m)
         CHECK_EQ(tsock__msg_decode(buf, (size_t)n, &d), 0);
         const uint8_t *at = d.u.welcome.device == TSOCK_DEVICE_CPU
                                 ? buf + TSOCK__PROTO_HEADER_SIZE + 64 + 1
-                                : buf + n - d.u.welcome.attach_len;
+                                : buf + n - 4 - d.u.welcome.classes_len - d.u.welcome.attach_len;
         CHECK(d.u.welcome.attach == at);
         CHECK_EQ(d.u.welcome.attach_len, m->u.welcome.attach_len);
     }
@@ -638,7 +654,7 @@ test_roundtrip(void)
     for (int t = TSOCK__MSG_HELLO; t <= TSOCK__MSG_TYPE_LAST; t++)
         CHECK(seen[t] || t == TSOCK__MSG_STATS_REPLY);
     /* The largest message there is stays far below the frame limit. */
-    CHECK_EQ(tsock__msg_encode(&msgs[4], scratch, sizeof scratch), 2669);
+    CHECK_EQ(tsock__msg_encode(&msgs[4], scratch, sizeof scratch), 2673);
 
     /* Every TSOCK_E_* code can be carried by REJECT. */
     for (int code = TSOCK_E_PROTOCOL; code > TSOCK_E_LAST; code--) {
@@ -689,12 +705,13 @@ test_golden(void)
                                       0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08};
     static const uint8_t heartbeat[] = {'T', 'S', 'C', 'K', 3, 0, 6, 0, 0, 0, 0, 0};
     static const uint8_t bye[] = {'T', 'S', 'C', 'K', 3, 0, 7, 0, 0, 0, 0, 0};
-    static const uint8_t shutdown[] = {'T', 'S', 'C', 'K', 3, 0, 8, 0, 4, 0, 0, 0, 2, 0, 0, 0};
+    static const uint8_t shutdown[] = {'T', 'S', 'C', 'K', 3, 0, 8, 0, 12, 0, 0, 0,
+                                       2,   0,   0,   0,   3, 0, 0, 0, 0,  0, 0, 0};
     static const uint8_t pause[] = {'T', 'S', 'C', 'K', 3, 0, 9, 0, 0, 0, 0, 0};
     static const uint8_t resume[] = {'T', 'S', 'C', 'K', 3, 0, 10, 0, 0, 0, 0, 0};
     static const uint8_t resumed[] = {'T', 'S', 'C', 'K', 3, 0, 11, 0, 0, 0, 0, 0};
     static const uint8_t welcome[] = {
-        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x60, 0x00, 0x00, 0x00, /* header */
+        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x64, 0x00, 0x00, 0x00, /* header */
         0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* consumer_id */
         0x02, 0x00, 0x00, 0x00,                                                 /* batch_size */
         0x03, 0x00, 0x00, 0x00,                                                 /* slot_count */
@@ -713,7 +730,8 @@ test_golden(void)
         0x01,                                                                   /* ndim */
         0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* dim 0 */
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* offset */
-        0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};                        /* bytes */
+        0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* bytes */
+        0x00, 0x00, 0x00, 0x00};                                                /* no classes */
     static const int64_t two[1] = {2};
     struct tsock__msg m;
 
@@ -747,6 +765,7 @@ test_golden(void)
     expect_golden(&m, bye, sizeof bye);
     make(&m, TSOCK__MSG_SHUTDOWN);
     m.u.shutdown.reason = TSOCK__SHUTDOWN_STOPPED;
+    m.u.shutdown.epochs = 3;
     expect_golden(&m, shutdown, sizeof shutdown);
     make(&m, TSOCK__MSG_PAUSE);
     expect_golden(&m, pause, sizeof pause);
@@ -772,7 +791,7 @@ test_golden(void)
 
     /* The same ring in device memory with 3 slots: no shm name, then the CUDA block. */
     static const uint8_t cuda_head[] = {
-        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x6E, 0x01, 0x00, 0x00, /* body 366 */
+        'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x72, 0x01, 0x00, 0x00, /* body 370 */
         0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* consumer_id */
         0x02, 0x00, 0x00, 0x00,                                                 /* batch_size */
         0x03, 0x00, 0x00, 0x00,                                                 /* slot_count */
@@ -789,7 +808,7 @@ test_golden(void)
         0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* dim 0 */
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                         /* offset */
         0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};                        /* bytes */
-    uint8_t cuda[sizeof cuda_head + 16 + 64 + 3 * 64];
+    uint8_t cuda[sizeof cuda_head + 16 + 64 + 3 * 64 + 4];
     size_t at = sizeof cuda_head;
     memcpy(cuda, cuda_head, at);
     for (int i = 0; i < 16; i++)
@@ -800,8 +819,10 @@ test_golden(void)
         memset(cuda + at, s + 1, 64); /* event handle of slot s: 64 bytes of s + 1 */
         at += 64;
     }
+    memset(cuda + at, 0, 4); /* no class names */
+    at += 4;
     CHECK_EQ(at, sizeof cuda);
-    CHECK_EQ(sizeof cuda, 378);
+    CHECK_EQ(sizeof cuda, 382);
     m.u.welcome.device = TSOCK_DEVICE_CUDA;
     set_cuda_handles(&m.u.welcome);
     expect_golden(&m, cuda, sizeof cuda);
@@ -821,24 +842,24 @@ test_header(void)
     make(&m, TSOCK__MSG_SHUTDOWN);
     m.u.shutdown.reason = TSOCK__SHUTDOWN_END;
     n = tsock__msg_encode(&m, buf, sizeof buf);
-    CHECK_EQ(n, 16);
-    CHECK_EQ(decode_exact(buf, 16, &d), 0);
+    CHECK_EQ(n, 24);
+    CHECK_EQ(decode_exact(buf, 24, &d), 0);
 
     /* Wrong magic, one byte at a time. */
     for (int i = 0; i < 4; i++) {
         buf[i] ^= 0x20;
-        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
+        CHECK_EQ(decode_exact(buf, 24, &d), TSOCK_E_PROTOCOL);
         buf[i] ^= 0x20;
     }
     /* Another version: TSOCK_E_VERSION, whatever follows the header. */
     static const uint16_t versions[] = {0, 1, 2, 4, 0x100, 0xFFFF};
     for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
         store_le(buf + 4, versions[i], 2);
-        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_VERSION);
+        CHECK_EQ(decode_exact(buf, 24, &d), TSOCK_E_VERSION);
         CHECK_EQ(decode_exact(buf, 12, &d), TSOCK_E_VERSION);
         store_le(buf + 6, 0x77, 2);
         store_le(buf + 8, 0xFFFFFFFF, 4);
-        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_VERSION);
+        CHECK_EQ(decode_exact(buf, 24, &d), TSOCK_E_VERSION);
         CHECK_EQ(decode_exact(buf, 11, &d), TSOCK_E_PROTOCOL); /* shorter than a header */
         n = tsock__msg_encode(&m, buf, sizeof buf);
     }
@@ -846,10 +867,10 @@ test_header(void)
     static const uint32_t lengths[] = {0, 3, 5, 0x10004, 0x80000004u, 0xFFFFFFFFu};
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
         store_le(buf + 8, lengths[i], 4);
-        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
+        CHECK_EQ(decode_exact(buf, 24, &d), TSOCK_E_PROTOCOL);
     }
-    store_le(buf + 8, 4, 4);
-    CHECK_EQ(decode_exact(buf, 16, &d), 0);
+    store_le(buf + 8, 12, 4);
+    CHECK_EQ(decode_exact(buf, 24, &d), 0);
 
     /* Unknown types, with empty and non-empty bodies; the encoder refuses them too. */
     static const uint16_t types[] = {
@@ -960,6 +981,48 @@ tensor_offset(const struct tsock__msg_welcome *w, uint32_t t)
     return off;
 }
 
+/* WELCOME's class names: NUL-terminated names of 1..255 name bytes, 32 KiB in all. */
+static void
+test_welcome_classes(void)
+{
+    struct tsock__msg m, base;
+    static uint8_t big[TSOCK__PROTO_MAX_CLASS_BYTES + 1];
+    make_welcome(&base);
+    EXPECT_VALID(base);
+    CHECK_EQ(tsock__proto_class_count(base.u.welcome.classes, base.u.welcome.classes_len), 3);
+    m = base;
+    m.u.welcome.classes_len--; /* the last name without its NUL */
+    EXPECT_INVALID(m);
+    static const char empty_name[] = "a\0\0b";
+    m.u.welcome.classes = (const uint8_t *)empty_name;
+    m.u.welcome.classes_len = sizeof empty_name;
+    EXPECT_INVALID(m);
+    static const char control[] = "a\tb";
+    m.u.welcome.classes = (const uint8_t *)control;
+    m.u.welcome.classes_len = sizeof control;
+    EXPECT_INVALID(m);
+    /* 255 name bytes are a name; 256 are not. */
+    memset(big, 'c', sizeof big);
+    big[255] = 0;
+    m.u.welcome.classes = big;
+    m.u.welcome.classes_len = 256;
+    EXPECT_VALID(m);
+    big[255] = 'c';
+    big[256] = 0;
+    m.u.welcome.classes_len = 257;
+    EXPECT_INVALID(m);
+    /* 32768 bytes in all (128 names of 255 bytes) fit; one byte more does not. */
+    big[256] = 'c';
+    for (size_t i = 255; i < sizeof big; i += 256)
+        big[i] = 0;
+    m.u.welcome.classes_len = TSOCK__PROTO_MAX_CLASS_BYTES;
+    EXPECT_VALID(m);
+    CHECK_EQ(tsock__proto_class_count(big, TSOCK__PROTO_MAX_CLASS_BYTES), 128);
+    big[TSOCK__PROTO_MAX_CLASS_BYTES] = 0;
+    m.u.welcome.classes_len = TSOCK__PROTO_MAX_CLASS_BYTES + 1;
+    EXPECT_INVALID(m);
+}
+
 static void
 test_hello_rules(void)
 {
@@ -973,7 +1036,9 @@ test_hello_rules(void)
     m = base;
     m.u.hello.flags = TSOCK__HELLO_WANT_IDS;
     EXPECT_VALID(m);
-    m.u.hello.flags = 4;
+    m.u.hello.flags = TSOCK__HELLO_IDS_IF_ABLE;
+    EXPECT_VALID(m);
+    m.u.hello.flags = 8;
     EXPECT_INVALID(m);
     m.u.hello.flags = 0x80000000u | TSOCK__HELLO_WANT_IDS;
     EXPECT_INVALID(m);
@@ -1166,10 +1231,10 @@ test_welcome_cuda_rules(void)
     EXPECT_VALID(base);
     make_welcome_cuda_max(&m);
     EXPECT_VALID(m);
-    /* The largest valid message of all: 18 878 bytes (docs/protocol.md). */
+    /* The largest valid message without class names: 18 882 bytes (docs/protocol.md). */
     CHECK_EQ(tsock__msg_encode(&m, scratch, sizeof scratch),
              12 + 66 + TSOCK_MAX_TENSORS * (19 + TSOCK_MAX_NAME + 8 * TSOCK_MAX_DIMS) + 80 +
-                 64 * TSOCK__PROTO_MAX_DEVICE_SLOTS);
+                 64 * TSOCK__PROTO_MAX_DEVICE_SLOTS + 4);
 
     /* A name and handles: which ring is it? The struct holds one blob, so the name goes in on
      * the wire, as a non-empty shm_name in front of the tensors; and in the struct, a blob
@@ -1829,6 +1894,7 @@ main(void)
     test_batch_ids();
     test_header();
     test_hello_rules();
+    test_welcome_classes();
     test_welcome_ring_rules();
     test_welcome_shm_rules();
     test_welcome_cuda_rules();

@@ -117,19 +117,46 @@ def timeout_ms(group_timeout):
     return ms
 
 
-def resolve(group, rank=None, world_size=None, group_timeout=None):
-    """The :class:`Group` for these arguments, or None when `group` is None (a solo consumer).
+def _refuse_silent_duplicates():
+    """A solo loader in a process that is one of several ranks would give every rank the whole
+    dataset: each sample trained world_size times per epoch, with no error. Refused unless
+    the caller says group=False."""
+    found = _from_torch_distributed()
+    source = "torch.distributed"
+    if found is None:
+        env = _from_environment()
+        if env is not None:
+            found, source = env[:2], env[2]
+    if found is None or found[1] <= 1:
+        return
+    rank, world = found
+    raise ValueError(
+        f"this process is rank {rank} of {world} ({source}) but tsock.DataLoader was given no "
+        f"group=: every rank would receive the whole dataset, so each sample would be trained "
+        f"{world} times per epoch. Name the data-parallel group, e.g. "
+        f"tsock.DataLoader(endpoint, group='my-job') (ranks then share each epoch as "
+        f"DistributedSampler does), or pass group=False if each rank really is a job of its "
+        f"own that should see every sample")
 
-    Raises ValueError when rank, world_size or group_timeout are given without a group, when
-    nothing gives this process's rank and world size, or when they are out of range; TypeError
-    for values of the wrong type."""
-    if group is None:
+
+def resolve(group, rank=None, world_size=None, group_timeout=None, solo_check=False):
+    """The :class:`Group` for these arguments, or None when `group` is None or False (a solo
+    consumer).
+
+    With `solo_check` (tsock.DataLoader), group=None in a process that torch.distributed or a
+    launcher's environment makes one of several ranks is a ValueError that shows group=;
+    group=False is the explicit opt-out. Raises ValueError when rank, world_size or
+    group_timeout are given without a group, when nothing gives this process's rank and world
+    size, or when they are out of range; TypeError for values of the wrong type."""
+    if group is None or group is False:
         given = [k for k, v in (("rank", rank), ("world_size", world_size),
                                 ("group_timeout", group_timeout)) if v is not None]
         if given:
             raise ValueError(f"{', '.join(given)} given without group=: name the group this "
                              f"process is a rank of (group='my-job'), or leave them out for "
                              f"a solo consumer")
+        if group is None and solo_check:
+            _refuse_silent_duplicates()
         return None
     check_name(group)
     ms = timeout_ms(group_timeout)

@@ -194,6 +194,13 @@ _declare("tsock_consumer_batch_capacity", c_uint32, [c_void_p])
 _declare("tsock_consumer_slot_count", c_uint32, [c_void_p])
 _declare("tsock_consumer_dataset_size", c_uint64, [c_void_p])
 _declare("tsock_consumer_batches_per_epoch", c_uint64, [c_void_p])
+# Leaving an epoch early, and the stream's end (docs/semantics.md): optional, so that an older
+# library still serves (a DataLoader then reads the rest of an epoch left by break, as before).
+_declare_optional("tsock_consumer_pause", c_int, [c_void_p])
+_declare_optional("tsock_consumer_end_epoch", c_int, [c_void_p])
+_declare_optional("tsock_consumer_stream_epochs", c_uint64, [c_void_p])
+_declare_optional("tsock_consumer_classes", c_uint32, [c_void_p])
+_declare_optional("tsock_consumer_class_name", c_char_p, [c_void_p, c_uint32])
 _declare("tsock_consumer_destroy", None, [c_void_p])
 # Data-parallel groups (docs/distributed.md): optional, so that a library without them still
 # serves solo consumers.

@@ -14,6 +14,7 @@ import warnings
 import weakref
 
 from . import _group, _lib, _views, errors, security
+from ._dropin import _Dataset, _Sampler, _warn_ignored
 from ._lib import lib
 
 
@@ -346,7 +347,7 @@ class Consumer:
                     "library cannot know an epoch's last batch in advance; pass "
                     "drop_last=False") from _lib.error(rc, "tsock_consumer_start")
             if rc < 0:
-                raise self._error(rc, "tsock_consumer_start")
+                raise self._start_error(rc, endpoint, timeout)
         except BaseException:
             self.close()
             raise
@@ -420,6 +421,44 @@ class Consumer:
         self._held[ptr] = batch
         return batch
 
+    def _where(self, endpoint=None):
+        """The endpoint, as an error message names it."""
+        endpoint = getattr(self, "endpoint", None) if endpoint is None else endpoint
+        if endpoint is None:
+            try:
+                return f"{_lib.default_endpoint()} (the default endpoint)"
+            except Exception:
+                return "the default endpoint"
+        return endpoint.decode() if isinstance(endpoint, bytes) else str(endpoint)
+
+    def _start_error(self, rc, endpoint, timeout):
+        """The exception for a failed start, naming the endpoint and what to start or check."""
+        where = self._where(endpoint)
+        if rc == -errno.ETIMEDOUT:
+            wait = "" if timeout is None else f" within {timeout} s"
+            return errors.Timeout(
+                rc, f"no tsock producer answered at {where}{wait}: start one there "
+                f"(tsock-producer --dataset ... --endpoint {where.split(' ')[0]}, or "
+                f"tsock.ensure_producer(...)), or check that the producer serves this endpoint "
+                f"(its first log line names it; tsock-stat --endpoint ... asks it)",
+                "tsock_consumer_start")
+        err = self._error(rc, "tsock_consumer_start")
+        err.message = f"{err.message} (producer endpoint {where})"
+        err.args = (err.code, err.message)
+        return err
+
+    def _end_error(self, err):
+        """EndOfStream, saying how many epochs the producer served and how to serve more."""
+        epochs = None
+        if self._h is not None and hasattr(lib, "tsock_consumer_stream_epochs"):
+            epochs = lib.tsock_consumer_stream_epochs(self._h)
+        served = f"after {epochs} epochs" if epochs else "after the epochs it was started with"
+        err.message = (f"the producer at {self._where()} finished its stream {served}; "
+                       f"tsock-producer serves --epochs N epochs, and by default (--epochs 0) "
+                       f"until stopped: restart it without --epochs, or with more")
+        err.args = (err.code, err.message)
+        return err
+
     # Codes whose explanation the library logs rather than returns: the exception carries it.
     _EXPLAINED = tuple(getattr(errors, name) for name in (
         "E_GROUP_INCOMPLETE", "E_GROUP_LOST", "E_GROUP_MISMATCH", "E_REJECTED")
@@ -434,7 +473,28 @@ class Consumer:
             if self.group is not None:
                 needles.append(f"group '{self.group.name}'")
             detail = _lib.recent_log(*needles, after=self._log_mark)
-        return _lib.error(rc, function, detail)
+        err = _lib.error(rc, function, detail)
+        if isinstance(err, errors.EndOfStream):
+            return self._end_error(err)
+        if isinstance(err, (errors.ProducerLost, errors.ProducerStopped)):
+            err.message = f"{err.message} (producer endpoint {self._where()})"
+            err.args = (err.code, err.message)
+        return err
+
+    def _pause(self):
+        """Stops receiving until the next read (tsock_consumer_pause): the batches sent and not
+        read go back, so other jobs never wait for this one. Returns False where the library
+        cannot (older library, a group rank, free mode)."""
+        if self._h is None or not hasattr(lib, "tsock_consumer_pause"):
+            return False
+        return lib.tsock_consumer_pause(self._h) == 0
+
+    def _end_epoch(self):
+        """Gives up the rest of the epoch (tsock_consumer_end_epoch). False where the library
+        cannot: the caller then reads the rest and drops it."""
+        if self._h is None or not hasattr(lib, "tsock_consumer_end_epoch"):
+            return False
+        return lib.tsock_consumer_end_epoch(self._h) == 0
 
     def _interruption_cause(self):
         """After TSOCK_E_EPOCH_INTERRUPTED in a group: the library reports TSOCK_E_GROUP_LOST
@@ -628,6 +688,20 @@ class Consumer:
         return lib.tsock_consumer_dataset_size(self._h)
 
     @property
+    def classes(self):
+        """The producer's class names, label i named classes[i] (ImageFolder's: its folder
+        names sorted), as a tuple; None when the producer announced none."""
+        if self._h is None:
+            raise ValueError("the consumer is closed")
+        if not hasattr(lib, "tsock_consumer_classes"):
+            return None
+        n = lib.tsock_consumer_classes(self._h)
+        if n == 0:
+            return None
+        return tuple(lib.tsock_consumer_class_name(self._h, i).decode("utf-8")
+                     for i in range(n))
+
+    @property
     def batches_per_epoch(self):
         """Batches in one of this consumer's epochs at its batch size (drop_last counted);
         0 in free mode."""
@@ -761,8 +835,22 @@ class DataLoader:
             torch.distributed when it is initialised, else torchrun's RANK and WORLD_SIZE,
             else Slurm's SLURM_PROCID and SLURM_NTASKS; an argument given wins over them.
             ValueError when nothing gives them, or 0 <= rank < world_size does not hold.
+            A process that torch.distributed or torchrun's / Slurm's environment makes one of
+            several ranks (WORLD_SIZE > 1) must say which: group='name', or group=False for
+            a job of its own that sees every sample (else ValueError: each rank would train
+            every sample world_size times per epoch, silently).
         group_timeout: seconds the ranks wait for each other at the group's start (None: the
             library's 600 s); then tsock.GroupIncomplete names the missing ranks.
+        collate_fn: applied to each batch in this job, as torch's DataLoader applies it: it
+            receives the batch as a list of per-sample tuples (views of the batch), so
+            functions built on default_collate (mixup, cutmix) work unchanged; what it
+            returns is what the loop gets (a copy when it stacks).
+        num_workers, pin_memory, shuffle, sampler, prefetch_factor, persistent_workers:
+            torch.utils.data.DataLoader arguments that a shared loader has no use for:
+            accepted, warned about once, and ignored.
+
+    Attributes training scripts read: ``dataset`` (``len()``, ``classes``, ``class_to_idx``
+    from the producer), ``batch_size``, ``drop_last``, ``sampler`` (``set_epoch``).
 
     Groups: ``len()`` is the per-rank batch count, the same on every rank. An epoch a rank
     cannot finish (another rank of the group died: tsock.GroupLost, or the producer went away:
@@ -779,8 +867,13 @@ class DataLoader:
     ones a crash makes the job see twice (docs/semantics.md, "Resume").
 
     Iterating yields the batches up to and including the next one flagged as ending an epoch,
-    then stops; the next ``iter()`` continues with the following epoch (what remains of an
-    epoch left by ``break`` is skipped). With a producer sampler (tsock-producer), every
+    then stops; the next ``iter()`` continues with the following epoch. Leaving the loop early
+    (``break``, a step limit, an exception) pauses the job at once: the batches sent to it and
+    not yet read go back, so other jobs on the producer never wait for it while it validates;
+    the next ``iter()`` then starts a fresh, complete epoch, as torch's DataLoader does (what
+    remained of the left epoch is not delivered). Reading on from the same iterator instead
+    (``it = iter(loader)``; ``next(it)`` later) goes on with exactly the samples of that
+    epoch not read yet. With a producer sampler (tsock-producer), every
     epoch of this job holds each sample exactly once, even when it joined in the middle of
     the producer's epoch, and ``len()`` is known from the start. In free mode (a producer
     publishing its own batches), a job joining mid-epoch gets the rest of that epoch as its
@@ -797,13 +890,28 @@ class DataLoader:
                  timeout=10.0, return_ids=False, name=None, samples=None, names=None,
                  output=None, heartbeat=None, epoch_grace=None, reconnect=None, curve=None,
                  checkpointing=False, group=None, rank=None, world_size=None,
-                 group_timeout=None):
+                 group_timeout=None, collate_fn=None, num_workers=None, pin_memory=None,
+                 shuffle=None, sampler=None, prefetch_factor=None, persistent_workers=None):
         self._consumer_obj = None
         self._deferred = False   # connect on first use (a checkpointing rank: see below)
         self._closed = False
         _ms(timeout)  # validates it before anything is imported or connected
         # Resolved once, so a reconnection (load_state_dict) keeps the same rank.
-        membership = _group.resolve(group, rank, world_size, group_timeout)
+        membership = _group.resolve(group, rank, world_size, group_timeout, solo_check=True)
+        for arg, value in (("num_workers", num_workers), ("pin_memory", pin_memory),
+                           ("shuffle", shuffle), ("sampler", sampler),
+                           ("prefetch_factor", prefetch_factor),
+                           ("persistent_workers", persistent_workers)):
+            if value is not None:
+                _warn_ignored(arg, value)
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"collate_fn must be callable, not {type(collate_fn).__name__}")
+        #: Applied to each batch (a list of per-sample tuples), as torch's DataLoader does.
+        self.collate_fn = collate_fn
+        #: ``len()``, ``classes`` and ``class_to_idx`` of the producer's dataset.
+        self.dataset = _Dataset(self)
+        #: ``set_epoch`` (DistributedSampler's), and ``len()``.
+        self.sampler = _Sampler(self)
         self._device = _resolve_device(device)
         if output is None:
             output = "torch" if _views.get_torch() is not None else "numpy"
@@ -881,7 +989,11 @@ class DataLoader:
         self._generation += 1
         self._release_held()
         if self._in_epoch:
-            self._skip_rest_of_epoch()
+            # A loop left early: a fresh epoch, as torch's DataLoader gives a new iterator.
+            if self._end is None and self._consumer._end_epoch():
+                self._in_epoch = False
+            else:
+                self._skip_rest_of_epoch()  # a group rank, free mode: read the rest
         self.last_epoch_interrupted = False
         self._iterated = True
         return _EpochIterator(self, self._generation)
@@ -1058,6 +1170,19 @@ class DataLoader:
                 self._consumer.release(prev)
 
     def _item(self, batch):
+        item = self._views_of(batch)
+        if self.collate_fn is not None:
+            return self.collate_fn(list(zip(*item)))
+        return item
+
+    def _left_loop(self, it):
+        """The iterator `it` was dropped before its epoch ended (break, an exception): pause,
+        so the producer never waits for this job while it does something else. The batch
+        handed out last stays valid (the loop's variables may still point to it)."""
+        if it._generation == self._generation and self._in_epoch and not self.closed:
+            self._consumer._pause()
+
+    def _views_of(self, batch):
         sel = self._select
         if sel is None:
             sel = self._select = self._resolve_selection()
@@ -1210,3 +1335,11 @@ class _EpochIterator:
 
     def __len__(self):
         return len(self._loader)
+
+    def __del__(self):
+        # CPython drops the iterator as the for loop is left (break, return, an exception).
+        if not self._done:
+            try:
+                self._loader._left_loop(self)
+            except Exception:
+                pass

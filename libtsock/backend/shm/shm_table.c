@@ -1,6 +1,11 @@
 /* The host shared-memory backend's table: the producer writes straight into the slots, so
  * publish has nothing to do; consumers read the mapped slots in place, so there is nothing to
- * wait for, and a release takes effect at once. */
+ * wait for, and a release takes effect at once.
+ *
+ * With an output conversion (tsock_producer_set_output / _set_normalize) the producer writes
+ * uint8 NHWC into host staging instead, and publish converts each batch into its slot once,
+ * for every consumer, with the C reference of the GPU's conversion (backend/convert.c): the
+ * same bytes as a CUDA ring's. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,12 +13,49 @@
 #include "backend/backend.h"
 #include "backend/shm/shm.h"
 #include "core/core.h"
+#include "core/parallel.h"
 
 struct shm_ring {
     struct tsock__slot_memory base;
     struct tsock__region region;
     size_t stride;
+    /* A converting ring: slots as the caller fills them (stage_stride each), and the plan. */
+    uint8_t *staging;
+    size_t stage_stride;
+    struct tsock__convert_plan *plan;
 };
+
+static void shm_close(struct tsock__slot_memory *m);
+
+/* The staging slots of a converting ring, reserved (touched) now so that a lack of memory is
+ * an error at start, not a signal later. Returns 0 or -ENOMEM / TSOCK_E_LAYOUT. */
+static int
+reserve_staging(struct shm_ring *r, const struct tsock__ring_request *req,
+                struct tsock__ring_shape *shape)
+{
+    r->plan = calloc(1, sizeof *r->plan);
+    if (!r->plan)
+        return -ENOMEM;
+    int err = tsock__convert_plan_make(req->convert, req->layout, req->batch_size, &shape->layout,
+                                       shape->offsets, &shape->stride, r->plan);
+    if (err < 0)
+        return err;
+    size_t bytes;
+    if (tsock__mul_size(req->stride, req->slots, &bytes) < 0)
+        return TSOCK_E_LAYOUT;
+    void *staging = NULL;
+    if (posix_memalign(&staging, 4096, bytes ? bytes : 1) != 0) {
+        tsock__log(TSOCK_LOG_ERROR,
+                   "cannot reserve %zu bytes of staging memory for the output "
+                   "conversion",
+                   bytes);
+        return -ENOMEM;
+    }
+    memset(staging, 0, bytes);
+    r->staging = staging;
+    r->stage_stride = req->stride;
+    return 0;
+}
 
 struct shm_view {
     struct tsock__ring_view base;
@@ -24,28 +66,28 @@ static int
 shm_create(struct tsock__slot_memory **out, const struct tsock__ring_request *req,
            struct tsock__ring_shape *shape)
 {
-    if (req->convert && req->convert->tensor[0]) {
-        tsock__log(TSOCK_LOG_ERROR, "output conversion runs on the GPU: set a CUDA device "
-                                    "(tsock_producer_set_device) to use it");
-        return -ENOTSUP;
-    }
-    size_t bytes;
-    if (tsock__mul_size(req->stride, req->slots, &bytes) < 0)
-        return TSOCK_E_LAYOUT;
     struct shm_ring *r = calloc(1, sizeof *r);
     if (!r)
         return -ENOMEM;
-    tsock__shm_sweep_orphans();
-    int err = tsock__shm_create(&r->region, bytes);
-    if (err < 0) {
-        free(r);
-        return err;
-    }
     r->base.ops = &tsock__backend_shm;
-    r->stride = req->stride;
     shape->layout = *req->layout;
     memcpy(shape->offsets, req->offsets, sizeof shape->offsets);
     shape->stride = req->stride;
+    int err = 0;
+    if (req->convert && req->convert->tensor[0])
+        err = reserve_staging(r, req, shape);
+    size_t bytes = 0;
+    if (err == 0 && tsock__mul_size(shape->stride, req->slots, &bytes) < 0)
+        err = TSOCK_E_LAYOUT;
+    if (err == 0) {
+        tsock__shm_sweep_orphans();
+        err = tsock__shm_create(&r->region, bytes);
+    }
+    if (err < 0) {
+        shm_close(&r->base);
+        return err;
+    }
+    r->stride = shape->stride;
     shape->bytes = bytes;
     *out = &r->base;
     return 0;
@@ -63,14 +105,41 @@ static int
 shm_fill_pointer(struct tsock__slot_memory *m, uint32_t slot, uint8_t **base)
 {
     struct shm_ring *r = (struct shm_ring *)m;
-    *base = r->region.base + (size_t)slot * r->stride;
+    if (r->staging)
+        *base = r->staging + (size_t)slot * r->stage_stride;
+    else
+        *base = r->region.base + (size_t)slot * r->stride;
     return 0;
+}
+
+/* One sample of a batch being converted (tsock__parallel_for's item). */
+struct convert_job {
+    const struct tsock__convert_plan *plan;
+    const uint8_t *in;
+    uint8_t *out;
+};
+
+static void
+convert_sample(void *ctx, size_t item, char *scratch)
+{
+    const struct convert_job *job = ctx;
+    (void)scratch;
+    tsock__convert_ref_range(job->plan, job->in, job->out, (uint32_t)item, 1);
 }
 
 static int
 shm_publish(struct tsock__slot_memory *m, uint32_t slot, uint32_t samples)
 {
-    return 0; /* the caller wrote the slot itself: it is readable as it is */
+    struct shm_ring *r = (struct shm_ring *)m;
+    if (!r->staging)
+        return 0; /* the caller wrote the slot itself: it is readable as it is */
+    /* Converted once here, for every consumer, a sample per item on every CPU: one thread
+     * converting 224-pixel float32 batches would be slower than the decode workers. */
+    struct convert_job job = {r->plan, r->staging + (size_t)slot * r->stage_stride,
+                              r->region.base + (size_t)slot * r->stride};
+    if (tsock__parallel_for(0, samples, 1, convert_sample, &job) < 0)
+        tsock__convert_ref(r->plan, job.in, job.out, samples); /* no thread had memory */
+    return 0;
 }
 
 static void
@@ -79,7 +148,10 @@ shm_close(struct tsock__slot_memory *m)
     struct shm_ring *r = (struct shm_ring *)m;
     if (!r)
         return;
-    tsock__shm_release(&r->region);
+    if (r->region.base)
+        tsock__shm_release(&r->region);
+    free(r->staging);
+    free(r->plan);
     free(r);
 }
 

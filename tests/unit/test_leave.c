@@ -1,0 +1,222 @@
+/* Leaving an epoch early (docs/semantics.md, "Leaving an epoch early"), end to end in one
+ * process with real sockets and a real producer sampler: consumer A reads part of an epoch and
+ * stops (tsock_consumer_pause, or simply no more next calls); consumer B must then read two
+ * whole, exact epochs without A (before mid-epoch pauses, A's queued batches held every slot
+ * and B's next timed out); then A goes on and its interrupted epoch holds exactly the samples
+ * it lacked, its batch indices continuing, followed by a normal exact epoch. Views and
+ * gathers, explicit and timed pauses, checkpointing or not. Completion decides, not timing. */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "tsock/tsock.h"
+
+#define SAMPLES 600
+#define BATCH 32
+#define SLOTS 4
+
+#include "id_producer.h"
+
+/* B's next waits at most this long: far beyond any scheduling delay, and what a B stuck behind
+ * A's slots runs into. */
+#define B_TIMEOUT_MS 20000
+
+struct steady {
+    int epochs_done;
+    int err;
+};
+
+/* Reads one epoch of c into seen[]; returns 0 or the error, checking exactness. */
+static int
+read_epoch(tsock_consumer *c, unsigned char *seen, uint64_t *epoch, uint64_t *first_index,
+           int timeout_ms)
+{
+    int first = 1;
+    for (;;) {
+        tsock_batch *b;
+        int err = tsock_consumer_next(c, timeout_ms, &b);
+        if (err < 0)
+            return err;
+        const int64_t *ids = tsock_batch_tensor_data(b, 0);
+        for (uint32_t i = 0; i < tsock_batch_samples(b); i++) {
+            CHECK(ids[i] >= 0 && ids[i] < SAMPLES);
+            CHECK_EQ(seen[ids[i]]++, 0);
+        }
+        if (first && first_index)
+            *first_index = tsock_batch_index_in_epoch(b);
+        first = 0;
+        if (epoch)
+            *epoch = tsock_batch_epoch(b);
+        int end = tsock_batch_is_epoch_end(b);
+        tsock_consumer_release(c, b);
+        if (end)
+            return 0;
+    }
+}
+
+static void *
+steady_run(void *arg)
+{
+    struct steady *s = arg;
+    tsock_consumer *b = NULL;
+    CHECK_EQ(tsock_consumer_create(&b, id_endpoint), 0);
+    tsock_consumer_set_epoch_grace(b, 30000); /* B itself never pauses */
+    s->err = tsock_consumer_start(b, B_TIMEOUT_MS);
+    for (int e = 0; e < 2 && s->err == 0; e++) {
+        unsigned char seen[SAMPLES] = {0};
+        s->err = read_epoch(b, seen, NULL, NULL, B_TIMEOUT_MS);
+        if (s->err == 0) {
+            for (int i = 0; i < SAMPLES; i++)
+                CHECK_EQ(seen[i], 1);
+            s->epochs_done++;
+        }
+    }
+    tsock_consumer_destroy(b);
+    return NULL;
+}
+
+/* A reads `k` batches of batch size `batch`, stops (explicitly or not), B reads two epochs,
+ * then A finishes its epoch and reads one more. */
+static void
+scenario(uint32_t batch, int k, int explicit_pause, int checkpointing)
+{
+    pthread_t thread;
+    tsock_producer *p = id_producer_start("leave", 1, &thread);
+    tsock_consumer *a = NULL;
+    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
+    tsock_consumer_set_batch_size(a, batch);
+    tsock_consumer_set_epoch_grace(a, 50);
+    tsock_consumer_set_checkpointing(a, checkpointing);
+    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
+
+    unsigned char seen[SAMPLES] = {0};
+    uint64_t index = 0;
+    for (int i = 0; i < k; i++) {
+        tsock_batch *b;
+        CHECK_EQ(tsock_consumer_next(a, 5000, &b), 0);
+        CHECK_EQ(tsock_batch_epoch(b), 0);
+        CHECK_EQ(tsock_batch_index_in_epoch(b), (uint64_t)i);
+        CHECK(!tsock_batch_is_epoch_end(b));
+        const int64_t *ids = tsock_batch_tensor_data(b, 0);
+        for (uint32_t j = 0; j < tsock_batch_samples(b); j++)
+            CHECK_EQ(seen[ids[j]]++, 0);
+        index = tsock_batch_index_in_epoch(b) + 1;
+        tsock_consumer_release(a, b);
+    }
+    if (explicit_pause)
+        CHECK_EQ(tsock_consumer_pause(a), 0);
+
+    /* A reads nothing now: B must get two whole epochs all the same. */
+    struct steady s = {0, 0};
+    pthread_t steady;
+    pthread_create(&steady, NULL, steady_run, &s);
+    pthread_join(steady, NULL);
+    if (s.err)
+        fprintf(stderr, "B: %s after %d epochs\n", tsock_strerror(s.err), s.epochs_done);
+    CHECK_EQ(s.err, 0);
+    CHECK_EQ(s.epochs_done, 2);
+
+    /* A's epoch 0 goes on with exactly what it lacked, the batch index continuing. */
+    uint64_t epoch = 99, first_index = 0;
+    CHECK_EQ(read_epoch(a, seen, &epoch, &first_index, 20000), 0);
+    CHECK_EQ(epoch, 0);
+    CHECK_EQ(first_index, index);
+    for (int i = 0; i < SAMPLES; i++)
+        CHECK_EQ(seen[i], 1);
+    /* Then a normal exact epoch. */
+    unsigned char next_seen[SAMPLES] = {0};
+    CHECK_EQ(read_epoch(a, next_seen, &epoch, &first_index, 20000), 0);
+    CHECK_EQ(epoch, 1);
+    CHECK_EQ(first_index, 0);
+    for (int i = 0; i < SAMPLES; i++)
+        CHECK_EQ(next_seen[i], 1);
+    tsock_consumer_destroy(a);
+    id_producer_stop(p, &thread);
+}
+
+/* tsock_consumer_end_epoch mid-epoch: B reads on without A, and A's next batch starts a
+ * fresh, exact epoch 1 (what torch does for a new iterator after break). */
+static void
+test_end_epoch(void)
+{
+    pthread_t thread;
+    tsock_producer *p = id_producer_start("leave", 1, &thread);
+    tsock_consumer *a = NULL;
+    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
+    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
+    for (int i = 0; i < 3; i++) {
+        tsock_batch *b;
+        CHECK_EQ(tsock_consumer_next(a, 5000, &b), 0);
+        tsock_consumer_release(a, b);
+    }
+    CHECK_EQ(tsock_consumer_end_epoch(a), 0);
+    CHECK_EQ(tsock_consumer_end_epoch(a), 0); /* at a boundary now: nothing to give up */
+    struct steady s = {0, 0};
+    pthread_t steady;
+    pthread_create(&steady, NULL, steady_run, &s);
+    pthread_join(steady, NULL);
+    CHECK_EQ(s.err, 0);
+    CHECK_EQ(s.epochs_done, 2);
+    unsigned char seen[SAMPLES] = {0};
+    uint64_t epoch = 99, first_index = 99;
+    CHECK_EQ(read_epoch(a, seen, &epoch, &first_index, 20000), 0);
+    CHECK_EQ(epoch, 1);
+    CHECK_EQ(first_index, 0);
+    for (int i = 0; i < SAMPLES; i++)
+        CHECK_EQ(seen[i], 1);
+    tsock_consumer_destroy(a);
+    id_producer_stop(p, &thread);
+
+    /* Free mode: epochs are the producer's marks, nothing to end or to pause mid-epoch. */
+    p = id_producer_start("leave", 0, &thread);
+    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
+    CHECK_EQ(tsock_consumer_set_batch_size(a, BATCH / 2), 0);
+    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
+    tsock_batch *b;
+    CHECK_EQ(tsock_consumer_next(a, 5000, &b), 0);
+    CHECK_EQ(tsock_consumer_end_epoch(a), -ENOTSUP);
+    CHECK_EQ(tsock_consumer_pause(a), -ENOTSUP);
+    tsock_consumer_release(a, b);
+    tsock_consumer_destroy(a);
+    id_producer_stop(p, &thread);
+}
+
+/* tsock_consumer_pause's refusals and boundaries. */
+static void
+test_pause_calls(void)
+{
+    CHECK_EQ(tsock_consumer_pause(NULL), -EINVAL);
+    CHECK_EQ(tsock_consumer_end_epoch(NULL), -EINVAL);
+    pthread_t thread;
+    tsock_producer *p = id_producer_start("leave", 1, &thread);
+    tsock_consumer *a = NULL;
+    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
+    CHECK_EQ(tsock_consumer_pause(a), TSOCK_E_STATE); /* not started */
+    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
+    CHECK_EQ(tsock_consumer_pause(a), 0); /* nothing read yet: a boundary */
+    unsigned char seen[SAMPLES] = {0};
+    uint64_t epoch = 99;
+    CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), 0);
+    CHECK_EQ(epoch, 0);
+    CHECK_EQ(tsock_consumer_pause(a), 0); /* between epochs */
+    memset(seen, 0, sizeof seen);
+    CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), 0);
+    CHECK_EQ(epoch, 1);
+    tsock_consumer_destroy(a);
+    id_producer_stop(p, &thread);
+}
+
+int
+main(void)
+{
+    scenario(BATCH, 3, 1, 0); /* views, tsock_consumer_pause */
+    scenario(BATCH, 3, 0, 0); /* views, stopped calling next */
+    scenario(20, 7, 1, 0);    /* gathers across producer batches */
+    scenario(20, 5, 0, 1);    /* a checkpointing consumer, stopped */
+    scenario(BATCH / 2, 11, 1, 0);
+    test_pause_calls();
+    test_end_epoch();
+    return CHECK_DONE();
+}
