@@ -48,6 +48,16 @@ pad(struct tarbuf *t)
     put(t, zero, (512 - t->len % 512) % 512);
 }
 
+/* v as `width - 1` octal digits and a NUL, written digit by digit (snprintf with a field that
+ * GCC at -O3 cannot prove fits is a -Wformat-truncation error). */
+static void
+octal(uint8_t *dst, size_t width, uint64_t v)
+{
+    dst[width - 1] = 0;
+    for (size_t i = width - 1; i-- > 0; v >>= 3)
+        dst[i] = (uint8_t)('0' + (v & 7));
+}
+
 /* A header; `prefix` (ustar) may be NULL. signed_sum: the old signed-byte checksum. */
 static void
 header(struct tarbuf *t, const char *name, const char *prefix, uint64_t size, char type,
@@ -58,7 +68,7 @@ header(struct tarbuf *t, const char *name, const char *prefix, uint64_t size, ch
     snprintf((char *)h + 100, 8, "%07o", 0644);
     snprintf((char *)h + 108, 8, "%07o", 0);
     snprintf((char *)h + 116, 8, "%07o", 0);
-    snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)(size & 077777777777ull));
+    octal(h + 124, 12, size & 077777777777ull);
     snprintf((char *)h + 136, 12, "%011o", 0);
     h[156] = (uint8_t)type;
     memcpy(h + 257, "ustar", 6);
@@ -71,7 +81,7 @@ header(struct tarbuf *t, const char *name, const char *prefix, uint64_t size, ch
     long sum = 0;
     for (int i = 0; i < 512; i++)
         sum += signed_sum ? (long)(int8_t)h[i] : (long)h[i];
-    snprintf((char *)h + 148, 8, "%06lo", (unsigned long)sum);
+    octal(h + 148, 7, (uint64_t)sum);
     h[155] = ' ';
     put(t, h, 512);
 }
