@@ -96,8 +96,6 @@ def test_exact_with_intruders(env):
                         *curve_args(srv_secret, authorized_dir(env, cli_public), server=True),
                         endpoint=endpoint, stats=stats)
     prod.wait_stderr("serving", 10)
-    good = consumer(env, "--epochs", str(epochs), "--delay-ms", "5",
-                        *curve_args(cli_secret, srv_public), endpoint=endpoint, name="keyed")
     intruders = [
         ("wrong client key", curve_args(bad_secret, srv_public)),
         ("wrong server key", curve_args(cli_secret, bad_public)),
@@ -113,6 +111,11 @@ def test_exact_with_intruders(env):
         r = run_stat(env, endpoint, "--json", "--timeout-ms", "20000", *argv)
         check(r.returncode == 1 and "authentication failed" in r.stderr and not r.stdout,
               f"tsock-stat {argv}: exit code {r.returncode}, {r.stderr!r}")
+    # The keyed consumer joins only now: with it the producer serves its 3 epochs in about a
+    # second and exits, and a tsock-stat still waiting for a core on a loaded machine would then
+    # find no producer at all instead of being refused (seen under load).
+    good = consumer(env, "--epochs", str(epochs), "--delay-ms", "5",
+                        *curve_args(cli_secret, srv_public), endpoint=endpoint, name="keyed")
     for p, (what, _) in zip(procs, intruders):
         check_turned_away(p, what, may_time_out=what == "no key")
     # The garbage client never completes a handshake, so it still waits to hand its messages
