@@ -182,9 +182,11 @@ tsock_consumer_start(tsock_consumer *c, int timeout_ms)
     }
     pthread_mutex_lock(&c->mu);
     tsock__resume_start(c);
-    pthread_mutex_unlock(&c->mu);
+    /* Under mu: the service thread reads both to pause a job that never reads
+     * (consumer_leave.c). */
     c->ready_to_read = 1;
-    c->idle_since_ns = tsock__now_ns(); /* a job that never reads is paused (consumer_leave.c) */
+    c->idle_since_ns = tsock__now_ns();
+    pthread_mutex_unlock(&c->mu);
     return 0;
 }
 

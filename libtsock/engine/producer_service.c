@@ -308,6 +308,26 @@ on_bye(void *ctx, const struct tsock__peer_id *from, int index, const struct tso
         drop_consumer(p, index, "left", 0);
 }
 
+/* A paused consumer gives back every batch that reaches it before its RESUMED, so the batches
+ * published to it but not announced yet (the outgoing queue, flushed after the handlers) are
+ * released here instead. Were they announced later, one could reach it after a RESUMED sent
+ * meanwhile and be read as the start of its new window, which the producer places at the
+ * next batch it publishes: the consumer's epoch would be off by the batches in between, with
+ * duplicates (test_leave's test_pause_calls, about one run in twenty under load). */
+static void
+forget_unannounced(tsock_producer *p, int index)
+{
+    uint64_t bit = (uint64_t)1 << index;
+    for (uint32_t k = 0; k < p->queue_len; k++) {
+        struct tsock__outgoing *o = &p->queue[(p->queue_head + k) % p->slot_count];
+        if (!(o->holders & bit))
+            continue;
+        o->holders &= ~bit;
+        if (tsock__ring_release(&p->ring, o->batch.slot, (uint32_t)index, o->batch.seq) > 0)
+            pthread_cond_broadcast(&p->cond);
+    }
+}
+
 /* PAUSE: the consumer finished an epoch and is busy elsewhere; its window and phase end here.
  * RESUME: it comes back; its next batch starts a new window. */
 static void
@@ -317,6 +337,8 @@ on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const s
     if (!known(p, from, index, m->type))
         return;
     struct tsock__consumer_rec *c = &p->consumers[index];
+    if (m->type == TSOCK__MSG_PAUSE)
+        forget_unannounced(p, index);
     c->window_start = TSOCK__NO_WINDOW;
     c->paused = m->type == TSOCK__MSG_PAUSE;
     if (m->type == TSOCK__MSG_RESUME) {

@@ -137,7 +137,7 @@ def test_val_preset_equals_folder(tsock, programs, procs, endpoint, data):
     folder = subprocess.Popen([programs["tsock-producer"], "--dataset", "folder", "--root",
                                data["tree"], "--endpoint", endpoint, "--batch-size", str(BATCH),
                                "--image-size", "64", "--split", "val", "--wait-consumers", "1",
-                               "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               "--epochs", "1", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
     procs.append(folder)
     want = read_images(tsock, endpoint)
@@ -277,7 +277,7 @@ def test_bad_shards_named_and_left_out(tsock, programs, procs, endpoint, data):
     spec, expect = _bad_shards(str(data["base"]), data["dir"])
     p = subprocess.Popen([programs["tsock-producer"], "--dataset", "webdataset", "--shards", spec,
                           "--endpoint", endpoint, "--batch-size", str(BATCH), "--image-size",
-                          "32", "--wait-consumers", "1"], stdout=subprocess.PIPE,
+                          "32", "--wait-consumers", "1", "--epochs", "1"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     procs.append(p)
     left = sum(n for *_, n in expect)
