@@ -6,6 +6,7 @@
 #ifndef TSOCK_PIPELINE_INT_H
 #define TSOCK_PIPELINE_INT_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -20,6 +21,9 @@
 /* How many consecutive sample ids after a bad one are tried as its replacement before the
  * load gives up (a dataset where that many files in a row fail is broken, not unlucky). */
 #define TSOCK__PIPELINE_MAX_REPLACE 64
+
+/* The largest image side a setter accepts (output size, the val preset's resize). */
+#define TSOCK__PIPELINE_MAX_SIZE 8192
 
 /* One batch being loaded: written by the driving thread before the workers see a position,
  * read by the workers. */
@@ -135,5 +139,16 @@ void tsock__pipeline_stop_workers(struct tsock_pipeline *pl);
 /* The augmentation options' defaults (augment_options.c): none, erasing filled with
  * ImageNet's mean. */
 void tsock__pipeline_augment_defaults(struct tsock_pipeline *pl);
+
+/* Every setter's first check (pipeline.c, augment_options.c): the handle must exist (-EINVAL)
+ * and not be open yet (TSOCK_E_STATE); 0 when it may be set. Inline so that neither file calls
+ * the other for it. */
+static inline int
+tsock__pipeline_settable(const struct tsock_pipeline *pl)
+{
+    if (!pl)
+        return -EINVAL;
+    return pl->open ? TSOCK_E_STATE : 0;
+}
 
 #endif
