@@ -346,19 +346,12 @@ reserve(struct tsock_pipeline *pl, uint32_t n)
 {
     if (n <= pl->reqs_cap)
         return 0;
-    struct tsock__read_req *reqs = realloc(pl->reqs, (size_t)n * sizeof *reqs);
-    if (reqs)
-        pl->reqs = reqs;
-    struct tsock__read_req *gather = realloc(pl->gather, (size_t)n * sizeof *gather);
-    if (gather)
-        pl->gather = gather;
-    uint8_t *bad = realloc(pl->known_bad, n);
-    if (bad)
-        pl->known_bad = bad;
-    uint32_t *queue = realloc(pl->queue, 2 * (size_t)n * sizeof *queue);
-    if (queue)
-        pl->queue = queue;
-    if (!reqs || !gather || !bad || !queue || tsock__pipeline_device_reserve(pl, n) != 0)
+    int failed = 0;
+    pl->reqs = tsock__realloc_or_keep(pl->reqs, (size_t)n * sizeof *pl->reqs, &failed);
+    pl->gather = tsock__realloc_or_keep(pl->gather, (size_t)n * sizeof *pl->gather, &failed);
+    pl->known_bad = tsock__realloc_or_keep(pl->known_bad, n, &failed);
+    pl->queue = tsock__realloc_or_keep(pl->queue, 2 * (size_t)n * sizeof *pl->queue, &failed);
+    if (failed || tsock__pipeline_device_reserve(pl, n) != 0)
         return -ENOMEM;
     pl->reqs_cap = n;
     return 0;
