@@ -40,23 +40,13 @@ augment_options_init(struct augment_options *a)
     a->augment_interp = TSOCK_AUGMENT_NEAREST;
 }
 
-static double
-parse_number(const char *opt, const char *s, char **end)
-{
-    errno = 0;
-    double v = strtod(s, end);
-    if (*end == s || errno != 0 || !isfinite(v))
-        cli_bad_usage("--%s: '%s' is not a number", opt, s);
-    return v;
-}
-
 static void
 parse_jitter(const char *value, struct augment_options *a)
 {
     const char *p = value;
     for (int i = 0; i < 4; i++) {
         char *end;
-        a->jitter[i] = parse_number("color-jitter", p, &end);
+        a->jitter[i] = cli_parse_double("color-jitter", p, &end);
         if (*end != (i < 3 ? ',' : '\0'))
             cli_bad_usage("--color-jitter: expected four numbers B,C,S,H (for example "
                           "0.4,0.4,0.4,0), got '%s'",
@@ -99,7 +89,7 @@ static void
 parse_erase(const char *arg, struct augment_options *a)
 {
     char *end;
-    a->random_erase = parse_number("random-erase", arg, &end);
+    a->random_erase = cli_parse_double("random-erase", arg, &end);
     if (*end != '\0' || !(a->random_erase >= 0 && a->random_erase <= 1))
         cli_bad_usage("--random-erase: a probability in [0, 1], got '%s'", arg);
 }

@@ -1,6 +1,7 @@
 /* Command-line helpers shared by the tsock programs (see cli.h). */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,4 +114,14 @@ cpu_seconds(void)
         return 0.0;
     return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+double
+cli_parse_double(const char *opt, const char *s, char **end)
+{
+    errno = 0;
+    double v = strtod(s, end);
+    if (*end == s || errno != 0 || !isfinite(v))
+        cli_bad_usage("--%s: '%s' is not a number", opt, s);
+    return v;
 }

@@ -241,25 +241,15 @@ parse_choice(const char *opt, const char *value, const char *const *names)
     cli_bad_usage("--%s: '%s' is not a valid value (expected one of: %s)", opt, value, list);
 }
 
-static double
-parse_fraction(const char *opt, const char *s, char **end)
-{
-    errno = 0;
-    double v = strtod(s, end);
-    if (*end == s || errno != 0 || !isfinite(v))
-        cli_bad_usage("--%s: '%s' is not a number", opt, s);
-    return v;
-}
-
 static void
 parse_crop_scale(const char *value, struct config *cfg)
 {
     char *end;
-    cfg->scale_min = parse_fraction("crop-scale", value, &end);
+    cfg->scale_min = cli_parse_double("crop-scale", value, &end);
     if (*end != ',')
         cli_bad_usage("--crop-scale: expected MIN,MAX (for example 0.08,1), got '%s'", value);
     const char *second = end + 1;
-    cfg->scale_max = parse_fraction("crop-scale", second, &end);
+    cfg->scale_max = cli_parse_double("crop-scale", second, &end);
     if (*end != '\0')
         cli_bad_usage("--crop-scale: expected MIN,MAX (for example 0.08,1), got '%s'", value);
     if (!(cfg->scale_min > 0 && cfg->scale_min <= cfg->scale_max && cfg->scale_max <= 1))
@@ -295,7 +285,7 @@ parse_normalize(const char *value, struct config *cfg)
         const char *p = value;
         for (int i = 0; i < 6; i++) {
             char *end;
-            v[i] = (float)parse_fraction("normalize", p, &end);
+            v[i] = (float)cli_parse_double("normalize", p, &end);
             if (*end != (i < 5 ? ',' : '\0'))
                 cli_bad_usage("--normalize: expected six numbers M1,M2,M3,S1,S2,S3, got '%s'",
                               value);
@@ -432,7 +422,7 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
     case OPT_STATS_JSON: cfg->stats_path = non_empty("stats-json", arg); break;
     case OPT_STATS_INTERVAL: {
         char *end;
-        cfg->status_interval_s = parse_fraction("stats-interval", arg, &end);
+        cfg->status_interval_s = cli_parse_double("stats-interval", arg, &end);
         if (*end != '\0' || cfg->status_interval_s < 0.05 || cfg->status_interval_s > 3600)
             cli_bad_usage("--stats-interval: need a number of seconds in 0.05..3600, got '%s'",
                           arg);
