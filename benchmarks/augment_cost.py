@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -44,7 +43,7 @@ import tempfile
 import time
 
 from benchlib import (add_tree_args, find_programs, git_commit, last_json,  # beside this script
-                      machine, make_tree, warn_fallback)
+                      machine, make_tree, serve_and_consume, warn_fallback)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build", "normal")
@@ -129,26 +128,7 @@ def run_tsock(args, root, extra, workdir, tag):
             stats, "--quiet", *extra]
     ccmd = [args.consume, "--endpoint", endpoint, "--content", "images", "--epochs",
             str(args.epochs), "--json", "--quiet"]
-    prod = subprocess.Popen(pcmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        c = subprocess.run(ccmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=1800)
-        if c.returncode != 0:
-            raise RuntimeError(f"tsock-consume exit {c.returncode}: {c.stderr}")
-        _, perr = prod.communicate(timeout=120)
-        if prod.returncode != 0:
-            raise RuntimeError(f"tsock-producer exit {prod.returncode}: {perr}")
-    finally:
-        if prod.poll() is None:
-            prod.send_signal(signal.SIGTERM)
-            try:
-                prod.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                prod.kill()
-    with open(stats) as f:
-        final = [json.loads(l) for l in f if l.strip()][-1]
-    if final.get("type") != "final":
-        raise RuntimeError("the producer's stats file has no final record")
+    final, _ = serve_and_consume(pcmd, ccmd, stats)
     return {"samples": final["samples"], "cpu_s": final["cpu_s"], "wall_s": final["wall_s"],
             "cpu_ms_per_image": 1e3 * final["cpu_s"] / final["samples"],
             "decode_ms_per_image": 1e3 * final["pipeline"]["decode_s"] / final["samples"]}, pcmd

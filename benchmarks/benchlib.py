@@ -4,6 +4,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -49,6 +50,40 @@ def last_json(text):
     if not lines:
         raise RuntimeError(f"no JSON in {text[-2000:]!r}")
     return json.loads(lines[-1])
+
+
+def serve_and_consume(pcmd, ccmd, stats, consume_timeout=1800):
+    """Runs one producer (`pcmd`, which writes its --stats-json records to `stats`) and one
+    consumer (`ccmd`) against it, the consumer in the foreground. Returns the producer's final
+    stats record and the consumer's CompletedProcess. A program that fails raises RuntimeError
+    with its exit status and stderr (the consumer's JSON error too); the producer never
+    outlives the call (SIGTERM, then kill)."""
+    prod = subprocess.Popen(pcmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        c = subprocess.run(ccmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=consume_timeout)
+        if c.returncode != 0:
+            try:
+                error = last_json(c.stdout).get("error")
+            except RuntimeError:
+                error = None
+            raise RuntimeError(f"tsock-consume exit {c.returncode}: {error} {c.stderr}")
+        _, perr = prod.communicate(timeout=120)
+        if prod.returncode != 0:
+            raise RuntimeError(f"tsock-producer exit {prod.returncode}: {perr}")
+    finally:
+        if prod.poll() is None:
+            prod.send_signal(signal.SIGTERM)
+            try:
+                prod.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                prod.kill()
+    with open(stats) as f:
+        final = [json.loads(line) for line in f if line.strip()][-1]
+    if final.get("type") != "final":
+        raise RuntimeError("the producer's stats file has no final record")
+    return final, c
 
 
 def _has_jpegs(folder):

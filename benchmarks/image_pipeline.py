@@ -54,7 +54,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -62,7 +61,7 @@ import tempfile
 import time
 
 from benchlib import (add_tree_args, find_programs, git_commit, last_json,  # beside this script
-                      machine, make_tree, warn_fallback)
+                      machine, make_tree, serve_and_consume, warn_fallback)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build", "normal")
@@ -200,29 +199,8 @@ def run_tsock(args, root, preset, workers, workdir, tag, source=None):
             stats, "--quiet"]
     ccmd = [args.consume, "--endpoint", endpoint, "--content", "images", "--no-digest",
             "--epochs", str(epochs), "--json", "--quiet", "--trace-times"]
-    prod = subprocess.Popen(pcmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        c = subprocess.run(ccmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=1800)
-        cres = last_json(c.stdout)
-        if c.returncode != 0:
-            raise RuntimeError(f"tsock-consume exit {c.returncode}: {cres.get('error')} "
-                               f"{c.stderr}")
-        _, perr = prod.communicate(timeout=120)
-        if prod.returncode != 0:
-            raise RuntimeError(f"tsock-producer exit {prod.returncode}: {perr}")
-    finally:
-        if prod.poll() is None:
-            prod.send_signal(signal.SIGTERM)
-            try:
-                prod.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                prod.kill()
-    with open(stats) as f:
-        records = [json.loads(l) for l in f if l.strip()]
-    final = records[-1]
-    if final.get("type") != "final":
-        raise RuntimeError("the producer's stats file has no final record")
+    final, c = serve_and_consume(pcmd, ccmd, stats)
+    cres = last_json(c.stdout)
     for key in ("duplicates", "missing", "label_errors", "index_errors", "layout_errors"):
         if cres.get(key):
             raise RuntimeError(f"tsock-consume: {key} = {cres[key]}")
