@@ -329,6 +329,19 @@ def make_shards(args, root, workdir):
     return last_json(r.stdout), cmd
 
 
+def dataset_root(args, workdir, out):
+    """The tree measured: --root, or one made in workdir; described in out["dataset"]."""
+    if args.root:
+        out["dataset"] = {"root": args.root}
+        return args.root
+    root, summary, cmd = make_tree(args, workdir)
+    out["dataset"] = {k: summary.get(k) for k in (
+        "images", "classes", "files", "total_bytes", "mean_width", "mean_height", "mean_bytes",
+        "source", "quality", "photos_fallback")}
+    out["dataset"]["command"] = " ".join(cmd)
+    return root
+
+
 def main_shards(args, out):
     """--mode shards: folder vs shards in both shuffle orders, interleaved."""
     workdir = tempfile.mkdtemp(prefix="tsock-shards-bench-")
@@ -336,14 +349,7 @@ def main_shards(args, out):
     keys = ("cpu_ms_per_image", "images_per_s", "decode_ms_per_image", "read_s", "index_s",
             "wall_s", "consumer_cpu_ms_per_image")
     try:
-        if args.root:
-            root, out["dataset"] = args.root, {"root": args.root}
-        else:
-            root, summary, cmd = make_tree(args, workdir)
-            out["dataset"] = {k: summary.get(k) for k in (
-                "images", "classes", "files", "total_bytes", "mean_width", "mean_height",
-                "mean_bytes", "source", "quality", "photos_fallback")}
-            out["dataset"]["command"] = " ".join(cmd)
+        root = dataset_root(args, workdir, out)
         made, cmd = make_shards(args, root, workdir)
         out["shards"] = {"shards": made["shards"], "samples": made["samples"],
                          "per_shard": args.shard_samples, "command": " ".join(cmd)}
@@ -418,14 +424,7 @@ def main():
     os.chmod(workdir, 0o700)
     t_start = time.monotonic()
     try:
-        if args.root:
-            root, out["dataset"] = args.root, {"root": args.root}
-        else:
-            root, summary, cmd = make_tree(args, workdir)
-            out["dataset"] = {k: summary.get(k) for k in (
-                "images", "classes", "files", "total_bytes", "mean_width", "mean_height",
-                "mean_bytes", "source", "quality", "photos_fallback")}
-            out["dataset"]["command"] = " ".join(cmd)
+        root = dataset_root(args, workdir, out)
 
         floor, cmd = run_floor(args, root)
         out["floor"] = floor
