@@ -71,17 +71,12 @@ tsock__pipeline_device_try(struct tsock_pipeline *pl, uint32_t pos, const uint8_
     int r;
     if (pl->preset == TSOCK_PRESET_TRAIN) {
         struct tsock__rng rng;
-        struct tsock__train_params p = {.size = pl->size,
-                                        .scale_min = pl->scale_min,
-                                        .scale_max = pl->scale_max,
-                                        .ratio_min = 3.0 / 4.0,
-                                        .ratio_max = 4.0 / 3.0,
-                                        .flip = pl->flip};
+        struct tsock__train_params p = tsock__pipeline_train_params(pl);
         tsock__pipeline_sample_rng(pl, job->epoch, job->ids[pos], &rng);
         r = tsock__preset_train_spec(&rng, &p, info.width, info.height, &j->spec);
     } else {
-        int resize = (int)(((int64_t)pl->size * 256 + 112) / 224);
-        r = tsock__preset_val_spec(info.width, info.height, resize, pl->size, &j->spec);
+        r = tsock__preset_val_spec(info.width, info.height, tsock__pipeline_val_resize(pl),
+                                   pl->size, &j->spec);
     }
     if (r != 0)
         return 0;

@@ -119,6 +119,27 @@ int tsock__pipeline_header_check(void *arg, const struct tsock__index *idx, uint
 void tsock__pipeline_sample_rng(const struct tsock_pipeline *pl, uint64_t epoch, uint64_t id,
                                 struct tsock__rng *rng);
 
+/* The train preset's crop and flip parameters from the pipeline's options: the CPU decoder
+ * (load.c) and the device's share (device_load.c) must draw the same crop for a sample. */
+static inline struct tsock__train_params
+tsock__pipeline_train_params(const struct tsock_pipeline *pl)
+{
+    return (struct tsock__train_params){.size = pl->size,
+                                        .scale_min = pl->scale_min,
+                                        .scale_max = pl->scale_max,
+                                        .ratio_min = 3.0 / 4.0,
+                                        .ratio_max = 4.0 / 3.0,
+                                        .flip = pl->flip};
+}
+
+/* The val preset's resize (the shorter side before the center crop): the option's value, or
+ * Resize(256) for CenterCrop(224) in proportion for other sizes. */
+static inline int
+tsock__pipeline_val_resize(const struct tsock_pipeline *pl)
+{
+    return pl->val_resize ? pl->val_resize : (int)(((int64_t)pl->size * 256 + 112) / 224);
+}
+
 /* device_load.c: the device decoder's share of a load.
  * reserve: grows the per-position arrays to n (-ENOMEM).
  * try: on a worker, queues position `pos` (its file's bytes in data/size) for the device when
