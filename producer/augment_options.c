@@ -76,15 +76,6 @@ parse_int(const char *opt, const char *s, long min, long max)
     return (int)v;
 }
 
-static int
-choice(const char *opt, const char *value, const char *const *names, const char *expected)
-{
-    for (int i = 0; names[i]; i++)
-        if (strcmp(value, names[i]) == 0)
-            return i;
-    cli_bad_usage("--%s: '%s' is not a valid value (expected one of: %s)", opt, value, expected);
-}
-
 static void
 parse_erase(const char *arg, struct augment_options *a)
 {
@@ -115,11 +106,11 @@ augment_options_parse(int c, const char *arg, struct augment_options *a)
         name = "--val-crop-size";
         break;
     case OPT_INTERPOLATION:
-        a->bicubic = choice("interpolation", arg, resizes, "bilinear, bicubic");
+        a->bicubic = cli_parse_choice("interpolation", arg, resizes);
         name = "--interpolation";
         break;
     case OPT_AUTO_AUGMENT:
-        a->auto_augment = choice("auto-augment", arg, policies, "ta_wide, ra, imagenet, none");
+        a->auto_augment = cli_parse_choice("auto-augment", arg, policies);
         a->train_only = a->train_only || a->auto_augment != 0;
         name = "--auto-augment";
         break;
@@ -134,7 +125,7 @@ augment_options_parse(int c, const char *arg, struct augment_options *a)
         name = "--ra-ops";
         break;
     case OPT_AUGMENT_INTERPOLATION:
-        a->augment_interp = choice("augment-interpolation", arg, interps, "nearest, bilinear");
+        a->augment_interp = cli_parse_choice("augment-interpolation", arg, interps);
         name = "--augment-interpolation";
         break;
     case OPT_RANDOM_ERASE:

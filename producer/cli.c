@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -124,4 +125,16 @@ cli_parse_double(const char *opt, const char *s, char **end)
     if (*end == s || errno != 0 || !isfinite(v))
         cli_bad_usage("--%s: '%s' is not a number", opt, s);
     return v;
+}
+
+int
+cli_parse_choice(const char *opt, const char *value, const char *const *names)
+{
+    for (int i = 0; names[i]; i++)
+        if (strcmp(value, names[i]) == 0)
+            return i;
+    char list[128] = "";
+    for (int i = 0; names[i]; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
+    cli_bad_usage("--%s: '%s' is not a valid value (expected one of: %s)", opt, value, list);
 }

@@ -22,6 +22,10 @@ int64_t cli_parse_i64(const char *opt, const char *s, int64_t min, int64_t max);
  * ends the program through cli_bad_usage. */
 double cli_parse_double(const char *opt, const char *s, char **end);
 
+/* The position of `value` among `names` (NULL-terminated) for option `opt`; any other value
+ * ends the program through cli_bad_usage with a message listing the names. */
+int cli_parse_choice(const char *opt, const char *value, const char *const *names);
+
 /* Writes `s` to f as a JSON string: quoted, with '"', '\\' and control characters escaped
  * (other bytes are copied: the programs' strings are UTF-8 or plain ASCII). */
 void cli_json_string(FILE *f, const char *s);

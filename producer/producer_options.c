@@ -228,19 +228,6 @@ non_empty(const char *opt, const char *value)
     return value;
 }
 
-/* One of `names` (NULL-terminated); returns its position. */
-static int
-parse_choice(const char *opt, const char *value, const char *const *names)
-{
-    for (int i = 0; names[i]; i++)
-        if (strcmp(value, names[i]) == 0)
-            return i;
-    char list[128] = "";
-    for (int i = 0; names[i]; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
-    cli_bad_usage("--%s: '%s' is not a valid value (expected one of: %s)", opt, value, list);
-}
-
 static void
 parse_crop_scale(const char *value, struct config *cfg)
 {
@@ -319,7 +306,7 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
 
     switch (c) {
     case OPT_DATASET:
-        cfg->dataset = parse_choice("dataset", arg, datasets);
+        cfg->dataset = cli_parse_choice("dataset", arg, datasets);
         cfg->dataset_name = datasets[cfg->dataset];
         break;
     case OPT_ROOT:
@@ -339,7 +326,7 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
         seen->image_only = "--label-key";
         break;
     case OPT_SHUFFLE:
-        cfg->shuffle_shards = parse_choice("shuffle", arg, shuffles);
+        cfg->shuffle_shards = cli_parse_choice("shuffle", arg, shuffles);
         seen->image_only = "--shuffle";
         break;
     case OPT_SHARD_WINDOW:
@@ -347,7 +334,7 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
         seen->image_only = "--shard-window";
         break;
     case OPT_SPLIT:
-        cfg->val = parse_choice("split", arg, splits);
+        cfg->val = cli_parse_choice("split", arg, splits);
         seen->image_only = "--split";
         break;
     case OPT_IMAGE_SIZE:
@@ -367,7 +354,7 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
         seen->image_only = "--workers";
         break;
     case OPT_IO:
-        cfg->io_mode = parse_choice("io", arg, io_modes);
+        cfg->io_mode = cli_parse_choice("io", arg, io_modes);
         seen->image_only = "--io";
         break;
     case OPT_IO_DEPTH:
@@ -375,12 +362,12 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
         seen->image_only = "--io-depth";
         break;
     case OPT_ON_ERROR:
-        cfg->on_error = parse_choice("on-error", arg, on_errors);
+        cfg->on_error = cli_parse_choice("on-error", arg, on_errors);
         seen->image_only = "--on-error";
         break;
     case OPT_DECODER: {
         static const char *const decoders[] = {"cpu", "gpu", NULL};
-        cfg->decoder = parse_choice("decoder", arg, decoders);
+        cfg->decoder = cli_parse_choice("decoder", arg, decoders);
         seen->image_only = "--decoder";
         break;
     }
@@ -430,11 +417,11 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
     }
     case OPT_DEVICE: parse_device(arg, cfg); break;
     case OPT_OUTPUT:
-        cfg->output_dtype = output_dtypes[parse_choice("output", arg, outputs)];
+        cfg->output_dtype = output_dtypes[cli_parse_choice("output", arg, outputs)];
         cfg->convert = 1;
         break;
     case OPT_LAYOUT:
-        cfg->layout = parse_choice("layout", arg, layouts) ? TSOCK_NCHW : TSOCK_NHWC;
+        cfg->layout = cli_parse_choice("layout", arg, layouts) ? TSOCK_NCHW : TSOCK_NHWC;
         cfg->convert = 1;
         break;
     case OPT_NORMALIZE: parse_normalize(arg, cfg); break;
