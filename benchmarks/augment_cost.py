@@ -36,40 +36,23 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from benchlib import (add_tree_args, find_programs, git_commit, last_json,  # beside this script
-                      machine, make_tree, warn_fallback)
+from benchlib import (add_tree_args, find_programs, git_commit,  # beside this script
+                      machine, make_tree, run_torchvision_baseline, serve_and_consume,
+                      warn_fallback)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build", "normal")
 AUGMENT = ["--auto-augment", "ta_wide", "--augment-interpolation", "bilinear",
            "--random-erase", "0.1"]
 
-# Runs in a fresh python3: the reference preset. argv: root workers batch epochs seed.
-TORCHVISION_SCRIPT = r"""
-import json, resource, sys, time
-import torch
-from torch.utils.data import DataLoader
-from torchvision import datasets, transforms
+# The reference preset for the torchvision baseline (benchlib.run_torchvision).
+TORCHVISION_TRANSFORM = """
 from torchvision.transforms import InterpolationMode
-
-root, workers, batch, epochs, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
-    int(sys.argv[4]), int(sys.argv[5])
-
-def cpu():
-    s = resource.getrusage(resource.RUSAGE_SELF)
-    c = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
-
-torch.manual_seed(seed)
-s0, c0 = cpu()
-w0 = time.monotonic()
 bilinear = InterpolationMode.BILINEAR
 # references/classification/presets.py, ClassificationPresetTrain (backend "pil", use_v2 off)
 tf = transforms.Compose([
@@ -81,21 +64,6 @@ tf = transforms.Compose([
     transforms.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)),
     transforms.RandomErasing(p=0.1),
 ])
-ds = datasets.ImageFolder(root, transform=tf)
-loader = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers)
-samples = 0
-for epoch in range(epochs):
-    for images, labels in loader:
-        assert images.shape[1:] == (3, 224, 224)
-        samples += images.shape[0]
-wall = time.monotonic() - w0
-del loader
-s1, c1 = cpu()
-print(json.dumps({"samples": samples, "wall_s": wall, "main_cpu_s": s1 - s0,
-                  "workers_cpu_s": c1 - c0, "cpu_s": (s1 - s0) + (c1 - c0),
-                  "torch": torch.__version__,
-                  "torchvision": __import__("torchvision").__version__,
-                  "pillow": __import__("PIL").__version__}))
 """
 
 
@@ -129,40 +97,15 @@ def run_tsock(args, root, extra, workdir, tag):
             stats, "--quiet", *extra]
     ccmd = [args.consume, "--endpoint", endpoint, "--content", "images", "--epochs",
             str(args.epochs), "--json", "--quiet"]
-    prod = subprocess.Popen(pcmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        c = subprocess.run(ccmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=1800)
-        if c.returncode != 0:
-            raise RuntimeError(f"tsock-consume exit {c.returncode}: {c.stderr}")
-        _, perr = prod.communicate(timeout=120)
-        if prod.returncode != 0:
-            raise RuntimeError(f"tsock-producer exit {prod.returncode}: {perr}")
-    finally:
-        if prod.poll() is None:
-            prod.send_signal(signal.SIGTERM)
-            try:
-                prod.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                prod.kill()
-    with open(stats) as f:
-        final = [json.loads(l) for l in f if l.strip()][-1]
-    if final.get("type") != "final":
-        raise RuntimeError("the producer's stats file has no final record")
+    final, _ = serve_and_consume(pcmd, ccmd, stats)
     return {"samples": final["samples"], "cpu_s": final["cpu_s"], "wall_s": final["wall_s"],
             "cpu_ms_per_image": 1e3 * final["cpu_s"] / final["samples"],
             "decode_ms_per_image": 1e3 * final["pipeline"]["decode_s"] / final["samples"]}, pcmd
 
 
 def run_torchvision(args, root):
-    cmd = [sys.executable, "-c", TORCHVISION_SCRIPT, root, str(args.workers),
-           str(args.batch_size), str(args.epochs), "0"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-    if r.returncode != 0:
-        raise RuntimeError(f"torchvision baseline failed ({r.returncode}): {r.stderr[-3000:]}")
-    res = last_json(r.stdout)
-    res["cpu_ms_per_image"] = 1e3 * res["cpu_s"] / res["samples"]
-    return res
+    return run_torchvision_baseline(TORCHVISION_TRANSFORM, root, args.workers, args.batch_size,
+                                    args.epochs)
 
 
 OPS = [("Identity", 0, [], 0), ("ShearX", 1, [0.3], 0), ("ShearX", 1, [0.3], 1),

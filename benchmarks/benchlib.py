@@ -3,7 +3,9 @@ programs they run, and the image tree they make."""
 import json
 import os
 import platform
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -49,6 +51,106 @@ def last_json(text):
     if not lines:
         raise RuntimeError(f"no JSON in {text[-2000:]!r}")
     return json.loads(lines[-1])
+
+
+# The torchvision baseline's harness, run in a fresh python3 (argv: root workers batch epochs
+# seed): an ImageFolder through a DataLoader, 224 x 224 batches counted; prints one JSON line
+# with the samples, wall and CPU seconds (main process and workers) and the versions.
+# @TRANSFORM@ stands for the lines that set `tf`, the transform measured.
+_TORCHVISION_HARNESS = r"""
+import json, resource, sys, time
+import torch
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+
+root, workers, batch, epochs, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    int(sys.argv[4]), int(sys.argv[5])
+
+def cpu():
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
+
+torch.manual_seed(seed)
+s0, c0 = cpu()
+w0 = time.monotonic()
+@TRANSFORM@
+ds = datasets.ImageFolder(root, transform=tf)
+loader = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers)
+samples = 0
+first = None
+for epoch in range(epochs):
+    for images, labels in loader:
+        assert images.shape[1:] == (3, 224, 224)
+        if first is None:
+            first = time.monotonic()
+        samples += images.shape[0]
+wall = time.monotonic() - w0
+del loader
+s1, c1 = cpu()
+print(json.dumps({"samples": samples, "wall_s": wall, "main_cpu_s": s1 - s0,
+                  "workers_cpu_s": c1 - c0, "cpu_s": (s1 - s0) + (c1 - c0),
+                  "images_per_s_after_first_batch": (samples - batch) / (time.monotonic() - first)
+                  if samples > batch else None,
+                  "dtype": str(images.dtype) if samples else None,
+                  "torch": torch.__version__,
+                  "torchvision": __import__("torchvision").__version__,
+                  "pillow": __import__("PIL").__version__}))
+"""
+
+
+def run_torchvision_baseline(transform, root, workers, batch_size, epochs, seed=0):
+    """Runs the torchvision baseline with `transform` (Python lines setting `tf`; they may
+    import what they use) in a fresh python3. Returns its JSON line plus whole_process_cpu_s
+    (the subprocess's CPU as the OS counts it: python start, imports, workers, a cross-check)
+    and cpu_ms_per_image."""
+    script = _TORCHVISION_HARNESS.replace("@TRANSFORM@", transform.strip("\n"))
+    cmd = [sys.executable, "-c", script, root, str(workers), str(batch_size), str(epochs),
+           str(seed)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if r.returncode != 0:
+        raise RuntimeError(f"torchvision baseline failed ({r.returncode}): {r.stderr[-3000:]}")
+    res = last_json(r.stdout)
+    res["whole_process_cpu_s"] = (after.ru_utime + after.ru_stime) - (before.ru_utime +
+                                                                      before.ru_stime)
+    res["cpu_ms_per_image"] = 1e3 * res["cpu_s"] / res["samples"]
+    return res
+
+
+def serve_and_consume(pcmd, ccmd, stats, consume_timeout=1800):
+    """Runs one producer (`pcmd`, which writes its --stats-json records to `stats`) and one
+    consumer (`ccmd`) against it, the consumer in the foreground. Returns the producer's final
+    stats record and the consumer's CompletedProcess. A program that fails raises RuntimeError
+    with its exit status and stderr (the consumer's JSON error too); the producer never
+    outlives the call (SIGTERM, then kill)."""
+    prod = subprocess.Popen(pcmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        c = subprocess.run(ccmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=consume_timeout)
+        if c.returncode != 0:
+            try:
+                error = last_json(c.stdout).get("error")
+            except RuntimeError:
+                error = None
+            raise RuntimeError(f"tsock-consume exit {c.returncode}: {error} {c.stderr}")
+        _, perr = prod.communicate(timeout=120)
+        if prod.returncode != 0:
+            raise RuntimeError(f"tsock-producer exit {prod.returncode}: {perr}")
+    finally:
+        if prod.poll() is None:
+            prod.send_signal(signal.SIGTERM)
+            try:
+                prod.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                prod.kill()
+    with open(stats) as f:
+        final = [json.loads(line) for line in f if line.strip()][-1]
+    if final.get("type") != "final":
+        raise RuntimeError("the producer's stats file has no final record")
+    return final, c
 
 
 def _has_jpegs(folder):

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -30,22 +29,13 @@ MODES = {"uint8_nhwc": [], "float32_nchw_normalized": ["--output", "float32", "-
 def run_once(args, extra, tmp, tag):
     endpoint = f"ipc://{tmp}/{tag}.sock"
     stats = os.path.join(tmp, f"{tag}.json")
-    prod = subprocess.Popen(
-        [args.producer, "--dataset", "synthetic", "--endpoint", endpoint, "--samples",
-         str(args.samples), "--image-size", str(args.image_size), "--batch-size",
-         str(args.batch_size), "--slots", "8", "--epochs", str(args.epochs),
-         "--wait-consumers", "1", "--quiet", "--stats-json", stats, *extra],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    cons = subprocess.run(
-        [args.consume, "--endpoint", endpoint, "--epochs", str(args.epochs), "--samples",
-         str(args.samples), "--content", "images", "--no-digest", "--json", "--quiet"],
-        capture_output=True, text=True, timeout=600)
-    _, err = prod.communicate(timeout=120)
-    if prod.returncode != 0 or cons.returncode != 0:
-        raise RuntimeError(f"{tag}: producer {prod.returncode} {err}; consumer "
-                           f"{cons.returncode} {cons.stderr}")
-    with open(stats) as f:
-        st = [json.loads(line) for line in f if line.startswith("{")][-1]
+    pcmd = [args.producer, "--dataset", "synthetic", "--endpoint", endpoint, "--samples",
+            str(args.samples), "--image-size", str(args.image_size), "--batch-size",
+            str(args.batch_size), "--slots", "8", "--epochs", str(args.epochs),
+            "--wait-consumers", "1", "--quiet", "--stats-json", stats, *extra]
+    ccmd = [args.consume, "--endpoint", endpoint, "--epochs", str(args.epochs), "--samples",
+            str(args.samples), "--content", "images", "--no-digest", "--json", "--quiet"]
+    st, _ = benchlib.serve_and_consume(pcmd, ccmd, stats, consume_timeout=600)
     return {"samples": st["samples"], "wall_s": st["wall_s"], "cpu_s": st["cpu_s"],
             "samples_per_s": st["samples"] / st["wall_s"]}
 

@@ -52,9 +52,7 @@ docs/benchmarks/image_pipeline_shards.json.
 import argparse
 import json
 import os
-import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -62,51 +60,17 @@ import tempfile
 import time
 
 from benchlib import (add_tree_args, find_programs, git_commit, last_json,  # beside this script
-                      machine, make_tree, warn_fallback)
+                      machine, make_tree, run_torchvision_baseline, serve_and_consume,
+                      warn_fallback)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build", "normal")
 
-# Runs in a fresh python3: the torchvision baseline. argv: root workers batch epochs seed.
-TORCHVISION_SCRIPT = r"""
-import json, resource, sys, time
-import torch
-from torch.utils.data import DataLoader
-from torchvision import datasets, transforms
-
-root, workers, batch, epochs, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
-    int(sys.argv[4]), int(sys.argv[5])
-
-def cpu():
-    s = resource.getrusage(resource.RUSAGE_SELF)
-    c = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
-
-torch.manual_seed(seed)
-s0, c0 = cpu()
-w0 = time.monotonic()
+# The torchvision baseline's transform (benchlib.run_torchvision): the same crop and flip,
+# uint8 out.
+TORCHVISION_TRANSFORM = """
 tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
                          transforms.PILToTensor()])
-ds = datasets.ImageFolder(root, transform=tf)
-loader = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers)
-samples = 0
-first = None
-for epoch in range(epochs):
-    for images, labels in loader:
-        assert images.dtype == torch.uint8 and images.shape[1:] == (3, 224, 224)
-        if first is None:
-            first = time.monotonic()
-        samples += images.shape[0]
-wall = time.monotonic() - w0
-del loader
-s1, c1 = cpu()
-print(json.dumps({"samples": samples, "wall_s": wall, "main_cpu_s": s1 - s0,
-                  "workers_cpu_s": c1 - c0, "cpu_s": (s1 - s0) + (c1 - c0),
-                  "images_per_s_after_first_batch": (samples - batch) / (time.monotonic() - first)
-                  if samples > batch else None,
-                  "torch": torch.__version__,
-                  "torchvision": __import__("torchvision").__version__,
-                  "pillow": __import__("PIL").__version__}))
 """
 
 
@@ -200,29 +164,8 @@ def run_tsock(args, root, preset, workers, workdir, tag, source=None):
             stats, "--quiet"]
     ccmd = [args.consume, "--endpoint", endpoint, "--content", "images", "--no-digest",
             "--epochs", str(epochs), "--json", "--quiet", "--trace-times"]
-    prod = subprocess.Popen(pcmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        c = subprocess.run(ccmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=1800)
-        cres = last_json(c.stdout)
-        if c.returncode != 0:
-            raise RuntimeError(f"tsock-consume exit {c.returncode}: {cres.get('error')} "
-                               f"{c.stderr}")
-        _, perr = prod.communicate(timeout=120)
-        if prod.returncode != 0:
-            raise RuntimeError(f"tsock-producer exit {prod.returncode}: {perr}")
-    finally:
-        if prod.poll() is None:
-            prod.send_signal(signal.SIGTERM)
-            try:
-                prod.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                prod.kill()
-    with open(stats) as f:
-        records = [json.loads(l) for l in f if l.strip()]
-    final = records[-1]
-    if final.get("type") != "final":
-        raise RuntimeError("the producer's stats file has no final record")
+    final, c = serve_and_consume(pcmd, ccmd, stats)
+    cres = last_json(c.stdout)
     for key in ("duplicates", "missing", "label_errors", "index_errors", "layout_errors"):
         if cres.get(key):
             raise RuntimeError(f"tsock-consume: {key} = {cres[key]}")
@@ -275,18 +218,10 @@ def run_tsock(args, root, preset, workers, workdir, tag, source=None):
 
 
 def run_torchvision(args, root, workers):
-    cmd = [sys.executable, "-c", TORCHVISION_SCRIPT, root, str(workers),
-           str(args.batch_size), str(args.epochs), "0"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if r.returncode != 0:
-        raise RuntimeError(f"torchvision baseline failed ({r.returncode}): {r.stderr[-3000:]}")
-    res = last_json(r.stdout)
-    # The whole subprocess (python start, imports, workers), as a cross-check.
-    res["whole_process_cpu_s"] = (after.ru_utime + after.ru_stime) - (before.ru_utime +
-                                                                      before.ru_stime)
-    res["cpu_ms_per_image"] = 1e3 * res["cpu_s"] / res["samples"]
+    res = run_torchvision_baseline(TORCHVISION_TRANSFORM, root, workers, args.batch_size,
+                                   args.epochs)
+    if res["dtype"] not in (None, "torch.uint8"):
+        raise RuntimeError(f"torchvision baseline: {res['dtype']} batches, uint8 expected")
     return res
 
 
@@ -351,6 +286,19 @@ def make_shards(args, root, workdir):
     return last_json(r.stdout), cmd
 
 
+def dataset_root(args, workdir, out):
+    """The tree measured: --root, or one made in workdir; described in out["dataset"]."""
+    if args.root:
+        out["dataset"] = {"root": args.root}
+        return args.root
+    root, summary, cmd = make_tree(args, workdir)
+    out["dataset"] = {k: summary.get(k) for k in (
+        "images", "classes", "files", "total_bytes", "mean_width", "mean_height", "mean_bytes",
+        "source", "quality", "photos_fallback")}
+    out["dataset"]["command"] = " ".join(cmd)
+    return root
+
+
 def main_shards(args, out):
     """--mode shards: folder vs shards in both shuffle orders, interleaved."""
     workdir = tempfile.mkdtemp(prefix="tsock-shards-bench-")
@@ -358,14 +306,7 @@ def main_shards(args, out):
     keys = ("cpu_ms_per_image", "images_per_s", "decode_ms_per_image", "read_s", "index_s",
             "wall_s", "consumer_cpu_ms_per_image")
     try:
-        if args.root:
-            root, out["dataset"] = args.root, {"root": args.root}
-        else:
-            root, summary, cmd = make_tree(args, workdir)
-            out["dataset"] = {k: summary.get(k) for k in (
-                "images", "classes", "files", "total_bytes", "mean_width", "mean_height",
-                "mean_bytes", "source", "quality", "photos_fallback")}
-            out["dataset"]["command"] = " ".join(cmd)
+        root = dataset_root(args, workdir, out)
         made, cmd = make_shards(args, root, workdir)
         out["shards"] = {"shards": made["shards"], "samples": made["samples"],
                          "per_shard": args.shard_samples, "command": " ".join(cmd)}
@@ -440,14 +381,7 @@ def main():
     os.chmod(workdir, 0o700)
     t_start = time.monotonic()
     try:
-        if args.root:
-            root, out["dataset"] = args.root, {"root": args.root}
-        else:
-            root, summary, cmd = make_tree(args, workdir)
-            out["dataset"] = {k: summary.get(k) for k in (
-                "images", "classes", "files", "total_bytes", "mean_width", "mean_height",
-                "mean_bytes", "source", "quality", "photos_fallback")}
-            out["dataset"]["command"] = " ".join(cmd)
+        root = dataset_root(args, workdir, out)
 
         floor, cmd = run_floor(args, root)
         out["floor"] = floor

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -26,21 +25,13 @@ import benchlib  # noqa: E402
 def run_once(bin_dir, args, tmp, tag):
     endpoint = f"ipc://{tmp}/{tag}.sock"
     stats = os.path.join(tmp, f"{tag}.json")
-    prod = subprocess.Popen(
-        [os.path.join(bin_dir, "tsock-producer"), "--dataset", "synthetic", "--endpoint",
-         endpoint, "--samples", str(args.samples), "--image-size", "4", "--batch-size",
-         str(args.batch_size), "--slots", "8", "--epochs", str(args.epochs), "--wait-consumers",
-         "1", "--quiet", "--stats-json", stats],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    cons = subprocess.run(
-        [os.path.join(bin_dir, "tsock-consume"), "--endpoint", endpoint, "--epochs",
-         str(args.epochs), "--samples", str(args.samples), "--json", "--quiet"],
-        capture_output=True, text=True, timeout=600)
-    _, err = prod.communicate(timeout=120)
-    if prod.returncode != 0 or cons.returncode != 0:
-        raise RuntimeError(f"{tag}: {err} {cons.stderr}")
-    with open(stats) as f:
-        st = [json.loads(line) for line in f if line.startswith("{")][-1]
+    pcmd = [os.path.join(bin_dir, "tsock-producer"), "--dataset", "synthetic", "--endpoint",
+            endpoint, "--samples", str(args.samples), "--image-size", "4", "--batch-size",
+            str(args.batch_size), "--slots", "8", "--epochs", str(args.epochs),
+            "--wait-consumers", "1", "--quiet", "--stats-json", stats]
+    ccmd = [os.path.join(bin_dir, "tsock-consume"), "--endpoint", endpoint, "--epochs",
+            str(args.epochs), "--samples", str(args.samples), "--json", "--quiet"]
+    st, cons = benchlib.serve_and_consume(pcmd, ccmd, stats, consume_timeout=600)
     res = benchlib.last_json(cons.stdout)
     if res.get("duplicates") or res.get("missing"):
         raise RuntimeError(f"{tag}: inexact epochs {res}")

@@ -40,23 +40,13 @@ augment_options_init(struct augment_options *a)
     a->augment_interp = TSOCK_AUGMENT_NEAREST;
 }
 
-static double
-parse_number(const char *opt, const char *s, char **end)
-{
-    errno = 0;
-    double v = strtod(s, end);
-    if (*end == s || errno != 0 || !isfinite(v))
-        cli_bad_usage("--%s: '%s' is not a number", opt, s);
-    return v;
-}
-
 static void
 parse_jitter(const char *value, struct augment_options *a)
 {
     const char *p = value;
     for (int i = 0; i < 4; i++) {
         char *end;
-        a->jitter[i] = parse_number("color-jitter", p, &end);
+        a->jitter[i] = cli_parse_double("color-jitter", p, &end);
         if (*end != (i < 3 ? ',' : '\0'))
             cli_bad_usage("--color-jitter: expected four numbers B,C,S,H (for example "
                           "0.4,0.4,0.4,0), got '%s'",
@@ -86,20 +76,11 @@ parse_int(const char *opt, const char *s, long min, long max)
     return (int)v;
 }
 
-static int
-choice(const char *opt, const char *value, const char *const *names, const char *expected)
-{
-    for (int i = 0; names[i]; i++)
-        if (strcmp(value, names[i]) == 0)
-            return i;
-    cli_bad_usage("--%s: '%s' is not a valid value (expected one of: %s)", opt, value, expected);
-}
-
 static void
 parse_erase(const char *arg, struct augment_options *a)
 {
     char *end;
-    a->random_erase = parse_number("random-erase", arg, &end);
+    a->random_erase = cli_parse_double("random-erase", arg, &end);
     if (*end != '\0' || !(a->random_erase >= 0 && a->random_erase <= 1))
         cli_bad_usage("--random-erase: a probability in [0, 1], got '%s'", arg);
 }
@@ -125,11 +106,11 @@ augment_options_parse(int c, const char *arg, struct augment_options *a)
         name = "--val-crop-size";
         break;
     case OPT_INTERPOLATION:
-        a->bicubic = choice("interpolation", arg, resizes, "bilinear, bicubic");
+        a->bicubic = cli_parse_choice("interpolation", arg, resizes);
         name = "--interpolation";
         break;
     case OPT_AUTO_AUGMENT:
-        a->auto_augment = choice("auto-augment", arg, policies, "ta_wide, ra, imagenet, none");
+        a->auto_augment = cli_parse_choice("auto-augment", arg, policies);
         a->train_only = a->train_only || a->auto_augment != 0;
         name = "--auto-augment";
         break;
@@ -144,7 +125,7 @@ augment_options_parse(int c, const char *arg, struct augment_options *a)
         name = "--ra-ops";
         break;
     case OPT_AUGMENT_INTERPOLATION:
-        a->augment_interp = choice("augment-interpolation", arg, interps, "nearest, bilinear");
+        a->augment_interp = cli_parse_choice("augment-interpolation", arg, interps);
         name = "--augment-interpolation";
         break;
     case OPT_RANDOM_ERASE:

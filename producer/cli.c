@@ -1,9 +1,11 @@
 /* Command-line helpers shared by the tsock programs (see cli.h). */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -113,4 +115,26 @@ cpu_seconds(void)
         return 0.0;
     return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+double
+cli_parse_double(const char *opt, const char *s, char **end)
+{
+    errno = 0;
+    double v = strtod(s, end);
+    if (*end == s || errno != 0 || !isfinite(v))
+        cli_bad_usage("--%s: '%s' is not a number", opt, s);
+    return v;
+}
+
+int
+cli_parse_choice(const char *opt, const char *value, const char *const *names)
+{
+    for (int i = 0; names[i]; i++)
+        if (strcmp(value, names[i]) == 0)
+            return i;
+    char list[128] = "";
+    for (int i = 0; names[i]; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
+    cli_bad_usage("--%s: '%s' is not a valid value (expected one of: %s)", opt, value, list);
 }

@@ -17,6 +17,15 @@ void cli_bad_usage(const char *fmt, ...) __attribute__((noreturn, format(printf,
 uint64_t cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max);
 int64_t cli_parse_i64(const char *opt, const char *s, int64_t min, int64_t max);
 
+/* A finite number at the start of `s` for option `opt`; *end is set past it (the caller checks
+ * what follows: a separator or the string's end). No number, an overflow or an infinity/NaN
+ * ends the program through cli_bad_usage. */
+double cli_parse_double(const char *opt, const char *s, char **end);
+
+/* The position of `value` among `names` (NULL-terminated) for option `opt`; any other value
+ * ends the program through cli_bad_usage with a message listing the names. */
+int cli_parse_choice(const char *opt, const char *value, const char *const *names);
+
 /* Writes `s` to f as a JSON string: quoted, with '"', '\\' and control characters escaped
  * (other bytes are copied: the programs' strings are UTF-8 or plain ASCII). */
 void cli_json_string(FILE *f, const char *s);

@@ -228,38 +228,15 @@ non_empty(const char *opt, const char *value)
     return value;
 }
 
-/* One of `names` (NULL-terminated); returns its position. */
-static int
-parse_choice(const char *opt, const char *value, const char *const *names)
-{
-    for (int i = 0; names[i]; i++)
-        if (strcmp(value, names[i]) == 0)
-            return i;
-    char list[128] = "";
-    for (int i = 0; names[i]; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
-    cli_bad_usage("--%s: '%s' is not a valid value (expected one of: %s)", opt, value, list);
-}
-
-static double
-parse_fraction(const char *opt, const char *s, char **end)
-{
-    errno = 0;
-    double v = strtod(s, end);
-    if (*end == s || errno != 0 || !isfinite(v))
-        cli_bad_usage("--%s: '%s' is not a number", opt, s);
-    return v;
-}
-
 static void
 parse_crop_scale(const char *value, struct config *cfg)
 {
     char *end;
-    cfg->scale_min = parse_fraction("crop-scale", value, &end);
+    cfg->scale_min = cli_parse_double("crop-scale", value, &end);
     if (*end != ',')
         cli_bad_usage("--crop-scale: expected MIN,MAX (for example 0.08,1), got '%s'", value);
     const char *second = end + 1;
-    cfg->scale_max = parse_fraction("crop-scale", second, &end);
+    cfg->scale_max = cli_parse_double("crop-scale", second, &end);
     if (*end != '\0')
         cli_bad_usage("--crop-scale: expected MIN,MAX (for example 0.08,1), got '%s'", value);
     if (!(cfg->scale_min > 0 && cfg->scale_min <= cfg->scale_max && cfg->scale_max <= 1))
@@ -295,7 +272,7 @@ parse_normalize(const char *value, struct config *cfg)
         const char *p = value;
         for (int i = 0; i < 6; i++) {
             char *end;
-            v[i] = (float)parse_fraction("normalize", p, &end);
+            v[i] = (float)cli_parse_double("normalize", p, &end);
             if (*end != (i < 5 ? ',' : '\0'))
                 cli_bad_usage("--normalize: expected six numbers M1,M2,M3,S1,S2,S3, got '%s'",
                               value);
@@ -329,7 +306,7 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
 
     switch (c) {
     case OPT_DATASET:
-        cfg->dataset = parse_choice("dataset", arg, datasets);
+        cfg->dataset = cli_parse_choice("dataset", arg, datasets);
         cfg->dataset_name = datasets[cfg->dataset];
         break;
     case OPT_ROOT:
@@ -349,7 +326,7 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
         seen->image_only = "--label-key";
         break;
     case OPT_SHUFFLE:
-        cfg->shuffle_shards = parse_choice("shuffle", arg, shuffles);
+        cfg->shuffle_shards = cli_parse_choice("shuffle", arg, shuffles);
         seen->image_only = "--shuffle";
         break;
     case OPT_SHARD_WINDOW:
@@ -357,7 +334,7 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
         seen->image_only = "--shard-window";
         break;
     case OPT_SPLIT:
-        cfg->val = parse_choice("split", arg, splits);
+        cfg->val = cli_parse_choice("split", arg, splits);
         seen->image_only = "--split";
         break;
     case OPT_IMAGE_SIZE:
@@ -377,7 +354,7 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
         seen->image_only = "--workers";
         break;
     case OPT_IO:
-        cfg->io_mode = parse_choice("io", arg, io_modes);
+        cfg->io_mode = cli_parse_choice("io", arg, io_modes);
         seen->image_only = "--io";
         break;
     case OPT_IO_DEPTH:
@@ -385,12 +362,12 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
         seen->image_only = "--io-depth";
         break;
     case OPT_ON_ERROR:
-        cfg->on_error = parse_choice("on-error", arg, on_errors);
+        cfg->on_error = cli_parse_choice("on-error", arg, on_errors);
         seen->image_only = "--on-error";
         break;
     case OPT_DECODER: {
         static const char *const decoders[] = {"cpu", "gpu", NULL};
-        cfg->decoder = parse_choice("decoder", arg, decoders);
+        cfg->decoder = cli_parse_choice("decoder", arg, decoders);
         seen->image_only = "--decoder";
         break;
     }
@@ -432,7 +409,7 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
     case OPT_STATS_JSON: cfg->stats_path = non_empty("stats-json", arg); break;
     case OPT_STATS_INTERVAL: {
         char *end;
-        cfg->status_interval_s = parse_fraction("stats-interval", arg, &end);
+        cfg->status_interval_s = cli_parse_double("stats-interval", arg, &end);
         if (*end != '\0' || cfg->status_interval_s < 0.05 || cfg->status_interval_s > 3600)
             cli_bad_usage("--stats-interval: need a number of seconds in 0.05..3600, got '%s'",
                           arg);
@@ -440,11 +417,11 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
     }
     case OPT_DEVICE: parse_device(arg, cfg); break;
     case OPT_OUTPUT:
-        cfg->output_dtype = output_dtypes[parse_choice("output", arg, outputs)];
+        cfg->output_dtype = output_dtypes[cli_parse_choice("output", arg, outputs)];
         cfg->convert = 1;
         break;
     case OPT_LAYOUT:
-        cfg->layout = parse_choice("layout", arg, layouts) ? TSOCK_NCHW : TSOCK_NHWC;
+        cfg->layout = cli_parse_choice("layout", arg, layouts) ? TSOCK_NCHW : TSOCK_NHWC;
         cfg->convert = 1;
         break;
     case OPT_NORMALIZE: parse_normalize(arg, cfg); break;

@@ -389,25 +389,6 @@ cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static uint8_t *
-read_all(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    uint8_t *p = NULL;
-    long n;
-    if (!f)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (p = malloc((size_t)n)) && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    if (p)
-        *size = (size_t)n;
-    fclose(f);
-    return p;
-}
-
 /* Decodes the photographs under dir (sorted by path, so the choice of photo per image does
  * not depend on the file system's order). Bad option -> exit 2. */
 static void
@@ -423,7 +404,7 @@ load_photos(const char *dir)
     tjscalingfactor *sf = tjGetScalingFactors(&nsf);
     for (size_t i = 0; i < g_nphoto_paths && g_nphotos < MAX_PHOTOS; i++) {
         size_t size;
-        uint8_t *jpeg = read_all(g_photo_paths[i], &size);
+        uint8_t *jpeg = read_whole_file(g_photo_paths[i], &size);
         int w, h, subsamp, cs;
         if (!jpeg)
             continue;

@@ -25,6 +25,11 @@ int tsock__mul_size(size_t a, size_t b, size_t *out);
 /* Rounds n up to a multiple of `align` (a power of two). */
 size_t tsock__align_up(size_t n, size_t align);
 
+/* realloc(old, bytes) for a buffer grown among several: returns the new block, or on failure
+ * `old` unchanged (still valid, still the caller's) with *failed set to 1. *failed is never
+ * cleared, so one flag collects the failures of a row of calls. */
+void *tsock__realloc_or_keep(void *old, size_t bytes, int *failed);
+
 /* Whether a name holds no control bytes (0x00-0x1F, 0x7F): the wire refuses them. */
 int tsock__name_is_printable(const char *name);
 

@@ -1,6 +1,7 @@
 /* Clocks, checked arithmetic and the seeded mixing function. */
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "core/core.h"
@@ -20,6 +21,16 @@ tsock__mul_size(size_t a, size_t b, size_t *out)
         return -EOVERFLOW;
     *out = a * b;
     return 0;
+}
+
+void *
+tsock__realloc_or_keep(void *old, size_t bytes, int *failed)
+{
+    void *grown = realloc(old, bytes);
+    if (grown)
+        return grown;
+    *failed = 1;
+    return old;
 }
 
 size_t

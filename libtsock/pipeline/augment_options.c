@@ -10,7 +10,6 @@
 /* RandomErasing's fill: ImageNet's mean, the value 0 of the reference recipe's erasing (it
  * erases after Normalize), rounded to uint8: 0.485, 0.456, 0.406 times 255. */
 static const uint8_t ERASE_FILL[3] = {124, 116, 104};
-#define MAX_SIZE 8192
 
 void
 tsock__pipeline_augment_defaults(struct tsock_pipeline *pl)
@@ -21,19 +20,11 @@ tsock__pipeline_augment_defaults(struct tsock_pipeline *pl)
         pl->aug.erase_fill[c] = ERASE_FILL[c];
 }
 
-static int
-settable(const tsock_pipeline *pl)
-{
-    if (!pl)
-        return -EINVAL;
-    return pl->open ? TSOCK_E_STATE : 0;
-}
-
 int
 tsock_pipeline_set_val_resize(tsock_pipeline *pl, int resize)
 {
-    int r = settable(pl);
-    if (r == 0 && (resize < 0 || resize > MAX_SIZE))
+    int r = tsock__pipeline_settable(pl);
+    if (r == 0 && (resize < 0 || resize > TSOCK__PIPELINE_MAX_SIZE))
         r = -EINVAL;
     if (r == 0)
         pl->val_resize = resize;
@@ -43,7 +34,7 @@ tsock_pipeline_set_val_resize(tsock_pipeline *pl, int resize)
 int
 tsock_pipeline_set_interpolation(tsock_pipeline *pl, int interpolation)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     if (r == 0 && interpolation != TSOCK_INTERPOLATION_BILINEAR &&
         interpolation != TSOCK_INTERPOLATION_BICUBIC)
         r = -EINVAL;
@@ -56,7 +47,7 @@ int
 tsock_pipeline_set_auto_augment(tsock_pipeline *pl, int policy, int magnitude, int num_ops,
                                 int interpolation)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     if (r == 0 &&
         (policy < TSOCK_AUTO_AUGMENT_NONE || policy > TSOCK_AUTO_AUGMENT_IMAGENET ||
          magnitude < 0 || magnitude >= TSOCK_AUGMENT_RA_BINS || num_ops < 0 ||
@@ -76,7 +67,7 @@ int
 tsock_pipeline_set_color_jitter(tsock_pipeline *pl, double brightness, double contrast,
                                 double saturation, double hue)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     /* Written so that NaN fails too. */
     if (r == 0 &&
         !(brightness >= 0.0 && contrast >= 0.0 && saturation >= 0.0 && isfinite(brightness) &&
@@ -94,7 +85,7 @@ tsock_pipeline_set_color_jitter(tsock_pipeline *pl, double brightness, double co
 int
 tsock_pipeline_set_random_erase(tsock_pipeline *pl, double probability)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     if (r == 0 && !(probability >= 0.0 && probability <= 1.0))
         r = -EINVAL;
     if (r == 0)

@@ -18,25 +18,14 @@ tsock__pipeline_device_reserve(struct tsock_pipeline *pl, uint32_t n)
 {
     if (n <= pl->dcap)
         return 0;
-    struct tsock__image_job *jobs = realloc(pl->djobs, (size_t)n * sizeof *jobs);
-    if (jobs)
-        pl->djobs = jobs;
-    struct tsock__image_job *list = realloc(pl->dlist, (size_t)n * sizeof *list);
-    if (list)
-        pl->dlist = list;
-    int *status = realloc(pl->dstatus, (size_t)n * sizeof *status);
-    if (status)
-        pl->dstatus = status;
-    uint32_t *dpos = realloc(pl->dpos, (size_t)n * sizeof *dpos);
-    if (dpos)
-        pl->dpos = dpos;
-    uint8_t *on = realloc(pl->on_device, n);
-    if (on)
-        pl->on_device = on;
-    uint8_t *force = realloc(pl->force_cpu, n);
-    if (force)
-        pl->force_cpu = force;
-    if (!jobs || !list || !status || !dpos || !on || !force)
+    int failed = 0;
+    pl->djobs = tsock__realloc_or_keep(pl->djobs, (size_t)n * sizeof *pl->djobs, &failed);
+    pl->dlist = tsock__realloc_or_keep(pl->dlist, (size_t)n * sizeof *pl->dlist, &failed);
+    pl->dstatus = tsock__realloc_or_keep(pl->dstatus, (size_t)n * sizeof *pl->dstatus, &failed);
+    pl->dpos = tsock__realloc_or_keep(pl->dpos, (size_t)n * sizeof *pl->dpos, &failed);
+    pl->on_device = tsock__realloc_or_keep(pl->on_device, n, &failed);
+    pl->force_cpu = tsock__realloc_or_keep(pl->force_cpu, n, &failed);
+    if (failed)
         return -ENOMEM;
     pl->dcap = n;
     return 0;
@@ -82,17 +71,12 @@ tsock__pipeline_device_try(struct tsock_pipeline *pl, uint32_t pos, const uint8_
     int r;
     if (pl->preset == TSOCK_PRESET_TRAIN) {
         struct tsock__rng rng;
-        struct tsock__train_params p = {.size = pl->size,
-                                        .scale_min = pl->scale_min,
-                                        .scale_max = pl->scale_max,
-                                        .ratio_min = 3.0 / 4.0,
-                                        .ratio_max = 4.0 / 3.0,
-                                        .flip = pl->flip};
+        struct tsock__train_params p = tsock__pipeline_train_params(pl);
         tsock__pipeline_sample_rng(pl, job->epoch, job->ids[pos], &rng);
         r = tsock__preset_train_spec(&rng, &p, info.width, info.height, &j->spec);
     } else {
-        int resize = (int)(((int64_t)pl->size * 256 + 112) / 224);
-        r = tsock__preset_val_spec(info.width, info.height, resize, pl->size, &j->spec);
+        r = tsock__preset_val_spec(info.width, info.height, tsock__pipeline_val_resize(pl),
+                                   pl->size, &j->spec);
     }
     if (r != 0)
         return 0;

@@ -108,21 +108,15 @@ decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t epoch, 
 
     if (pl->preset == TSOCK_PRESET_TRAIN) {
         struct tsock__rng rng;
-        struct tsock__train_params p = {.size = pl->size,
-                                        .scale_min = pl->scale_min,
-                                        .scale_max = pl->scale_max,
-                                        .ratio_min = 3.0 / 4.0,
-                                        .ratio_max = 4.0 / 3.0,
-                                        .flip = pl->flip};
+        struct tsock__train_params p = tsock__pipeline_train_params(pl);
         tsock__pipeline_sample_rng(pl, epoch, rng_id, &rng);
         r = tsock__preset_train(w->decoder, data, size, &rng, &p, out, NULL, NULL);
         /* The augmentations go on drawing from the sample's stream after the crop and flip. */
         if (r == 0 && w->aug_tmp)
             tsock__aug_sample(&rng, &pl->aug, out, pl->size, pl->size, w->aug_tmp);
     } else {
-        /* Resize(256) for CenterCrop(224), in proportion for other sizes. */
-        int resize = pl->val_resize ? pl->val_resize : (int)(((int64_t)pl->size * 256 + 112) / 224);
-        r = tsock__preset_val(w->decoder, data, size, resize, pl->size, out);
+        r = tsock__preset_val(w->decoder, data, size, tsock__pipeline_val_resize(pl), pl->size,
+                              out);
     }
     count_decode(w, thread_cpu_ns() - t0);
     if (r == 0)
@@ -346,19 +340,12 @@ reserve(struct tsock_pipeline *pl, uint32_t n)
 {
     if (n <= pl->reqs_cap)
         return 0;
-    struct tsock__read_req *reqs = realloc(pl->reqs, (size_t)n * sizeof *reqs);
-    if (reqs)
-        pl->reqs = reqs;
-    struct tsock__read_req *gather = realloc(pl->gather, (size_t)n * sizeof *gather);
-    if (gather)
-        pl->gather = gather;
-    uint8_t *bad = realloc(pl->known_bad, n);
-    if (bad)
-        pl->known_bad = bad;
-    uint32_t *queue = realloc(pl->queue, 2 * (size_t)n * sizeof *queue);
-    if (queue)
-        pl->queue = queue;
-    if (!reqs || !gather || !bad || !queue || tsock__pipeline_device_reserve(pl, n) != 0)
+    int failed = 0;
+    pl->reqs = tsock__realloc_or_keep(pl->reqs, (size_t)n * sizeof *pl->reqs, &failed);
+    pl->gather = tsock__realloc_or_keep(pl->gather, (size_t)n * sizeof *pl->gather, &failed);
+    pl->known_bad = tsock__realloc_or_keep(pl->known_bad, n, &failed);
+    pl->queue = tsock__realloc_or_keep(pl->queue, 2 * (size_t)n * sizeof *pl->queue, &failed);
+    if (failed || tsock__pipeline_device_reserve(pl, n) != 0)
         return -ENOMEM;
     pl->reqs_cap = n;
     return 0;

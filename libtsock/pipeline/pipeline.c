@@ -14,7 +14,6 @@
 #define DEFAULT_SIZE 224
 #define DEFAULT_SCALE_MIN 0.08
 #define DEFAULT_IO_DEPTH 64
-#define MAX_SIZE 8192
 
 /* The public enums are passed to the reader and the index as they are. */
 _Static_assert((int)TSOCK_READ_AUTO == (int)TSOCK__IO_AUTO &&
@@ -59,19 +58,10 @@ tsock_pipeline_create(tsock_pipeline **out, int source, const char *path)
     return 0;
 }
 
-/* Every setter: the handle must exist and not be open yet. */
-static int
-settable(const tsock_pipeline *pl)
-{
-    if (!pl)
-        return -EINVAL;
-    return pl->open ? TSOCK_E_STATE : 0;
-}
-
 int
 tsock_pipeline_set_preset(tsock_pipeline *pl, int preset)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     if (r == 0 && preset != TSOCK_PRESET_TRAIN && preset != TSOCK_PRESET_VAL)
         r = -EINVAL;
     if (r == 0)
@@ -82,8 +72,8 @@ tsock_pipeline_set_preset(tsock_pipeline *pl, int preset)
 int
 tsock_pipeline_set_image_size(tsock_pipeline *pl, int size)
 {
-    int r = settable(pl);
-    if (r == 0 && (size < 1 || size > MAX_SIZE))
+    int r = tsock__pipeline_settable(pl);
+    if (r == 0 && (size < 1 || size > TSOCK__PIPELINE_MAX_SIZE))
         r = -EINVAL;
     if (r == 0)
         pl->size = size;
@@ -93,7 +83,7 @@ tsock_pipeline_set_image_size(tsock_pipeline *pl, int size)
 int
 tsock_pipeline_set_crop_scale(tsock_pipeline *pl, double min, double max)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     /* Written so that NaN fails too. */
     if (r == 0 && !(min > 0.0 && min <= max && max <= 1.0))
         r = -EINVAL;
@@ -107,7 +97,7 @@ tsock_pipeline_set_crop_scale(tsock_pipeline *pl, double min, double max)
 int
 tsock_pipeline_set_flip(tsock_pipeline *pl, int enabled)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     if (r == 0)
         pl->flip = enabled != 0;
     return r;
@@ -116,7 +106,7 @@ tsock_pipeline_set_flip(tsock_pipeline *pl, int enabled)
 int
 tsock_pipeline_set_workers(tsock_pipeline *pl, int workers)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     if (r == 0 && (workers < 0 || workers > TSOCK_PIPELINE_MAX_WORKERS))
         r = -EINVAL;
     if (r == 0)
@@ -127,7 +117,7 @@ tsock_pipeline_set_workers(tsock_pipeline *pl, int workers)
 int
 tsock_pipeline_set_io(tsock_pipeline *pl, int mode, int depth)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     if (r == 0 &&
         ((mode != TSOCK_READ_AUTO && mode != TSOCK_READ_URING && mode != TSOCK_READ_PREAD) ||
          depth < 1 || depth > TSOCK_PIPELINE_MAX_IO_DEPTH))
@@ -142,7 +132,7 @@ tsock_pipeline_set_io(tsock_pipeline *pl, int mode, int depth)
 int
 tsock_pipeline_set_seed(tsock_pipeline *pl, uint64_t seed)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     if (r == 0)
         pl->seed = seed;
     return r;
@@ -151,7 +141,7 @@ tsock_pipeline_set_seed(tsock_pipeline *pl, uint64_t seed)
 int
 tsock_pipeline_set_decoder(tsock_pipeline *pl, int decoder)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     if (r == 0 && decoder != TSOCK_DECODER_CPU && decoder != TSOCK_DECODER_GPU)
         r = -EINVAL;
     if (r == 0)
@@ -162,7 +152,7 @@ tsock_pipeline_set_decoder(tsock_pipeline *pl, int decoder)
 int
 tsock_pipeline_set_on_error(tsock_pipeline *pl, int policy)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     if (r == 0 && policy != TSOCK_ON_ERROR_SKIP && policy != TSOCK_ON_ERROR_FAIL)
         r = -EINVAL;
     if (r == 0)
@@ -173,7 +163,7 @@ tsock_pipeline_set_on_error(tsock_pipeline *pl, int policy)
 int
 tsock_pipeline_set_index_cache(tsock_pipeline *pl, const char *path)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     if (r != 0)
         return r;
     if (path && !path[0])
@@ -201,7 +191,7 @@ set_string(char **field, const char *value)
 int
 tsock_pipeline_set_shard_options(tsock_pipeline *pl, const char *split, const char *label_key)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     if (r == 0 && (pl->source != TSOCK_SOURCE_WEBDATASET || (split && !split[0]) ||
                    (label_key && (!label_key[0] || strchr(label_key, '"')))))
         r = -EINVAL;
@@ -304,7 +294,7 @@ tsock_pipeline_cancel(tsock_pipeline *pl)
 int
 tsock_pipeline_open(tsock_pipeline *pl)
 {
-    int r = settable(pl);
+    int r = tsock__pipeline_settable(pl);
     if (r != 0)
         return r;
     if (pl->workers == 0) {

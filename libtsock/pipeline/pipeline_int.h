@@ -6,6 +6,7 @@
 #ifndef TSOCK_PIPELINE_INT_H
 #define TSOCK_PIPELINE_INT_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -20,6 +21,9 @@
 /* How many consecutive sample ids after a bad one are tried as its replacement before the
  * load gives up (a dataset where that many files in a row fail is broken, not unlucky). */
 #define TSOCK__PIPELINE_MAX_REPLACE 64
+
+/* The largest image side a setter accepts (output size, the val preset's resize). */
+#define TSOCK__PIPELINE_MAX_SIZE 8192
 
 /* One batch being loaded: written by the driving thread before the workers see a position,
  * read by the workers. */
@@ -115,6 +119,27 @@ int tsock__pipeline_header_check(void *arg, const struct tsock__index *idx, uint
 void tsock__pipeline_sample_rng(const struct tsock_pipeline *pl, uint64_t epoch, uint64_t id,
                                 struct tsock__rng *rng);
 
+/* The train preset's crop and flip parameters from the pipeline's options: the CPU decoder
+ * (load.c) and the device's share (device_load.c) must draw the same crop for a sample. */
+static inline struct tsock__train_params
+tsock__pipeline_train_params(const struct tsock_pipeline *pl)
+{
+    return (struct tsock__train_params){.size = pl->size,
+                                        .scale_min = pl->scale_min,
+                                        .scale_max = pl->scale_max,
+                                        .ratio_min = 3.0 / 4.0,
+                                        .ratio_max = 4.0 / 3.0,
+                                        .flip = pl->flip};
+}
+
+/* The val preset's resize (the shorter side before the center crop): the option's value, or
+ * Resize(256) for CenterCrop(224) in proportion for other sizes. */
+static inline int
+tsock__pipeline_val_resize(const struct tsock_pipeline *pl)
+{
+    return pl->val_resize ? pl->val_resize : (int)(((int64_t)pl->size * 256 + 112) / 224);
+}
+
 /* device_load.c: the device decoder's share of a load.
  * reserve: grows the per-position arrays to n (-ENOMEM).
  * try: on a worker, queues position `pos` (its file's bytes in data/size) for the device when
@@ -135,5 +160,16 @@ void tsock__pipeline_stop_workers(struct tsock_pipeline *pl);
 /* The augmentation options' defaults (augment_options.c): none, erasing filled with
  * ImageNet's mean. */
 void tsock__pipeline_augment_defaults(struct tsock_pipeline *pl);
+
+/* Every setter's first check (pipeline.c, augment_options.c): the handle must exist (-EINVAL)
+ * and not be open yet (TSOCK_E_STATE); 0 when it may be set. Inline so that neither file calls
+ * the other for it. */
+static inline int
+tsock__pipeline_settable(const struct tsock_pipeline *pl)
+{
+    if (!pl)
+        return -EINVAL;
+    return pl->open ? TSOCK_E_STATE : 0;
+}
 
 #endif

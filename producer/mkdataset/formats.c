@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <turbojpeg.h>
 
 #include "formats.h"
@@ -13,6 +14,25 @@ bytes_free(struct bytes *b)
 {
     free(b->p);
     memset(b, 0, sizeof *b);
+}
+
+unsigned char *
+read_whole_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    struct stat st;
+    unsigned char *p = NULL;
+    if (fstat(fileno(f), &st) == 0 && (p = malloc((size_t)st.st_size + 1)) &&
+        fread(p, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+        free(p);
+        p = NULL;
+    }
+    if (p)
+        *size = (size_t)st.st_size;
+    fclose(f);
+    return p;
 }
 
 static int

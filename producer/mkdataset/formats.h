@@ -15,6 +15,11 @@ struct bytes {
 
 void bytes_free(struct bytes *b);
 
+/* Reads the whole file at `path` into a malloc'ed buffer (the caller frees it; one spare byte
+ * past *size, so an empty file is a valid buffer of size 0). NULL when it cannot be opened or
+ * read (errno from the failing call). */
+unsigned char *read_whole_file(const char *path, size_t *size);
+
 enum jpeg_kind {
     JPEG_BASELINE = 0, /* YCbCr 4:2:0, as nearly all of ImageNet */
     JPEG_PROGRESSIVE,  /* YCbCr 4:2:0, progressive scans */

@@ -8,6 +8,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "formats.h"
 #include "shards.h"
 
 #define BLOCK 512
@@ -200,25 +201,6 @@ write_member(FILE *f, const char *path, const void *data, size_t size)
     return fwrite(h, 1, BLOCK, f) == BLOCK ? write_padded(f, data, size) : -1;
 }
 
-static unsigned char *
-read_file(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    struct stat st;
-    unsigned char *p = NULL;
-    if (fstat(fileno(f), &st) == 0 && (p = malloc((size_t)st.st_size + 1)) &&
-        fread(p, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
-        free(p);
-        p = NULL;
-    }
-    if (p)
-        *size = (size_t)st.st_size;
-    fclose(f);
-    return p;
-}
-
 /* KEY for a file CLASS/.../NAME.EXT: its path without the extension, other dots made '_'. */
 static void
 member_key(const char *rel, char *key, size_t size, const char **ext)
@@ -246,7 +228,7 @@ write_one_shard(const char *tree, const char *path, const struct file_list *l, s
         const char *e;
         size_t size = 0;
         snprintf(src, sizeof src, "%s/%s", tree, l->paths[i]);
-        unsigned char *data = read_file(src, &size);
+        unsigned char *data = read_whole_file(src, &size);
         if (!data) {
             snprintf(err, err_size, "cannot read %s: %s", src, strerror(errno));
             r = -1;

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import time
 
+from cudasim import SimCleanup, sim_objects, use_sim_device
 from itest import check, run, wait_for
 from pipeline_test import CLASSES, IMAGES, Env
 
@@ -28,11 +29,6 @@ ON_DEVICE = IMAGES + CLASSES
 ON_CPU = 4 * CLASSES
 TSOCK_E_PRODUCER_LOST = -10003
 CONVERTED = ["--output", "float16", "--layout", "nchw", "--normalize"]
-
-
-def sim_objects():
-    prefix = "tsock-sim-" + os.environ["TSOCK_CUDA_SIM_DEVICE"] + "-"
-    return [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
 
 
 # Heartbeats that a sanitizer build on a loaded machine cannot miss: a consumer lost to a slow
@@ -195,22 +191,13 @@ TESTS = {
 }
 
 
-class SimEnv(Env):
+class SimEnv(SimCleanup, Env):
     """pipeline_test's Env on a simulated device of its own; whatever a failed test's killed
     processes left on it goes with the rest of the test's files."""
 
-    def cleanup(self):
-        super().cleanup()
-        for name in sim_objects():
-            try:
-                os.unlink(os.path.join("/dev/shm", name))
-            except OSError:
-                pass
-
 
 def make_env(args, test):
-    os.environ["TSOCK_CUDA_SIM"] = "1"
-    os.environ["TSOCK_CUDA_SIM_DEVICE"] = f"gd{os.getpid()}"
+    use_sim_device("gd")
     return SimEnv(args, test)
 
 

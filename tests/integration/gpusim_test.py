@@ -3,20 +3,15 @@ with float16, NCHW, normalised output feeds tsock-consume processes that copy ev
 from the (simulated) device and check every element, including after kill -9 of a consumer and
 of the producer. Standard library only; the harness is tsock_integration.py's."""
 import json
-import os
 import signal
 import time
 
+from cudasim import SimCleanup, sim_objects, use_sim_device
 from itest import check, run
 from tsock_integration import (BATCHES_PER_EPOCH, TSOCK_E_PRODUCER_LOST, Env, check_clean,
                                check_no_content_errors, read_stats)
 
 GPU_OUTPUT = ["--device", "cuda", "--output", "float16", "--layout", "nchw", "--normalize"]
-
-
-def sim_objects():
-    prefix = "tsock-sim-" + os.environ["TSOCK_CUDA_SIM_DEVICE"] + "-"
-    return [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
 
 
 def wait_released(env, stats, pids, at_least, timeout=60):
@@ -132,22 +127,13 @@ TESTS = {
 }
 
 
-class SimEnv(Env):
+class SimEnv(SimCleanup, Env):
     """Env, plus: whatever a failed test's killed processes left on the simulated device goes
     with the rest of the test's files."""
 
-    def cleanup(self):
-        super().cleanup()
-        for name in sim_objects():
-            try:
-                os.unlink(os.path.join("/dev/shm", name))
-            except OSError:
-                pass
-
 
 def make_env(args, test):
-    os.environ["TSOCK_CUDA_SIM"] = "1"
-    os.environ["TSOCK_CUDA_SIM_DEVICE"] = f"it{os.getpid()}"
+    use_sim_device("it")
     return SimEnv(args, test)
 
 
