@@ -89,6 +89,13 @@ def make_step(torch, args):
     return step
 
 
+def batch_files(torch, data):
+    """The files of a tvgpu batch (tvgpu_loader's collate: the bytes end to end, the lengths)
+    as a list of 1-D uint8 views, what decode_jpeg takes."""
+    flat, lengths = data
+    return list(torch.split(flat, lengths.tolist()))
+
+
 def tvgpu_loader(torch, torchvision, datasets, transforms, args):
     """The GPU-decode peer: workers read bytes; the job decodes, crops and flips on the GPU."""
     from torchvision.transforms.v2 import functional as F
@@ -96,7 +103,13 @@ def tvgpu_loader(torch, torchvision, datasets, transforms, args):
     ds = datasets.ImageFolder(args.root, loader=torchvision.io.read_file)
 
     def collate(items):
-        return [x for x, _ in items], torch.tensor([y for _, y in items])
+        # One tensor per batch (the files end to end) and their lengths: a list of 64 tensors
+        # crosses from a worker as 64 shared-memory file descriptors, and under that load the
+        # worker's feeder thread died on os.dup (EBADF), leaving the job waiting for ever for
+        # its first batch (the H200 run's tvgpu row "ran past 250 s").
+        files = [x for x, _ in items]
+        return ((torch.cat(files), torch.tensor([len(x) for x in files])),
+                torch.tensor([y for _, y in items]))
 
     # Persistent workers, forked by the first iter() before this process touches CUDA (main()
     # makes that iterator before the model or a CUDA tensor exists): a DataLoader without them
@@ -115,7 +128,7 @@ def tvgpu_loader(torch, torchvision, datasets, transforms, args):
             norm.append(torch.tensor([0.485, 0.456, 0.406], device=dev).view(1, 3, 1, 1) * 255)
             norm.append(torch.tensor([0.229, 0.224, 0.225], device=dev).view(1, 3, 1, 1) * 255)
         mean, std = norm
-        decoded = torchvision.io.decode_jpeg(data, device="cuda",
+        decoded = torchvision.io.decode_jpeg(batch_files(torch, data), device="cuda",
                                              mode=torchvision.io.ImageReadMode.RGB)
         out = []
         for img in decoded:

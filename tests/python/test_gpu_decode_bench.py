@@ -110,3 +110,46 @@ def test_jobs_that_finish_give_their_figures(bench):
     r = bench(["ok", "ok"], margin=30.0)
     assert r["samples"] == 128 and r["k"] == 2
     assert r["images_per_s_per_job"] == pytest.approx(128.0)
+
+
+# The tvgpu job's DataLoader (its workers read the files' bytes) on a real tree, no GPU needed:
+# two epochs of batches must arrive, each file's bytes intact. In a child, so a hang is a
+# failure after a bound, not a stuck test run.
+TVGPU_LOADER = r"""
+import argparse, os, sys
+import torch, torchvision
+from torchvision import datasets, transforms
+sys.path.insert(0, sys.argv[2])
+import job
+args = argparse.Namespace(root=sys.argv[1], batch_size=32, workers=2, persistent_workers=False)
+loader, _ = job.tvgpu_loader(torch, torchvision, datasets, transforms, args)
+want = sorted(os.path.getsize(p) for p, _ in loader.dataset.samples)
+for epoch in range(2):
+    got = []
+    for data, labels in loader:
+        for part in job.batch_files(torch, data):
+            assert part.dtype == torch.uint8 and part.dim() == 1
+            assert part[0] == 0xFF and part[1] == 0xD8  # a JPEG's start of image
+            got.append(part.numel())
+    assert sorted(got) == want, (len(got), len(want))
+print("ok", len(want))
+"""
+
+
+def test_the_tvgpu_loader_delivers_every_file_across_epochs(tmp_path):
+    import subprocess
+    bin_dir = os.environ["TSOCK_BIN_DIR"]
+    mk = os.path.join(bin_dir, "tsock-mkdataset")
+    assert os.path.exists(mk), f"{mk} missing: build tsock (TSOCK_BIN_DIR)"
+    tree = tmp_path / "tree"
+    subprocess.run([mk, str(tree), "--images", "300", "--classes", "3", "--force"], check=True,
+                   stdout=subprocess.DEVNULL)
+    try:
+        r = subprocess.run([sys.executable, "-c", TVGPU_LOADER, str(tree),
+                            os.path.join(REPO, "benchmarks", "collocation")],
+                           capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr
+        pytest.fail(f"the tvgpu loader delivered nothing in 120 s:\n{(err or '')[-3000:]}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("ok 300")
