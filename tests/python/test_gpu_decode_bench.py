@@ -51,6 +51,7 @@ print(json.dumps({"samples": 64, "first_batch_t": t, "last_batch_t": t + 0.5,
 
 @pytest.fixture
 def bench(monkeypatch):
+    gate_first = gpu_decode.first_batch_file
     workdir = tempfile.mkdtemp(prefix="tsock-gpudec-test-")
     fake = os.path.join(workdir, "fake_job.py")
     with open(fake, "w") as f:
@@ -61,7 +62,6 @@ def bench(monkeypatch):
         return [sys.executable, fake, modes.pop(0), gate.ready(name), gate.go,
                 gate_first(gate, name)]
 
-    gate_first = gpu_decode.first_batch_file
     monkeypatch.setattr(gpu_decode, "job_argv", job_argv)
     # No nvidia-smi sampling: the fake runs need no GPU.
     monkeypatch.setattr(gpu_decode, "GpuUtil", lambda: None)
