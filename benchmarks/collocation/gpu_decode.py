@@ -24,6 +24,11 @@ delivered), GPU utilisation (mean of nvidia-smi's samples during the run; its ow
 counted), and the producer's decoded_gpu / decoded_cpu. Writes --out (JSON) and the same path
 with .md (a table).
 
+Every job is bounded: no first batch --margin (30) s after it is let go, or still running
+--margin s after its span, and its run fails: the job is asked for its Python stacks (SIGUSR1,
+job.py's faulthandler), stopped, and the tail of its stderr goes into the row
+(`stderr_tail`) and under the table, as does any failed job's or producer's.
+
     python3 benchmarks/collocation/gpu_decode.py --photos DIR [--phases decode,collocation]
         [--span 20] [--cpus 4] [--ks 1,4] [--models resnet18,mobilenet_v3_small]
 """
