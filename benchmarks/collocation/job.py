@@ -103,10 +103,11 @@ def tvgpu_loader(torch, torchvision, datasets, transforms, args):
     ds = datasets.ImageFolder(args.root, loader=torchvision.io.read_file)
 
     def collate(items):
-        # One tensor per batch (the files end to end) and their lengths: a list of 64 tensors
-        # crosses from a worker as 64 shared-memory file descriptors, and under that load the
-        # worker's feeder thread died on os.dup (EBADF), leaving the job waiting for ever for
-        # its first batch (the H200 run's tvgpu row "ran past 250 s").
+        # One tensor per batch (the files end to end) and their lengths. A list of 64 tensors
+        # crosses from a worker as 64 shared-memory file descriptors, and the worker's feeder
+        # thread died on os.dup (EBADF) (seen on the dev machine, torch 2.15, no GPU needed),
+        # leaving the job waiting for ever for its first batch: the likely cause of the H200
+        # run's tvgpu row "ran past 250 s" (torch 2.11 there).
         files = [x for x, _ in items]
         return ((torch.cat(files), torch.tensor([len(x) for x in files])),
                 torch.tensor([y for _, y in items]))
