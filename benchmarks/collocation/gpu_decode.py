@@ -24,6 +24,11 @@ delivered), GPU utilisation (mean of nvidia-smi's samples during the run; its ow
 counted), and the producer's decoded_gpu / decoded_cpu. Writes --out (JSON) and the same path
 with .md (a table).
 
+Every job is bounded: no first batch --margin (30) s after it is let go, or still running
+--margin s after its span, and its run fails: the job is asked for its Python stacks (SIGUSR1,
+job.py's faulthandler), stopped, and the tail of its stderr goes into the row
+(`stderr_tail`) and under the table, as does any failed job's or producer's.
+
     python3 benchmarks/collocation/gpu_decode.py --photos DIR [--phases decode,collocation]
         [--span 20] [--cpus 4] [--ks 1,4] [--models resnet18,mobilenet_v3_small]
 """
@@ -61,6 +66,10 @@ def parse_args():
     ap.add_argument("--deadline", type=float, default=None,
                     help="seconds from now after which no run starts that could not end in "
                          "time (its row says so): for a machine lent for a fixed time")
+    ap.add_argument("--margin", type=float, default=30.0,
+                    help="seconds a job may take, once let go, to its first batch, and past "
+                         "its span to its exit; a job beyond either is stopped, its Python "
+                         "stacks and stderr in the report (30)")
     ap.add_argument("--cpus", type=int, default=4)
     ap.add_argument("--ks", default="1,4")
     ap.add_argument("--models", default="resnet18,mobilenet_v3_small")
@@ -117,12 +126,59 @@ def job_argv(args, loader, name, gate, model, span, endpoint=None, root=None, wo
     argv = [sys.executable, os.path.join(HERE, "job.py"), "--loader", loader, "--name", name,
             "--epochs", "1000", "--max-seconds", str(span), "--batch-size",
             str(args.batch_size), "--delay-ms", "0", "--device", "cuda", "--model", model,
-            "--ready-file", gate.ready(name), "--go-file", gate.go]
+            "--ready-file", gate.ready(name), "--go-file", gate.go,
+            "--first-batch-file", first_batch_file(gate, name)]
     if endpoint:
         argv += ["--endpoint", endpoint]
     if root:
         argv += ["--root", root, "--workers", str(workers)]
     return argv
+
+
+def first_batch_file(gate, name):
+    return os.path.join(gate.dir, f"{name}.first")
+
+
+class RunFailed(RuntimeError):
+    """A run that failed: what happened (one line) and the stderr tails that say why."""
+
+    def __init__(self, summary, detail=""):
+        super().__init__(summary)
+        self.summary, self.detail = summary, detail
+
+
+def tail(text, lines=40, chars=4000):
+    return "\n".join(text.splitlines()[-lines:])[-chars:]
+
+
+def overdue(jobs, gate, go_t, span, margin, first_seen, now):
+    """The jobs past their bound, each with why: no first batch `margin` s after the go, or
+    not exited `margin` s after the end of its span (counted from when its first batch was
+    seen here: first_seen, name -> time, kept by the caller)."""
+    late = []
+    for j, name in zip(jobs, gate.names):
+        if j.poll():
+            continue
+        if name not in first_seen and os.path.exists(first_batch_file(gate, name)):
+            first_seen[name] = now
+        if name not in first_seen:
+            if now > go_t + margin:
+                late.append((j, f"{name}: no first batch {margin:.0f} s after it was let go"))
+        elif now > first_seen[name] + span + margin:
+            late.append((j, f"{name}: still running {margin:.0f} s after its {span:.0f} s span"))
+    return late
+
+
+def stuck_report(late):
+    """Asks each late job for its Python stacks (job.py's SIGUSR1), then its stderr's tail."""
+    for j, _ in late:
+        try:
+            j.popen.send_signal(signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+    time.sleep(2)
+    return "\n".join(f"--- {why}; its stderr's tail (Python stacks last):\n{tail(j.stderr())}"
+                     for j, why in late)
 
 
 def producer_argv(args, root, endpoint, decoder, k, stats):
@@ -167,13 +223,15 @@ def run_one(args, config, model, k, span, root, workdir, env, tag):
                 args, root, endpoint, "gpu" if config == "tsock_gpu" else "cpu", k, stats),
                 workdir, f"{tag}-producer", env)
         gate.open()
-        deadline = time.monotonic() + span + 90
+        go_t, first_seen = time.monotonic(), {}
         while not all(j.poll() for j in jobs):
             if producer and producer.poll():
-                raise RuntimeError(f"the producer exited ({producer.status}): "
-                                   f"{producer.stderr()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{tag}: the jobs ran past {span + 90} s")
+                raise RunFailed(f"{tag}: the producer exited ({producer.status})",
+                                "--- the producer's stderr:\n" + tail(producer.stderr()))
+            late = overdue(jobs, gate, go_t, span, args.margin, first_seen, time.monotonic())
+            if late:
+                raise RunFailed(f"{tag}: " + "; ".join(why for _, why in late),
+                                stuck_report(late))
             time.sleep(0.05)
         if producer:
             producer.popen.send_signal(signal.SIGTERM)
@@ -186,9 +244,10 @@ def run_one(args, config, model, k, span, root, workdir, env, tag):
             p.stop()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = colo.cpu_of(after) - colo.cpu_of(before) - (util.cpu_s if util else 0.0)
-    for j in jobs:
-        if j.status != 0:
-            raise RuntimeError(f"{tag}: a job exited with {j.status}:\n{j.stderr()[-3000:]}")
+    bad = [(j, n) for j, n in zip(jobs, gate.names) if j.status != 0]
+    if bad:
+        raise RunFailed(f"{tag}: " + "; ".join(f"{n} exited with {j.status}" for j, n in bad),
+                        "\n".join(f"--- {n}'s stderr:\n{tail(j.stderr())}" for j, n in bad))
     res = [benchlib.last_json(j.stdout()) for j in jobs]
     rates = [r["samples"] / (r["last_batch_t"] - r["first_batch_t"]) for r in res]
     samples = sum(r["samples"] for r in res)
@@ -221,6 +280,12 @@ def markdown(out):
         lines.append(f"| {r['phase']} | {r['model']} | {r['config']} | {r['k']} | "
                      f"{r['images_per_s_per_job']:.0f} | {r['images_per_s']:.0f} | "
                      f"{r['cpu_ms_per_image']:.2f} | {util} | {r['data_wait']:.0%} | {dec} |")
+    failures = [r for r in out["runs"] if "error" in r]
+    for r in failures:
+        lines += ["", f"## FAILED: {r['phase']} {r['model']} {r['config']} K={r['k']}", "",
+                  r["error"], ""]
+        if r.get("stderr_tail"):
+            lines += ["```", r["stderr_tail"], "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -266,8 +331,9 @@ def main():
                 r = run_one(args, config, model, k, span, root, workdir, env, tag)
             except Exception as e:  # one failed run is reported; the others still run
                 failed += 1
-                r = {"config": config, "model": model, "k": k, "error": str(e)[-2000:]}
-                print(f"{tag}: FAILED: {e}", file=sys.stderr, flush=True)
+                r = {"config": config, "model": model, "k": k, "error": str(e)[:500],
+                     "stderr_tail": getattr(e, "detail", "")}
+                print(f"{tag}: FAILED: {e}\n{r['stderr_tail']}", file=sys.stderr, flush=True)
             r["phase"] = phase
             out["runs"].append(r)
             write(args, out)

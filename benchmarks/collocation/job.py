@@ -22,8 +22,11 @@ already (the producer converts); torchvision batches are pinned, copied and norm
 carried): DataLoader workers read the files' bytes only; the job decodes each batch with
 torchvision.io.decode_jpeg(list, device="cuda") (batched nvJPEG) and does RandomResizedCrop(224)
 (antialiased) + RandomHorizontalFlip() on the GPU, then normalises to float16 NCHW as the
-tsock producer does. --max-seconds S: stop once S seconds have passed since the first batch
-(issue 20's spans), whatever --epochs says.
+tsock producer does. Its workers are persistent and forked before the job touches CUDA; it
+leaves with os._exit once its JSON is printed (no nvJPEG teardown at exit). --max-seconds S:
+stop once S seconds have passed since the first batch (issue 20's spans), whatever --epochs
+says. --first-batch-file F: create F at the first batch. SIGUSR1 prints every thread's Python
+stack to stderr (gpu_decode.py sends it to a job past its bound before stopping it).
 
 --group NAME --rank R --world-size W (benchmarks/groups/run.py): this job is rank R of a
 data-parallel job of W ranks: with tsock, a rank of the group NAME on the producer; with
@@ -39,10 +42,12 @@ spends after printing (interpreter shut-down, which with torch loaded is a few t
 second) is seen only by its parent.
 """
 import argparse
+import faulthandler
 import gc
 import json
 import os
 import resource
+import signal
 import sys
 import time
 
@@ -84,6 +89,13 @@ def make_step(torch, args):
     return step
 
 
+def batch_files(torch, data):
+    """The files of a tvgpu batch (tvgpu_loader's collate: the bytes end to end, the lengths)
+    as a list of 1-D uint8 views, what decode_jpeg takes."""
+    flat, lengths = data
+    return list(torch.split(flat, lengths.tolist()))
+
+
 def tvgpu_loader(torch, torchvision, datasets, transforms, args):
     """The GPU-decode peer: workers read bytes; the job decodes, crops and flips on the GPU."""
     from torchvision.transforms.v2 import functional as F
@@ -91,18 +103,33 @@ def tvgpu_loader(torch, torchvision, datasets, transforms, args):
     ds = datasets.ImageFolder(args.root, loader=torchvision.io.read_file)
 
     def collate(items):
-        return [x for x, _ in items], torch.tensor([y for _, y in items])
+        # One tensor per batch (the files end to end) and their lengths. A list of 64 tensors
+        # crosses from a worker as 64 shared-memory file descriptors, and the worker's feeder
+        # thread died on os.dup (EBADF) (seen on the dev machine, torch 2.15, no GPU needed),
+        # leaving the job waiting for ever for its first batch: the likely cause of the H200
+        # run's tvgpu row "ran past 250 s" (torch 2.11 there).
+        files = [x for x, _ in items]
+        return ((torch.cat(files), torch.tensor([len(x) for x in files])),
+                torch.tensor([y for _, y in items]))
 
+    # Persistent workers, forked by the first iter() before this process touches CUDA (main()
+    # makes that iterator before the model or a CUDA tensor exists): a DataLoader without them
+    # forks new workers each epoch (here about every second) from a process whose CUDA and
+    # nvJPEG threads may hold a lock at that instant, and a worker so forked can hang for
+    # ever, the job with it, never reaching its span's end.
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True,
                                          num_workers=args.workers, collate_fn=collate,
-                                         persistent_workers=args.persistent_workers)
+                                         persistent_workers=args.workers > 0)
     rrc = transforms.RandomResizedCrop(224)
     dev = torch.device("cuda")
-    mean = torch.tensor([0.485, 0.456, 0.406], device=dev).view(1, 3, 1, 1) * 255
-    std = torch.tensor([0.229, 0.224, 0.225], device=dev).view(1, 3, 1, 1) * 255
+    norm = []  # mean and std, made on the first batch: after the workers are forked
 
     def gpu_batch(data, labels):
-        decoded = torchvision.io.decode_jpeg(data, device="cuda",
+        if not norm:
+            norm.append(torch.tensor([0.485, 0.456, 0.406], device=dev).view(1, 3, 1, 1) * 255)
+            norm.append(torch.tensor([0.229, 0.224, 0.225], device=dev).view(1, 3, 1, 1) * 255)
+        mean, std = norm
+        decoded = torchvision.io.decode_jpeg(batch_files(torch, data), device="cuda",
                                              mode=torchvision.io.ImageReadMode.RGB)
         out = []
         for img in decoded:
@@ -137,10 +164,16 @@ def main():
     ap.add_argument("--name", default="job")
     ap.add_argument("--ready-file", help="create this file once the imports are done")
     ap.add_argument("--go-file", help="then wait for this file before building the loader")
+    ap.add_argument("--first-batch-file",
+                    help="create this file once the first batch is here (a hang before it is "
+                         "then told apart from one after it)")
     ap.add_argument("--group", default=None, help="a rank of this data-parallel group")
     ap.add_argument("--rank", type=int, default=None)
     ap.add_argument("--world-size", type=int, default=None)
     args = ap.parse_args()
+    # SIGUSR1 writes every thread's Python stack to stderr: what a benchmark that finds this
+    # job past its time sends before killing it, so that its report says where it was.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     import torch  # both loaders hand out torch tensors
 
@@ -183,6 +216,7 @@ def main():
                                              num_workers=args.workers,
                                              persistent_workers=args.persistent_workers,
                                              pin_memory=args.device == "cuda")
+    first_it = iter(loader) if args.loader == "tvgpu" else None  # its workers, before CUDA
     step = make_step(torch, args) if args.device == "cuda" and args.model != "none" else None
     built_self, built_children = cpu_now()
     delay = args.delay_ms / 1000.0
@@ -196,7 +230,7 @@ def main():
             break
         if sampler is not None:
             sampler.set_epoch(epoch)
-        it = iter(loader)
+        it, first_it = (first_it, None) if first_it is not None else (iter(loader), None)
         while True:
             t0 = time.monotonic()
             try:
@@ -209,6 +243,8 @@ def main():
             wait_s += t1 - t0
             if first_t is None:
                 first_t = t1
+                if args.first_batch_file:
+                    open(args.first_batch_file, "w").close()
             else:
                 wait_after_first_s += t1 - t0
             last_t = t1
@@ -247,7 +283,13 @@ def main():
         "build_cpu_s": built_self + built_children - startup_cpu,
         "loop_cpu_s": loop_self + loop_children - built_self - built_children,
         "cpu_s": end_self + end_children, "cpu_children_s": end_children,
-        "checksum": checksum, **extra}))
+        "checksum": checksum, **extra}), flush=True)
+    if args.loader == "tvgpu":
+        # Everything is counted and printed: leave without the interpreter's shut-down, in
+        # which torchvision's nvJPEG decoder is destroyed by an exit hook that may run after
+        # CUDA has begun to shut down (a teardown that can crash or hang).
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
