@@ -503,8 +503,9 @@ class Producer:
                 self.wait_consumers(wait_consumers, wait_timeout)
             published = 0
             while True:
-                if lib.tsock_producer_consumer_count(self._h) <= 0 and \
-                        not lib.tsock_producer_stream_ended(self._h):
+                # As serve(): ranks waiting for the rest of their group are not counted, so a
+                # waiting group costs no decoding.
+                if not lib.tsock_producer_stream_ended(self._h):
                     self.wait_consumers(1, None)
                 try:
                     slot = self._acquire()
