@@ -334,7 +334,9 @@ static void
 on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock__msg *m)
 {
     tsock_producer *p = ctx;
-    if (!known(p, from, index, m->type))
+    /* known() checks the index too; said again so that the compiler sees it (UBSan builds
+     * warn about the shift in forget_unannounced otherwise). */
+    if (!known(p, from, index, m->type) || index < 0 || index >= MAX_CONSUMERS)
         return;
     struct tsock__consumer_rec *c = &p->consumers[index];
     if (m->type == TSOCK__MSG_PAUSE)
