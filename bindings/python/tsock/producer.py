@@ -441,10 +441,16 @@ class Producer:
         self._start(example, (n, int(seed), 0 if epochs is None else int(epochs)))
         if wait_consumers:
             self.wait_consumers(wait_consumers, wait_timeout)
+        return self._publish_all(lambda slot: self._fill_from(dataset, slot))
+
+    def _publish_all(self, fill):
+        """Fills (`fill(slot)`) and publishes slots until the stream ends, then finishes it;
+        returns the number of batches published."""
         published = 0
         while True:
             # The library's count leaves out ranks waiting for the rest of their group (they
-            # would receive nothing), so this returns at once only when a batch reaches someone.
+            # would receive nothing), so this returns at once only when a batch reaches someone:
+            # a waiting group costs no decoding.
             if not lib.tsock_producer_stream_ended(self._h):
                 self.wait_consumers(1, None)
             try:
@@ -453,7 +459,7 @@ class Producer:
                 if e.code == errors.E_END:
                     break
                 raise
-            self._fill_from(dataset, slot)
+            fill(slot)
             _lib.check(lib.tsock_producer_publish(self._h, slot, lib.tsock_slot_planned(slot)),
                        "tsock_producer_publish")
             self._slot = None
@@ -501,26 +507,7 @@ class Producer:
                         native=pipe, shard_order=order)
             if wait_consumers:
                 self.wait_consumers(wait_consumers, wait_timeout)
-            published = 0
-            while True:
-                # As serve(): ranks waiting for the rest of their group are not counted, so a
-                # waiting group costs no decoding.
-                if not lib.tsock_producer_stream_ended(self._h):
-                    self.wait_consumers(1, None)
-                try:
-                    slot = self._acquire()
-                except errors.TsockError as e:
-                    if e.code == errors.E_END:
-                        break
-                    raise
-                pipe.fill(slot)
-                _lib.check(lib.tsock_producer_publish(self._h, slot,
-                                                      lib.tsock_slot_planned(slot)),
-                           "tsock_producer_publish")
-                self._slot = None
-                published += 1
-            self.finish()
-            return published
+            return self._publish_all(pipe.fill)
         finally:
             # The slots hold decoded images only; the pipeline is no longer needed.
             pipe.close()
