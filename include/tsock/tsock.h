@@ -349,10 +349,11 @@ TSOCK_API const char *tsock_producer_endpoint(const tsock_producer *p);
 
 /* Waits until at least `count` connected consumers would receive a batch published now, or
  * `timeout_ms` passes (-1: forever; 0: do not block). A rank of a group that waits for its
- * other ranks (docs/distributed.md, the start barrier) or whose group failed is connected but
- * receives nothing, so it does not count here (it does in tsock_producer_consumer_count): a
- * loop that waits for one consumer before each batch never decodes for nobody. Returns that
- * number, -ETIMEDOUT, or TSOCK_E_CANCELLED (tsock_producer_cancel). Caller's thread only. */
+ * other ranks (docs/distributed.md, the start barrier) or whose group failed, and a consumer
+ * that paused (docs/semantics.md), are connected but receive nothing, so they do not count
+ * here (they do in tsock_producer_consumer_count): a loop that waits for one consumer before
+ * each batch never decodes for nobody, nor uses up a finite stream while every job paused. Returns
+ * that number, -ETIMEDOUT, or TSOCK_E_CANCELLED (tsock_producer_cancel). Caller's thread only. */
 TSOCK_API int tsock_producer_wait_consumers(tsock_producer *p, int count, int timeout_ms);
 
 /* Makes a tsock_producer_wait_consumers or tsock_producer_acquire that is blocked now, or the

@@ -57,23 +57,11 @@ can_pause_mid_epoch(const tsock_consumer *c)
            c->plan.n > 0 && c->resume.delivered_epoch == c->plan.epoch;
 }
 
-/* The library pauses a consumer on its own (a caller that stopped reading, a job that never
- * read) only on a host ring. On a GPU ring, with the caller's reads and stream-ordered
- * releases in flight, such pauses broke two simulated-device tests under load
- * (gpusim.engine_close_after_bound: a slot refilled under a read; gpusim.capture: an epoch
- * one batch short) and the cause is not found yet, so there only tsock_consumer_pause (what
- * Python's break calls) and the pause between epochs leave an epoch. */
-static int
-timed_pauses(const tsock_consumer *c)
-{
-    return c->welcome.device == TSOCK_DEVICE_CPU;
-}
-
 /* When the caller counts as stopped (0: never, it is reading or cannot pause here). */
 static uint64_t
 stopped_at(const tsock_consumer *c)
 {
-    if (!timed_pauses(c) || !mid_epoch(c) || !can_pause_mid_epoch(c) || c->leave_returned_ns == 0)
+    if (!mid_epoch(c) || !can_pause_mid_epoch(c) || c->leave_returned_ns == 0)
         return 0;
     return c->leave_returned_ns + (uint64_t)c->grace_ms * 1000000u + 2 * c->leave_step_max_ns;
 }
@@ -82,9 +70,9 @@ stopped_at(const tsock_consumer *c)
 static uint64_t
 unread_idle_at(const tsock_consumer *c)
 {
-    if (!timed_pauses(c) || !c->ready_to_read || c->phase != TSOCK__PHASE_ACTIVE ||
-        c->between_epochs || c->terminal_error || c->plan.done != 0 || c->building ||
-        c->waiting_since != 0 || tsock__group_member(c))
+    if (!c->ready_to_read || c->phase != TSOCK__PHASE_ACTIVE || c->between_epochs ||
+        c->terminal_error || c->plan.done != 0 || c->building || c->waiting_since != 0 ||
+        tsock__group_member(c))
         return 0;
     return c->idle_since_ns + (uint64_t)c->grace_ms * 1000000u;
 }

@@ -244,12 +244,14 @@ take_cancel(tsock_producer *p)
 }
 
 /* Whether a batch published now would go to consumer record c: a rank waiting at its group's
- * start barrier gets nothing (its window has not begun), nor does a rank of a failed group.
- * A paused consumer counts: it comes back and its window restarts wherever the stream is. */
+ * start barrier gets nothing (its window has not begun), nor does a rank of a failed group,
+ * nor a paused consumer. A paused consumer's window restarts wherever the stream is when it
+ * comes back, so nothing is lost by not publishing meanwhile; publishing for nobody would
+ * decode for nothing and, on a finite stream, use up epochs nobody reads. */
 static int
 served(const struct tsock__consumer_rec *c)
 {
-    return c->active && !c->waiting && !c->group_failed;
+    return c->active && !c->waiting && !c->group_failed && !c->paused;
 }
 
 /* The consumers a batch published now would reach (mu held): what decides whether publishing
@@ -319,44 +321,52 @@ keep_consumer_phases(tsock_producer *p)
     tsock__sampler_keep_segments(&p->sampler, phases, n);
 }
 
-/* How many more stream samples, from `position` (the stream's end: the sampler issued its
- * last epoch), finish the nearest window of a served group cut by that end (mu held); 0 when
- * no group's window is cut. A group's windows are `sampler_samples` consecutive samples from
- * its ranks' window start, restored ones included (docs/distributed.md). */
+/* Where the window of consumer record c that the stream's end `end` cut ends, or 0 when its
+ * window is not cut there. A consumer's windows are `sampler_samples` consecutive samples from
+ * its window start: where it joined, resumed after a pause, or restored a checkpoint
+ * (docs/semantics.md, "When a finite stream ends"). A paused consumer has no window: it is not
+ * waited for. */
 static uint64_t
-group_window_left(const tsock_producer *p, uint64_t position)
+cut_window_end(const tsock_producer *p, const struct tsock__consumer_rec *c, uint64_t end)
 {
-    uint64_t nearest = 0;
+    if (!served(c) || c->window_start == TSOCK__NO_WINDOW || end <= c->window_start)
+        return 0;
+    uint64_t into = (end - c->window_start) % p->sampler_samples;
+    return into ? end + (p->sampler_samples - into) : 0;
+}
+
+/* How many more stream samples, from `position` (at or past the stream's end: the sampler
+ * issued its last epoch), finish the nearest window that the end cut (mu held); 0 when none
+ * is left. */
+static uint64_t
+cut_window_left(const tsock_producer *p, uint64_t position)
+{
+    uint64_t end = p->overtime ? p->stream_end : position, nearest = 0;
     for (int i = 0; i < TSOCK__PRODUCER_MAX_CONSUMERS; i++) {
-        const struct tsock__consumer_rec *c = &p->consumers[i];
-        if (!served(c) || !c->group_slot || c->window_start == TSOCK__NO_WINDOW ||
-            position <= c->window_start)
-            continue;
-        uint64_t into = (position - c->window_start) % p->sampler_samples;
-        uint64_t left = into ? p->sampler_samples - into : 0;
-        if (left && (!nearest || left < nearest))
-            nearest = left;
+        uint64_t to = cut_window_end(p, &p->consumers[i], end);
+        if (to > position && (!nearest || to - position < nearest))
+            nearest = to - position;
     }
     return nearest;
 }
 
-/* With the sampler's last epoch issued, whether the stream is over: no group's window was cut
- * by its end, or overtime has finished every such window (docs/distributed.md, "When a finite
- * stream ends": the producer finishes a group's window rather than leave its ranks with
- * different batch counts). */
+/* With the sampler's last epoch issued, whether the stream is over: no consumer's window was
+ * cut by its end, or overtime has finished every such window (docs/semantics.md, "When a
+ * finite stream ends": the producer finishes a window rather than end a consumer's epoch
+ * short, or leave a group's ranks with different batch counts). */
 static int
 stream_over(tsock_producer *p)
 {
     if (!p->use_sampler || (!p->overtime && !tsock__sampler_exhausted(&p->sampler)))
         return 0;
     pthread_mutex_lock(&p->mu);
-    uint64_t left = group_window_left(p, tsock__sampler_stream_position(&p->sampler));
+    uint64_t left = cut_window_left(p, tsock__sampler_stream_position(&p->sampler));
     pthread_mutex_unlock(&p->mu);
     return left == 0;
 }
 
 /* Asks the sampler what the slot must hold. Returns 0, or TSOCK_E_END after the last epoch
- * (and after the windows of groups that the last epoch cut: overtime). */
+ * (and after the windows that the last epoch cut: overtime). */
 static int
 plan_slot(tsock_producer *p, struct tsock_slot *s)
 {
@@ -378,12 +388,13 @@ plan_slot(tsock_producer *p, struct tsock_slot *s)
     uint32_t max = p->batch_size;
     if (p->overtime || tsock__sampler_exhausted(&p->sampler)) {
         /* Overtime: the next epoch's first samples, up to the nearest cut window's end, for
-         * the ranks of the groups whose windows they finish (take_holders). The sampler's
-         * segments kept the set a group missed at its window's start (keep_consumer_phases). */
+         * the consumers whose windows they finish (take_holders). The sampler's segments kept
+         * the set each of them missed at its window's start (keep_consumer_phases). */
         pthread_mutex_lock(&p->mu);
-        uint64_t left = group_window_left(p, s->position);
+        uint64_t left = cut_window_left(p, s->position);
         if (left && !p->overtime) {
             p->overtime = 1;
+            p->stream_end = s->position;
             p->sampler.epochs++;
         }
         pthread_mutex_unlock(&p->mu);
@@ -505,12 +516,11 @@ take_holders(tsock_producer *p, uint64_t position)
     for (int i = 0; i < TSOCK__PRODUCER_MAX_CONSUMERS; i++) {
         struct tsock__consumer_rec *c = &p->consumers[i];
         /* A group's ranks wait for the last of them (the start barrier); a failed group's get
-         * nothing more. */
-        if (!served(c) || c->paused)
+         * nothing more; a paused consumer nothing until it resumes. */
+        if (!served(c))
             continue;
-        /* Overtime goes only to the ranks whose window it finishes. */
-        if (p->overtime && (!c->group_slot || c->window_start == TSOCK__NO_WINDOW ||
-                            (position - c->window_start) % p->sampler_samples == 0))
+        /* Overtime goes only to the consumers whose window it finishes. */
+        if (p->overtime && cut_window_end(p, c, p->stream_end) <= position)
             continue;
         mask |= (uint64_t)1 << i;
         if (c->window_start == TSOCK__NO_WINDOW)

@@ -108,9 +108,11 @@ struct tsock_producer {
     int use_sampler;
     uint64_t sampler_samples, sampler_seed, sampler_epochs;
     struct tsock__sampler sampler;
-    /* The sampler's last epoch was issued inside a group's window: the next epoch's first
-     * samples finish that window for its ranks only (producer_api.c, plan_slot). */
+    /* The sampler's last epoch was issued inside a consumer's window: the next epoch's first
+     * samples finish the windows that the stream's end (stream_end, a stream position) cut,
+     * for their consumers only (producer_api.c, plan_slot). */
     int overtime;
+    uint64_t stream_end;
     /* slot_count * batch_size ids the sampler drew: sample ids, or with node shares positions
      * in this node's share. BATCH carries these to checkpointing consumers (each below
      * WELCOME's samples), so their saved states are over what this producer serves. */

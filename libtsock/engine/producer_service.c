@@ -344,6 +344,7 @@ on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const s
     c->window_start = TSOCK__NO_WINDOW;
     c->paused = m->type == TSOCK__MSG_PAUSE;
     if (m->type == TSOCK__MSG_RESUME) {
+        pthread_cond_broadcast(&p->cond); /* one more consumer to publish for */
         struct tsock__msg resumed;
         resumed.type = TSOCK__MSG_RESUMED;
         send_to(p, index, &resumed);

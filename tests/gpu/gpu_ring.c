@@ -25,6 +25,10 @@
  *                      makes a context on device 0.
  *   gpu_ring envfail   item 10: each environment failure gives its own code and message.
  *
+ * Issue 22: gpu_ring leave   a consumer that stops calling next mid-epoch is paused by the
+ *                      library on a GPU ring too: another consumer reads two epochs meanwhile,
+ *                      and the first one's epoch then holds exactly the samples it lacked.
+ *
  * Issue 20: capture also runs a gathering consumer whose reading thread did not relax its
  * capture mode (tsock's own synchronous calls on it must be: the gather's waits, its buffers'
  * cudaMalloc/cudaFree, closing); gpu_ring sim_rules checks that the simulated device catches
@@ -251,6 +255,31 @@ check_batch(tsock_consumer *c, tsock_batch *b, tsock__dev_stream_t stream, uint8
     return bad;
 }
 
+/* The leave case's roles (consumer_main): stop reading after `leave_after` batches until the
+ * file `leave_until` exists; stop after `stop_epochs` epochs (0: at the stream's end), then
+ * create the file `done_file`. */
+static long leave_after;
+static const char *leave_until, *done_file;
+static long stop_epochs;
+
+/* A consumer's epoch grace: long, except in the leave case. The other cases read a finite
+ * stream and are not about leaving: a loaded sanitizer run can make a step slow enough for the
+ * library to pause the consumer (consumer_leave.c), and one paused just when the stream ends
+ * is not waited for (docs/semantics.md, "When a finite stream ends"). */
+static int consumer_grace_ms = 30000;
+
+/* Waits (bounded: 60 s) for a file another process creates; 1 when it exists. */
+static int
+wait_file(const char *path)
+{
+    for (int i = 0; i < 6000; i++) {
+        if (access(path, F_OK) == 0)
+            return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
 /* Consumer process: reads until the stream ends; exit 0 when every epoch was exact and every
  * byte right. */
 static int
@@ -260,6 +289,7 @@ consumer_main(const char *endpoint, uint32_t batch_size, long max_batches)
     tsock_consumer_create(&c, endpoint);
     tsock_consumer_set_heartbeat(c, 100, scaled(5000));
     tsock_consumer_set_batch_size(c, batch_size);
+    tsock_consumer_set_epoch_grace(c, consumer_grace_ms);
     int err = tsock_consumer_start(c, scaled(20000));
     if (err < 0) {
         fprintf(stderr, "consumer start: %s\n", tsock_strerror(err));
@@ -278,7 +308,7 @@ consumer_main(const char *endpoint, uint32_t batch_size, long max_batches)
     long batches = 0, content_errors = 0, epochs = 0, samples_in_epoch = 0;
     memset(seen, 0, sizeof seen);
     tsock_batch *b;
-    while ((max_batches < 0 || batches < max_batches) &&
+    while ((max_batches < 0 || batches < max_batches) && (!stop_epochs || epochs < stop_epochs) &&
            (err = tsock_consumer_next(c, scaled(20000), &b)) == 0) {
         int end = tsock_batch_is_epoch_end(b);
         samples_in_epoch += tsock_batch_samples(b);
@@ -290,7 +320,15 @@ consumer_main(const char *endpoint, uint32_t batch_size, long max_batches)
             memset(seen, 0, sizeof seen);
             epochs++;
         }
+        if (leave_until && batches == leave_after) /* stops calling next meanwhile */
+            EXPECT(wait_file(leave_until));
     }
+    if (stop_epochs) {
+        EXPECT(err == 0 && epochs == stop_epochs);
+        max_batches = batches; /* not read to the stream's end */
+    }
+    if (done_file)
+        fclose(fopen(done_file, "w"));
     if (max_batches < 0 && err != TSOCK_E_END)
         fprintf(stderr, "consumer %d: the stream ended with %s\n", (int)getpid(),
                 tsock_strerror(err));
@@ -579,6 +617,67 @@ case_capture(const char *endpoint)
     wait_children(kids, 2);
     tsock_producer_destroy(p);
     return failures ? 1 : 0;
+}
+
+/* The leave case (issue 22, docs/semantics.md "Leaving an epoch early", on a GPU ring): A
+ * reads 3 batches and stops calling next without a word; B reads two whole epochs meanwhile
+ * (A's queued batches would hold every slot: the library pauses A after its epoch grace);
+ * then A's epoch goes on with exactly the samples it lacked, and a second exact epoch
+ * follows. Run twice: A viewing the slots (its releases stream-ordered), then A gathering
+ * (batches of 24). */
+static int
+case_leave(const char *dir, const char *endpoint, const char *batch)
+{
+    char b_done[300], a_done[300];
+    snprintf(b_done, sizeof b_done, "%s/b-done-%s", dir, batch);
+    snprintf(a_done, sizeof a_done, "%s/a-done-%s", dir, batch);
+    tsock_producer *p = start_producer(endpoint, 0, 0, 0, SLOTS);
+    char *a_argv[] = {
+        "gpu_ring", "--leave-consumer", (char *)endpoint, (char *)batch, b_done, a_done, NULL};
+    pid_t a = spawn(a_argv);
+    EXPECT(tsock_producer_wait_consumers(p, 1, scaled(30000)) == 1);
+    char *b_argv[] = {"gpu_ring", "--steady-consumer", (char *)endpoint, b_done, NULL};
+    pid_t b = spawn(b_argv);
+    /* Endless epochs: publish until A is done, for whoever would receive a batch (nobody
+     * while A is paused and B is gone). */
+    while (access(a_done, F_OK) != 0) {
+        if (tsock_producer_wait_consumers(p, 1, 100) < 1) {
+            if (waitpid(a, NULL, WNOHANG) == a) { /* A failed before its end */
+                a = -1;
+                break;
+            }
+            continue;
+        }
+        int err = produce_one(p, WIDTH);
+        if (err < 0 && err != -ETIMEDOUT)
+            break;
+    }
+    if (a > 0)
+        wait_children(&a, 1);
+    else
+        failures++;
+    wait_children(&b, 1);
+    tsock_producer_destroy(p);
+    return failures ? 1 : 0;
+}
+
+static int
+leave_consumer_main(const char *endpoint, const char *batch, const char *b_done, const char *a_done)
+{
+    consumer_grace_ms = 100;
+    leave_after = 3;
+    leave_until = b_done;
+    stop_epochs = 2;
+    done_file = a_done;
+    return consumer_main(endpoint, (uint32_t)atoi(batch), -1);
+}
+
+static int
+steady_consumer_main(const char *endpoint, const char *b_done)
+{
+    stop_epochs = 2;
+    done_file = b_done;
+    return consumer_main(endpoint, 0, -1);
 }
 
 /* Producer process of the stall case: publishes until its device stalls and it is killed. */
@@ -877,6 +976,8 @@ run_case(const char *name, const char *endpoint, const char *dir)
         return case_envfail(dir);
     if (strcmp(name, "sim_rules") == 0)
         return case_sim_rules(dir);
+    if (strcmp(name, "leave") == 0)
+        return case_leave(dir, endpoint, "0") || case_leave(dir, endpoint, "24");
     fprintf(stderr, "unknown case %s\n", name);
     return 2;
 }
@@ -901,10 +1002,15 @@ main(int argc, char **argv)
         return stall_producer_main(argv[2]);
     if (argc == 3 && strcmp(argv[1], "--envfail") == 0)
         return envfail_main(argv[2]);
+    if (argc == 6 && strcmp(argv[1], "--leave-consumer") == 0)
+        return leave_consumer_main(argv[2], argv[3], argv[4], argv[5]);
+    if (argc == 4 && strcmp(argv[1], "--steady-consumer") == 0)
+        return steady_consumer_main(argv[2], argv[3]);
     if (argc != 2) {
-        fprintf(stderr,
-                "usage: %s content|convert|memory|death|capture|stall|guard|envfail|sim_rules\n",
-                argv[0]);
+        fprintf(
+            stderr,
+            "usage: %s content|convert|memory|death|capture|stall|guard|envfail|sim_rules|leave\n",
+            argv[0]);
         return 2;
     }
     static const char *const sim_only[] = {"capture", "stall", "guard", "envfail", "sim_rules"};

@@ -28,7 +28,12 @@ id_producer_run(void *arg)
         if (tsock_producer_wait_consumers(p, 1, 50) < 0)
             continue;
         tsock_slot *slot;
-        if (tsock_producer_acquire(p, 50, &slot) < 0)
+        int err = tsock_producer_acquire(p, 50, &slot);
+        if (err == TSOCK_E_END) { /* a finite stream's end: its consumers hear of it */
+            tsock_producer_finish(p);
+            break;
+        }
+        if (err < 0)
             continue;
         uint32_t n = tsock_slot_planned(slot);
         const uint64_t *ids = tsock_slot_sample_ids(slot);
@@ -43,10 +48,10 @@ id_producer_run(void *arg)
 }
 
 /* Starts a producer on a fresh ipc endpoint (`tag` names its folder), with a sampler of
- * SAMPLES samples (seed 11, endless epochs) when `sampler`, and, when `thread` is not NULL,
- * the publishing thread. */
+ * SAMPLES samples (seed 11, `epochs` epochs, 0: endless) when `sampler`, and, when `thread`
+ * is not NULL, the publishing thread. */
 static tsock_producer *
-id_producer_start(const char *tag, int sampler, pthread_t *thread)
+id_producer_start_epochs(const char *tag, int sampler, uint64_t epochs, pthread_t *thread)
 {
     static int count;
     char dir[64];
@@ -61,12 +66,19 @@ id_producer_start(const char *tag, int sampler, pthread_t *thread)
     CHECK_EQ(tsock_producer_create(&p, id_endpoint, layout, BATCH, SLOTS), 0);
     tsock_layout_destroy(layout);
     if (sampler)
-        CHECK_EQ(tsock_producer_set_sampler(p, SAMPLES, 11, 0), 0);
+        CHECK_EQ(tsock_producer_set_sampler(p, SAMPLES, 11, epochs), 0);
     CHECK_EQ(tsock_producer_start(p), 0);
     atomic_store(&id_producer_stopping, 0);
     if (thread)
         pthread_create(thread, NULL, id_producer_run, p);
     return p;
+}
+
+/* id_producer_start_epochs with endless epochs. */
+static tsock_producer *
+id_producer_start(const char *tag, int sampler, pthread_t *thread)
+{
+    return id_producer_start_epochs(tag, sampler, 0, thread);
 }
 
 /* Stops the thread (when there is one), destroys the producer and removes its folder. */

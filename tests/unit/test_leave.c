@@ -136,6 +136,49 @@ scenario(uint32_t batch, int k, int explicit_pause, int checkpointing)
     id_producer_stop(p, &thread);
 }
 
+/* A finite stream (2 epochs) and a consumer that leaves mid-epoch, alone on the producer: while
+ * it is paused nothing is published (before: the producer published for nobody and used up the
+ * stream), and its window restarts where it resumed, so the stream's end cuts its last epoch;
+ * the producer finishes that window (docs/semantics.md, "When a finite stream ends": before,
+ * that epoch ended short). It reads exactly two whole epochs, then TSOCK_E_END. */
+static void
+test_finite_stream(int explicit_pause)
+{
+    pthread_t thread;
+    tsock_producer *p = id_producer_start_epochs("leave", 1, 2, &thread);
+    tsock_consumer *a = NULL;
+    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
+    tsock_consumer_set_epoch_grace(a, 50);
+    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
+    unsigned char seen[SAMPLES] = {0};
+    for (int i = 0; i < 3; i++) {
+        tsock_batch *b;
+        CHECK_EQ(tsock_consumer_next(a, 5000, &b), 0);
+        const int64_t *ids = tsock_batch_tensor_data(b, 0);
+        for (uint32_t j = 0; j < tsock_batch_samples(b); j++)
+            CHECK_EQ(seen[ids[j]]++, 0);
+        tsock_consumer_release(a, b);
+    }
+    if (explicit_pause)
+        CHECK_EQ(tsock_consumer_pause(a), 0);
+    usleep(300 * 1000); /* paused either way (the timed pause after 50 ms and its steps) */
+    CHECK_EQ(tsock_producer_stream_ended(p), 0);
+    uint64_t epoch = 99;
+    CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), 0);
+    CHECK_EQ(epoch, 0);
+    for (int i = 0; i < SAMPLES; i++)
+        CHECK_EQ(seen[i], 1);
+    memset(seen, 0, sizeof seen);
+    CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), 0);
+    CHECK_EQ(epoch, 1);
+    for (int i = 0; i < SAMPLES; i++)
+        CHECK_EQ(seen[i], 1);
+    memset(seen, 0, sizeof seen);
+    CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), TSOCK_E_END);
+    tsock_consumer_destroy(a);
+    id_producer_stop(p, &thread);
+}
+
 /* tsock_consumer_end_epoch mid-epoch: B reads on without A, and A's next batch starts a
  * fresh, exact epoch 1 (what torch does for a new iterator after break). */
 static void
@@ -218,5 +261,7 @@ main(void)
     scenario(BATCH / 2, 11, 1, 0);
     test_pause_calls();
     test_end_epoch();
+    test_finite_stream(1);
+    test_finite_stream(0);
     return CHECK_DONE();
 }
