@@ -41,8 +41,10 @@ def test_e2e_kill_consumer(env):
     prod.wait_stderr("serving", 20)
     good = [env.consumer("--epochs", "2", "--normalize", "--delay-ms", str(d),
                          name=f"consumer-delay{d}", hb=False) for d in (0, 1)]
-    victim = env.consumer("--epochs", "2", "--normalize", "--delay-ms", "50", name="victim",
-                          hb=False)
+    # A long epoch grace: never paused by the library as a job that has not read (a loaded
+    # run can start it late), so it holds its slots until it is killed.
+    victim = env.consumer("--epochs", "2", "--normalize", "--delay-ms", "50",
+                          "--epoch-grace-ms", "30000", name="victim", hb=False)
     # The victim holds everyone to its pace (4 slots of slack): soon after all three joined is
     # early in epoch 0 (waiting for the join, not a fixed time, holds under sanitizers).
     wait_released(env, stats, [victim.pid], 2)

@@ -321,7 +321,10 @@ def test_kill_consumer(env):
     prod.wait_stderr("serving", 10)
     good = [env.consumer("--epochs", "3", "--delay-ms", str(d), name=f"consumer-delay{d}")
             for d in (0, 1)]
-    victim = env.consumer("--epochs", "3", "--delay-ms", "50", name="victim")
+    # A long epoch grace: a loaded run can start the victim late enough for the library to
+    # pause it as a job that never read (docs/semantics.md), and then it holds nothing.
+    victim = env.consumer("--epochs", "3", "--delay-ms", "50", "--epoch-grace-ms", "30000",
+                          name="victim")
     # The victim holds everyone to its pace (slack is 4 slots), so 1 s in is early in epoch 0.
     time.sleep(1.0)
     check(victim.running(), "the slow consumer ended before it could be killed")
@@ -350,7 +353,8 @@ def test_stopped_consumer(env):
     prod = env.producer("--wait-consumers", "2", "--epochs", "2", stats=stats)
     prod.wait_stderr("serving", 10)
     good = env.consumer("--epochs", "2", "--delay-ms", "1", name="good")
-    frozen = env.consumer("--epochs", "2", "--delay-ms", "20", name="frozen")
+    frozen = env.consumer("--epochs", "2", "--delay-ms", "20", "--epoch-grace-ms", "30000",
+                          name="frozen")  # never paused by the library: it holds its slots
     time.sleep(0.5)
     check(frozen.running() and prod.running(), "the run ended before the consumer was stopped")
     frozen.signal(signal.SIGSTOP)
