@@ -25,6 +25,10 @@
 #                    and run the installed producer with the example consumer
 #  10. /dev/shm      holds what it held when the run started: whatever is new is named and fails
 #                    the run (tests leave nothing behind; issue 20)
+#  11. TMPDIR        every test (ctest, pytest, the packaging run) runs with TMPDIR set to an
+#                    empty folder of this run's scratch ($SCRATCH/tmp); whatever is left there
+#                    at the end is named and fails the run (pytest's own tmp_path folders go to
+#                    $SCRATCH/pytest, torch's inductor cache to $SCRATCH/torchinductor)
 # The summary names each step with its seconds and its counts, and ends with the line
 #   tests: N passed, N failed, N skipped
 # where a skipped test (ctest: exit 77 or a SKIP: line; pytest: skipped) is never a pass.
@@ -32,6 +36,8 @@
 # Environment: TSOCK_TEST_QUICK=1 skips the TSan build (local iteration only; CI never sets it).
 # TSOCK_TEST_SHM_CHECK=0 skips step 10 (and says so): only for a machine where other users'
 # programs make /dev/shm objects during the run.
+# TSOCK_TEST_TMP_CHECK=0 skips step 11 (and says so): the tests then run with the caller's TMPDIR
+# (default /tmp), and nothing they leave there is looked for.
 # TSOCK_JOBS (default 2) sets build and ctest parallelism. TSOCK_TSAN_LABELS overrides the ctest
 # label regex of the TSan step.
 set -euo pipefail
@@ -68,6 +74,24 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 # Scratch space for sockets and the packaging test; /tmp keeps ipc paths short.
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/tsock-test.XXXXXX")
 # What /dev/shm holds before the run: a passing run leaves it so (step 10).
+# The tests' TMPDIR (step 11): a folder of the scratch, which a passing run leaves empty. It is
+# short: the tests make ipc sockets under it, and sun_path holds 107 bytes (the longest test
+# socket path is about 70 bytes longer than TMPDIR; with TMPDIR unset this one is 26 bytes).
+TMP_CHECK=${TSOCK_TEST_TMP_CHECK:-1}
+if [ "$TMP_CHECK" = 0 ]; then
+    TEST_TMP=${TMPDIR:-/tmp}
+else
+    TEST_TMP=$SCRATCH/tmp
+    mkdir "$TEST_TMP"
+fi
+if [ ${#TEST_TMP} -gt 36 ]; then
+    echo "the tests' TMPDIR $TEST_TMP is too long for their ipc socket paths (sun_path holds" \
+        "107 bytes): run with TMPDIR set to a short folder, such as /tmp" >&2
+    rm -rf "$SCRATCH"
+    exit 1
+fi
+# The environment of every test: see step 11.
+TEST_ENV=(env "TMPDIR=$TEST_TMP" "TORCHINDUCTOR_CACHE_DIR=$SCRATCH/torchinductor")
 SHM_BEFORE=$(find /dev/shm -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null | sort)
 
 SUMMARY=()   # one line per step (and per ctest run)
@@ -131,8 +155,8 @@ run_ctest() {
     [ $# -gt 0 ] && shift
     local log=$BUILD/$name/ctest.log
     local rc=0
-    "${wrapper[@]}" ctest --test-dir "$BUILD/$name" --output-on-failure -j"$JOBS" \
-        --no-tests=error "$@" 2>&1 | tee "$log" || rc=$?
+    "${TEST_ENV[@]}" "${wrapper[@]}" ctest --test-dir "$BUILD/$name" --output-on-failure \
+        -j"$JOBS" --no-tests=error "$@" 2>&1 | tee "$log" || rc=$?
     local line total failed skipped reasons
     line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
     if [ -n "$line" ]; then
@@ -246,7 +270,8 @@ check_step exports "build/normal libtsock.so exports only tsock_*" \
 section "Python binding: pytest with real torch, and a numpy-only run (normal build)"
 pyrc=0
 TSOCK_LIBRARY="$BUILD/normal/libtsock/libtsock.so" TSOCK_BIN_DIR="$BUILD/normal/producer" \
-    python3 -m pytest "$ROOT/tests/python" -q -p no:cacheprovider 2>&1 | tee "$BUILD/normal/pytest.log" ||
+    "${TEST_ENV[@]}" python3 -m pytest "$ROOT/tests/python" -q -p no:cacheprovider \
+    --basetemp="$SCRATCH/pytest" 2>&1 | tee "$BUILD/normal/pytest.log" ||
     pyrc=$?
 # The last summary line: "3 passed, 1 skipped in 2.1s", "no tests ran in 0.01s", with or
 # without ===== around it.
@@ -401,11 +426,12 @@ pkg-config --static --libs tsock | grep -q -- '-lzmq' ||
 # The installed producer feeding the example training loop: the package works end to end.
 if [ -x "$PREFIX/bin/tsock-producer" ]; then
     ep="ipc://$SCRATCH/pkgtest.sock"
-    timeout 120 "$PREFIX/bin/tsock-producer" --dataset synthetic --endpoint "$ep" \
+    "${TEST_ENV[@]}" timeout 120 "$PREFIX/bin/tsock-producer" --dataset synthetic --endpoint "$ep" \
         --wait-consumers 1 --epochs 2 --samples 200 --batch-size 16 --image-size 16 &
     producer=$!
     BG_PIDS+=("$producer")
-    timeout 120 "$BUILD/pkgtest/example-shared/train_loop" "$ep" 2 | tee "$BUILD/pkgtest/train_loop.log"
+    "${TEST_ENV[@]}" timeout 120 "$BUILD/pkgtest/example-shared/train_loop" "$ep" 2 |
+        tee "$BUILD/pkgtest/train_loop.log"
     wait "$producer"
     grep -q '^epoch 1: .* 200 samples' "$BUILD/pkgtest/train_loop.log" ||
         { echo "train_loop did not report 2 full epochs" >&2; exit 1; }
@@ -430,6 +456,25 @@ else
         SUMMARY+=("$(printf '%-13s %d object(s) left behind' shm "${#SHM_LEFT[@]}")")
     else
         SUMMARY+=("$(printf '%-13s holds what it held before the run: OK' shm)")
+    fi
+fi
+
+section "the tests' TMPDIR left empty"
+if [ "$TMP_CHECK" = 0 ]; then
+    echo "TSOCK_TEST_TMP_CHECK=0: the tests ran with TMPDIR=$TEST_TMP, not looked at"
+    SUMMARY+=("$(printf '%-13s not checked (TSOCK_TEST_TMP_CHECK=0)' tmp)")
+else
+    mapfile -t TMP_LEFT < <(find "$TEST_TMP" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort)
+    if [ ${#TMP_LEFT[@]} -gt 0 ]; then
+        echo "the run left these in the tests' TMPDIR (a test did not remove what it made):" >&2
+        for line in "${TMP_LEFT[@]}"; do # with what is inside, a few levels deep
+            echo "  $line" >&2
+            find "$TEST_TMP/$line" -mindepth 1 -maxdepth 2 -printf '    %P\n' | head -n 5 >&2
+        done
+        FAILED_STEPS+=("TMPDIR: left behind: ${TMP_LEFT[*]}")
+        SUMMARY+=("$(printf '%-13s %d left behind in the TMPDIR of the tests' tmp "${#TMP_LEFT[@]}")")
+    else
+        SUMMARY+=("$(printf '%-13s the TMPDIR of the tests is left empty: OK' tmp)")
     fi
 fi
 

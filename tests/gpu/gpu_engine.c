@@ -858,9 +858,8 @@ main(int argc, char **argv)
                 tsock_strerror(devices));
         return 1;
     }
-    char dir[] = "/tmp/tsock-gpu-XXXXXX", endpoint[256];
-    if (!mkdtemp(dir))
-        return 1;
+    char dir[128], endpoint[256];
+    test_scratch_dir(dir, sizeof dir, "gpu");
     snprintf(endpoint, sizeof endpoint, "ipc://%s/%s.sock", dir, argv[1]);
     int rc = run_case(argv[1], endpoint, dir);
     remove_scratch(dir);

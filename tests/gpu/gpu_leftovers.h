@@ -12,10 +12,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "../unit/scratch.h" /* test_scratch_dir: the tests' folder, removed at exit */
 #include "backend/cuda/devapi.h"
 #include "backend/cuda/devapi_sim.h"
 
-/* Removes the scratch directory `dir` and the files directly in it. */
+/* Removes the scratch directory `dir` and the files directly in it, as soon as the case is over
+ * (scratch.h removes its root at exit in any case). */
 static void
 remove_scratch(const char *dir)
 {

@@ -131,7 +131,7 @@ def main():
     ap.add_argument("--producer", required=True)
     ap.add_argument("--consume", required=True)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="tsock-int-", dir="/tmp") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tsock-int-") as tmp:  # in $TMPDIR
         if args.test == "scan_sigint":
             test_scan(args, tmp, signal.SIGINT)
         elif args.test == "scan_sigterm":

@@ -186,6 +186,9 @@ def test_nodes_bad_options(env):
         want = want[0] if want else 2
         old = dict(os.environ)
         os.environ.update(environ or {})
+        # Without --endpoint the programs make their default endpoint's folder
+        # (/tmp/tsock-UID) before they refuse the options: here, in the test's folder.
+        os.environ["XDG_RUNTIME_DIR"] = env.dir
         try:
             p = Proc("bad-options", argv)
         finally:

@@ -260,6 +260,9 @@ def test_bad_options(env):
     file exits 1 with a clear message; a full disk under --stats-json is reported."""
     P = env.args.producer
     tree = env.mkdataset("tree")
+    # Without --endpoint the producer makes its default endpoint's folder (/tmp/tsock-UID)
+    # before it refuses the options: here, in the test's folder, removed with it.
+    no_endpoint = dict(os.environ, XDG_RUNTIME_DIR=env.dir)
     usage = [
         (["--dataset", "imagenet"], "--root"),
         (["--dataset", "list"], "--list"),
@@ -297,19 +300,20 @@ def test_bad_options(env):
           "--normalize"], "--normalize"),
     ]
     for extra, needle in usage:
-        r = subprocess.run([P, *extra], capture_output=True, text=True, timeout=10)
+        r = subprocess.run([P, *extra], capture_output=True, text=True, timeout=10,
+                           env=no_endpoint)
         check(r.returncode == 2, f"{extra}: exit {r.returncode}, expected 2")
         check(needle in r.stderr, f"{extra}: message does not name {needle}: {r.stderr!r}")
     missing = env.path("no-such-tree")
     r = subprocess.run([P, "--dataset", "imagenet", "--root", missing], capture_output=True,
-                       text=True, timeout=10)
+                       text=True, timeout=10, env=no_endpoint)
     check(r.returncode == 1 and missing in r.stderr, f"missing tree: {r.returncode} {r.stderr}")
     empty = env.path("empty-tree")
     os.makedirs(os.path.join(empty, "n0"))
     with open(os.path.join(empty, "n0", "a.JPEG"), "w") as f:
         f.write("not a jpeg")
     r = subprocess.run([P, "--dataset", "imagenet", "--root", empty], capture_output=True,
-                       text=True, timeout=10)
+                       text=True, timeout=10, env=no_endpoint)
     check(r.returncode == 1 and "no usable image" in r.stderr, f"no image: {r.stderr}")
     # No such GPU (on any machine): a clear error, exit 1.
     r = subprocess.run([P, "--dataset", "synthetic", "--device", "cuda:1023",
@@ -317,7 +321,7 @@ def test_bad_options(env):
     check(r.returncode == 1 and "GPU" in r.stderr, f"--device cuda:1023: {r.stderr}")
     bad_stats = env.path("no-dir/stats.json")
     r = subprocess.run([P, "--dataset", "synthetic", "--stats-json", bad_stats],
-                       capture_output=True, text=True, timeout=10)
+                       capture_output=True, text=True, timeout=10, env=no_endpoint)
     check(r.returncode == 1 and "--stats-json" in r.stderr, f"stats path: {r.stderr}")
     # A full disk: the producer serves its epochs all the same, then says it could not write.
     p = subprocess.Popen([P, "--dataset", "imagenet", "--root", tree, "--endpoint", env.ipc,

@@ -61,15 +61,32 @@ def programs(tsock):
     return out
 
 
+# ipc socket paths hold at most 107 bytes (sun_path); the tests add up to about 40 under a
+# short_tmp folder (a child's TMPDIR: multiprocessing's pymp-*/listener-* sockets).
+SOCKET_ROOM = 40
+
+
 @pytest.fixture
-def endpoint():
-    """A fresh ipc endpoint in a private temporary folder (short path: ipc paths are limited
-    to about 100 bytes)."""
-    d = tempfile.mkdtemp(prefix="tsock-py-", dir="/tmp")
+def short_tmp():
+    """A private temporary folder with a short path, in $TMPDIR (default /tmp), removed with
+    everything in it after the test: for ipc sockets, and as TMPDIR of child processes that
+    leave files there (torch DataLoader workers stopped by their parent leave pymp-* folders)."""
+    d = tempfile.mkdtemp(prefix="tsock-py-")
+    if len(d) + SOCKET_ROOM > 107:
+        shutil.rmtree(d, ignore_errors=True)
+        pytest.fail(f"TMPDIR={tempfile.gettempdir()} is too long for the tests' ipc socket paths "
+                    f"(at most 107 bytes): set TMPDIR to a shorter folder, such as /tmp")
     try:
-        yield f"ipc://{d}/s.sock"
+        yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def endpoint(short_tmp):
+    """A fresh ipc endpoint in a private temporary folder (short path: ipc paths are limited
+    to about 100 bytes)."""
+    return f"ipc://{short_tmp}/s.sock"
 
 
 @pytest.fixture

@@ -136,7 +136,7 @@ print("ok", len(want))
 """
 
 
-def test_the_tvgpu_loader_delivers_every_file_across_epochs(tmp_path):
+def test_the_tvgpu_loader_delivers_every_file_across_epochs(tmp_path, short_tmp):
     import subprocess
     bin_dir = os.environ["TSOCK_BIN_DIR"]
     mk = os.path.join(bin_dir, "tsock-mkdataset")
@@ -147,7 +147,8 @@ def test_the_tvgpu_loader_delivers_every_file_across_epochs(tmp_path):
     try:
         r = subprocess.run([sys.executable, "-c", TVGPU_LOADER, str(tree),
                             os.path.join(REPO, "benchmarks", "collocation")],
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, TMPDIR=short_tmp))  # its workers' pymp-*
     except subprocess.TimeoutExpired as e:
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr
         pytest.fail(f"the tvgpu loader delivered nothing in 120 s:\n{(err or '')[-3000:]}")

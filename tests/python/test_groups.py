@@ -397,6 +397,9 @@ def test_two_nodes_ddp_with_torchrun(groups, nodes, procs, tmp_path, producers):
                     endpoints[k], "--backend", "gloo", "--group", "ddp", "--epochs",
                     str(epochs), "--batch-size", str(batch), "--ids-out", str(ids_dir),
                     "--json", "--group-timeout", "120", *extra]  # a barrier never met fails
+            # Its logs in the test's folder: by default torchrun makes /tmp/torchelastic_*
+            # and leaves it there.
+            argv[3:3] = ["--log-dir", str(tmp_path / f"torchrun{k}")]
             agents.append(start_agent(procs, argv))
         reports = []
         for k, p in enumerate(agents):

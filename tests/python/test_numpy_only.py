@@ -27,8 +27,8 @@ def test_core_tests_pass_without_torch(tsock):
 
 SCRIPT = r"""
 import sys, tempfile, numpy as np, tsock
-d = tempfile.mkdtemp(prefix="tsock-py-", dir="/tmp")
-ep = f"ipc://{d}/s.sock"
+tmp = tempfile.TemporaryDirectory(prefix="tsock-py-")  # removed at exit
+ep = f"ipc://{tmp.name}/s.sock"
 with tsock.Producer(ep, batch_size=2, names=("image", "label")) as p:
     p.start((np.zeros((2, 3), np.uint8), np.zeros(2, np.int64)))
     with tsock.DataLoader(ep, timeout=10) as loader:

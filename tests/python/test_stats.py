@@ -83,7 +83,7 @@ def test_query_without_producer(tsock, endpoint, tmp_path):
     with pytest.raises(tsock.TsockError) as info:
         tsock.query_stats(endpoint, timeout=0.2)  # no socket file at all
     assert info.value.code == -errno.ENOENT
-    path = f"/tmp/tsock-py-stale-{os.getpid()}.sock"
+    path = os.path.join(os.path.dirname(endpoint[len("ipc://"):]), "stale.sock")
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.bind(path)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "scratch.h"
 #include "tsock/tsock.h"
 
 static char id_endpoint[256];
@@ -54,10 +55,8 @@ static tsock_producer *
 id_producer_start_epochs(const char *tag, int sampler, uint64_t epochs, pthread_t *thread)
 {
     static int count;
-    char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/tsock-%s-XXXXXX", tag);
-    if (!mkdtemp(dir))
-        abort();
+    char dir[128];
+    test_scratch_dir(dir, sizeof dir, tag);
     snprintf(id_endpoint, sizeof id_endpoint, "ipc://%s/p%d.sock", dir, count++);
     tsock_layout *layout;
     tsock_layout_create(&layout);
@@ -81,7 +80,8 @@ id_producer_start(const char *tag, int sampler, pthread_t *thread)
     return id_producer_start_epochs(tag, sampler, 0, thread);
 }
 
-/* Stops the thread (when there is one), destroys the producer and removes its folder. */
+/* Stops the thread (when there is one), destroys the producer and removes its folder (the
+ * scratch root goes at exit in any case). */
 static void
 id_producer_stop(tsock_producer *p, pthread_t *thread)
 {

@@ -9,6 +9,7 @@
 #include "backend/shm/shm.h"
 #include "check.h"
 #include "proto/proto.h"
+#include "scratch.h"
 #include "tsock/tsock.h"
 
 #define SLOTS 2
@@ -67,9 +68,8 @@ welcome(void *arg)
 static tsock_consumer *
 connect_to_fake(struct fake *f, uint32_t batch_size)
 {
-    char dir[] = "/tmp/tsock-broken-XXXXXX";
-    if (!mkdtemp(dir))
-        abort();
+    char dir[128];
+    test_scratch_dir(dir, sizeof dir, "broken");
     snprintf(f->endpoint, sizeof f->endpoint, "ipc://%s/p.sock", dir);
     f->ctx = zmq_ctx_new();
     f->router = zmq_socket(f->ctx, ZMQ_ROUTER);

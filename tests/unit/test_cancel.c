@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "scratch.h"
 #include "tsock/pipeline.h"
 #include "tsock/tsock.h"
 
@@ -25,9 +26,8 @@ static char endpoint[256];
 static void
 make_endpoint(void)
 {
-    char dir[] = "/tmp/tsock-cancel-XXXXXX";
-    if (!mkdtemp(dir))
-        abort();
+    char dir[128];
+    test_scratch_dir(dir, sizeof dir, "cancel");
     snprintf(endpoint, sizeof endpoint, "ipc://%s/p.sock", dir);
 }
 
@@ -242,9 +242,8 @@ test_producer(enum how how)
 static void
 test_pipeline(void)
 {
-    char dir[] = "/tmp/tsock-cancel-data-XXXXXX";
-    if (!mkdtemp(dir))
-        abort();
+    char dir[128];
+    test_scratch_dir(dir, sizeof dir, "cancel");
     tsock_pipeline *pl = NULL;
     CHECK_EQ(tsock_pipeline_create(&pl, TSOCK_SOURCE_FOLDER, dir), 0);
     tsock_pipeline_cancel(pl);
@@ -254,7 +253,6 @@ test_pipeline(void)
     CHECK_EQ(tsock_pipeline_create(&pl, TSOCK_SOURCE_FOLDER, dir), 0);
     CHECK_EQ(tsock_pipeline_open(pl), -ENOENT);
     tsock_pipeline_destroy(pl);
-    rmdir(dir);
 }
 
 int

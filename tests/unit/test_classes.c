@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "scratch.h"
 #include "tsock/tsock.h"
 
 static tsock_producer *
@@ -24,8 +25,9 @@ producer(const char *endpoint)
 int
 main(void)
 {
-    char endpoint[128];
-    snprintf(endpoint, sizeof endpoint, "ipc:///tmp/tsock-classes-%d.sock", (int)getpid());
+    char dir[128], endpoint[256];
+    test_scratch_dir(dir, sizeof dir, "classes");
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/p.sock", dir);
     tsock_producer *p = producer(endpoint);
     static const char *const names[] = {"cat", "dog", "n01440764"};
     static const char *const bad_control[] = {"cat", "d\tg"};

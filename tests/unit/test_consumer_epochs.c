@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "scratch.h"
 #include "tsock/tsock.h"
 
 #define SAMPLES 1000
@@ -43,9 +44,8 @@ produce_forever(void *arg)
 static tsock_producer *
 start_producer(pthread_t *thread)
 {
-    char dir[] = "/tmp/tsock-epochs-XXXXXX";
-    if (!mkdtemp(dir))
-        abort();
+    char dir[128];
+    test_scratch_dir(dir, sizeof dir, "epochs");
     snprintf(endpoint, sizeof endpoint, "ipc://%s/p.sock", dir);
     tsock_layout *layout;
     tsock_layout_create(&layout);

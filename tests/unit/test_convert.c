@@ -11,6 +11,7 @@
 #include "backend/convert.h"
 #include "check.h"
 #include "core/layout.h"
+#include "scratch.h"
 #include "tsock/tsock.h"
 
 #define H 4
@@ -297,8 +298,9 @@ test_setters(void)
 {
     tsock_layout *l = image_layout();
     tsock_producer *p;
-    char endpoint[128];
-    snprintf(endpoint, sizeof endpoint, "ipc:///tmp/tsock-convert-%d.sock", (int)getpid());
+    char dir[128], endpoint[256];
+    test_scratch_dir(dir, sizeof dir, "convert");
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/p.sock", dir);
     CHECK_EQ(tsock_producer_create(&p, endpoint, l, BATCH, 2), 0);
     static const float mean[3] = {0.5f, 0.5f, 0.5f}, std[3] = {0.25f, 0.25f, 0.25f};
     static const float zero_std[3] = {0.25f, 0.0f, 0.25f}, nan_mean[3] = {0.5f, NAN, 0.5f};
@@ -330,8 +332,9 @@ host_ring_case(int dtype, int nchw, int normalize)
     struct tsock__convert_plan cv;
     CHECK_EQ(tsock__convert_plan_make(&req, l, BATCH, &plan_out, out_offsets, &out_stride, &cv), 0);
 
-    char endpoint[128];
-    snprintf(endpoint, sizeof endpoint, "ipc:///tmp/tsock-convert-host-%d.sock", (int)getpid());
+    char dir[128], endpoint[256];
+    test_scratch_dir(dir, sizeof dir, "convert");
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/host.sock", dir);
     tsock_producer *p;
     CHECK_EQ(tsock_producer_create(&p, endpoint, l, BATCH, 2), 0);
     CHECK_EQ(tsock_producer_set_output(p, NULL, dtype ? dtype : TSOCK_UINT8,

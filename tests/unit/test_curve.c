@@ -10,6 +10,7 @@
 #include <zmq.h>
 
 #include "check.h"
+#include "scratch.h"
 #include "transport/channel.h"
 #include "transport/curve.h"
 #include "tsock/tsock.h"
@@ -24,7 +25,7 @@
         }                                                                                          \
     } while (0)
 
-static char dir[64];
+static char dir[128];
 
 static const char *
 path(const char *name)
@@ -299,19 +300,12 @@ main(void)
         printf("SKIP: this libzmq has no CURVE\n");
         return 77;
     }
-    snprintf(dir, sizeof dir, "/tmp/tsock-curve-XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    test_scratch_dir(dir, sizeof dir, "curve");
     test_local_endpoints();
     test_zap_peer_uid();
     test_key_files();
     test_authorized_keys();
     test_fifo_key_files();
     test_channel_security();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    (void)!system(cmd);
-    return CHECK_DONE();
+    return CHECK_DONE(); /* the scratch folder goes at exit */
 }

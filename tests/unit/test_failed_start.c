@@ -20,9 +20,8 @@ int
 main(void)
 {
     /* The endpoint's folder exists, nobody serves it yet. */
-    char dir[64] = "/tmp/tsock-failed-start-XXXXXX", endpoint[256];
-    if (!mkdtemp(dir))
-        return 1;
+    char dir[128], endpoint[256];
+    test_scratch_dir(dir, sizeof dir, "failed-start");
     snprintf(endpoint, sizeof endpoint, "ipc://%s/p.sock", dir);
     tsock_producer *p = NULL;
     (void)id_producer_start; /* this test makes its producer itself, after the failed start */

@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "proto/proto.h"
+#include "scratch.h"
 #include "tsock/tsock.h"
 
 static char endpoint[256];
@@ -19,9 +20,8 @@ static char endpoint[256];
 static void
 make_endpoint(const char *tag)
 {
-    char dir[] = "/tmp/tsock-gpuapi-XXXXXX";
-    if (!mkdtemp(dir))
-        abort();
+    char dir[128];
+    test_scratch_dir(dir, sizeof dir, "gpuapi");
     snprintf(endpoint, sizeof endpoint, "ipc://%s/%s.sock", dir, tag);
 }
 

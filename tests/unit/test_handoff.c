@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "proto/proto.h"
+#include "scratch.h"
 #include "tsock/tsock.h"
 
 #define SAMPLES 1000
@@ -28,9 +29,8 @@ static char endpoint[256];
 static void
 make_endpoint(const char *tag)
 {
-    char dir[] = "/tmp/tsock-test-XXXXXX";
-    if (!mkdtemp(dir))
-        abort();
+    char dir[128];
+    test_scratch_dir(dir, sizeof dir, "handoff");
     snprintf(endpoint, sizeof endpoint, "ipc://%s/%s.sock", dir, tag);
 }
 

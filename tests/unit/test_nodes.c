@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "scratch.h"
 #include "tsock/tsock.h"
 
 #define SAMPLES 100
@@ -18,8 +19,9 @@
 static tsock_producer *
 make_producer(int n)
 {
-    char endpoint[256];
-    snprintf(endpoint, sizeof endpoint, "ipc:///tmp/tsock-nodes-%ld-%d.sock", (long)getpid(), n);
+    char dir[128], endpoint[256];
+    test_scratch_dir(dir, sizeof dir, "nodes");
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/n%d.sock", dir, n);
     tsock_layout *layout = NULL;
     CHECK_EQ(tsock_layout_create(&layout), 0);
     CHECK_EQ(tsock_layout_add(layout, "index", TSOCK_INT64, 0, NULL), 0);

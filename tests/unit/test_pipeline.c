@@ -16,6 +16,7 @@
 
 #include "check.h"
 #include "image/image.h"
+#include "scratch.h"
 #include "tsock/pipeline.h"
 
 #define SIZE 48 /* output side: small, so the test stays quick under the sanitizers */
@@ -532,11 +533,7 @@ main(int argc, char **argv)
         return 1;
     }
     data_dir = abs_dir;
-    snprintf(tmp_dir, sizeof tmp_dir, "%s", "/tmp/tsock-test-pipeline.XXXXXX");
-    if (!mkdtemp(tmp_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    test_scratch_dir(tmp_dir, sizeof tmp_dir, "pipeline");
     tsock_set_log(on_log, NULL, TSOCK_LOG_WARN);
     test_bad_use();
     test_edge_cases();
@@ -546,9 +543,5 @@ main(int argc, char **argv)
     test_vanished_and_grown();
     test_long_header();
     test_list();
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp_dir);
-    return CHECK_DONE();
+    return CHECK_DONE(); /* the scratch folder goes at exit */
 }

@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "ring/resume_state.h"
+#include "scratch.h"
 #include "tsock/tsock.h"
 
 #define SAMPLES 1000
@@ -280,9 +281,8 @@ test_bad_states(void)
 
     /* Producer batches too large for their ids to fit in one message: refused at HELLO. */
     {
-        char dir[] = "/tmp/tsock-resume-XXXXXX";
-        if (!mkdtemp(dir))
-            abort();
+        char dir[128];
+        test_scratch_dir(dir, sizeof dir, "resume");
         snprintf(id_endpoint, sizeof id_endpoint, "ipc://%s/big.sock", dir);
         tsock_layout *layout;
         tsock_layout_create(&layout);

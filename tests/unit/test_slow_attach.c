@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "scratch.h"
 #include "tsock/tsock.h"
 
 #define BATCH 8
@@ -79,9 +80,8 @@ read_first(void *arg)
 int
 main(void)
 {
-    char dir[] = "/tmp/tsock-test-XXXXXX";
-    if (!mkdtemp(dir))
-        return 1;
+    char dir[128];
+    test_scratch_dir(dir, sizeof dir, "slow-attach");
     snprintf(endpoint, sizeof endpoint, "ipc://%s/attach.sock", dir);
     tsock_set_log(on_log, NULL, TSOCK_LOG_INFO);
 

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "core/json.h"
 #include "proto/proto.h"
+#include "scratch.h"
 #include "tsock/tsock.h"
 
 #define BATCH 16
@@ -23,9 +24,8 @@ static char endpoint[256];
 static void
 make_endpoint(const char *tag)
 {
-    char dir[] = "/tmp/tsock-test-XXXXXX";
-    if (!mkdtemp(dir))
-        abort();
+    char dir[128];
+    test_scratch_dir(dir, sizeof dir, "stats");
     snprintf(endpoint, sizeof endpoint, "ipc://%s/%s.sock", dir, tag);
 }
 

@@ -6,7 +6,6 @@
  * with its cache, and the shard-ordered sampler (exact, window by window). */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #include "dataset/sampler.h"
 #include "dataset/shards.h"
 #include "dataset/tar.h"
+#include "scratch.h"
 #include "tsock/tsock.h"
 
 /* ---- building archives ------------------------------------------------------------------ */
@@ -656,14 +656,6 @@ test_shard_order(void)
     tsock__sampler_free(&s);
 }
 
-static int
-rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    return type == FTW_DP ? rmdir(path) : unlink(path);
-}
-
 int
 main(void)
 {
@@ -672,15 +664,10 @@ main(void)
     test_json_label();
     test_bad_samples();
     test_stops();
-    snprintf(tmp, sizeof tmp, "/tmp/tsock-test-tar-XXXXXX");
-    if (!mkdtemp(tmp)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    test_scratch_dir(tmp, sizeof tmp, "tar");
     test_resolve();
     test_info_file();
     test_index_and_cache();
     test_shard_order();
-    nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    return CHECK_DONE();
+    return CHECK_DONE(); /* the scratch folder goes at exit */
 }

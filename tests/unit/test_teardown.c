@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "scratch.h"
 #include "tsock/tsock.h"
 
 #define SAMPLES 64
@@ -30,9 +31,8 @@ static char endpoint[256];
 static void
 make_endpoint(const char *tag)
 {
-    char dir[] = "/tmp/tsock-test-XXXXXX";
-    if (!mkdtemp(dir))
-        abort();
+    char dir[128];
+    test_scratch_dir(dir, sizeof dir, "teardown");
     snprintf(endpoint, sizeof endpoint, "ipc://%s/%s.sock", dir, tag);
 }
 
