@@ -2,7 +2,7 @@
  * a ctest fixture): what the index keeps and leaves out, every edge case decoded to RGB, bad
  * files replaced and counted, byte-identical batches whatever the workers and read method,
  * --on-error fail, the index cache, files that vanish or grow after indexing, list files and
- * bad options. */
+ * bad options, and the GPU decoder's refusals in tsock_pipeline_fill. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +18,7 @@
 #include "image/image.h"
 #include "scratch.h"
 #include "tsock/pipeline.h"
+#include "tsock/tsock.h"
 
 #define SIZE 48 /* output side: small, so the test stays quick under the sanitizers */
 #define IMAGE_BYTES ((size_t)SIZE * SIZE * 3)
@@ -519,6 +520,53 @@ test_bad_use(void)
     tsock_pipeline_destroy(NULL);
 }
 
+/* A pipeline set to decode on the GPU, opened on the edge-case tree; `jitter` adds colour
+ * jitter, an augmentation the GPU decoder does not apply. */
+static tsock_pipeline *
+open_gpu_pipeline(int jitter)
+{
+    tsock_pipeline *pl = NULL;
+    CHECK_EQ(tsock_pipeline_create(&pl, TSOCK_SOURCE_FOLDER, data_dir), 0);
+    CHECK_EQ(tsock_pipeline_set_image_size(pl, SIZE), 0);
+    CHECK_EQ(tsock_pipeline_set_decoder(pl, TSOCK_DECODER_GPU), 0);
+    if (jitter)
+        CHECK_EQ(tsock_pipeline_set_color_jitter(pl, 0.4, 0.4, 0.4, 0.0), 0);
+    CHECK_EQ(tsock_pipeline_open(pl), 0);
+    return pl;
+}
+
+/* tsock_pipeline_fill's refusals with TSOCK_DECODER_GPU (the CLI's are in
+ * gpusim.decoder_bad_options): an augmentation it cannot apply (-ENOTSUP, before anything is
+ * decoded), and a producer whose ring is host memory (TSOCK_E_STATE); each says why in the
+ * log. The slot is then published with nothing in it. */
+static void
+test_gpu_decoder_refusals(void)
+{
+    char endpoint[300];
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/gpu-refusals.sock", tmp_dir);
+    for (int jitter = 1; jitter >= 0; jitter--) {
+        tsock_pipeline *pl = open_gpu_pipeline(jitter);
+        tsock_layout *layout;
+        tsock_layout_create(&layout);
+        CHECK_EQ(tsock_pipeline_add_tensors(pl, layout), 0);
+        tsock_producer *p = NULL;
+        CHECK_EQ(tsock_producer_create(&p, endpoint, layout, 4, 2), 0);
+        tsock_layout_destroy(layout);
+        CHECK_EQ(tsock_producer_set_sampler(p, tsock_pipeline_samples(pl), 1, 0), 0);
+        CHECK_EQ(tsock_producer_start(p), 0);
+        tsock_slot *slot = NULL;
+        CHECK_EQ(tsock_producer_acquire(p, 5000, &slot), 0);
+        log_needle = jitter ? "applies no augmentation" : "ring is on a CUDA device";
+        log_hits = 0;
+        CHECK_EQ(tsock_pipeline_fill(pl, slot), jitter ? -ENOTSUP : TSOCK_E_STATE);
+        CHECK_EQ(log_hits, 1);
+        log_needle = NULL;
+        CHECK_EQ(tsock_producer_publish(p, slot, tsock_slot_planned(slot)), 0);
+        tsock_producer_destroy(p);
+        tsock_pipeline_destroy(pl);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -543,5 +591,6 @@ main(int argc, char **argv)
     test_vanished_and_grown();
     test_long_header();
     test_list();
+    test_gpu_decoder_refusals();
     return CHECK_DONE(); /* the scratch folder goes at exit */
 }
