@@ -195,30 +195,26 @@ produce_one(tsock_producer *p, uint64_t *position, int timeout_ms)
     return tsock_producer_publish(p, s, n);
 }
 
-/* A started consumer; `grace_ms` > 0 sets its epoch grace. */
+/* A started consumer. Its epoch grace is long: several checks want the stream's first batch
+ * (pattern(k, j)), and a job that has not read for the grace gives its first batches back
+ * (consumer_leave.c), which a loaded sanitizer run's slow setup (a stream, device memory)
+ * would otherwise cause. No case here is about leaving an epoch. */
 static tsock_consumer *
-start_consumer_graced(const char *endpoint, uint32_t batch_size, int grace_ms)
+start_consumer(const char *endpoint, uint32_t batch_size)
 {
     tsock_consumer *c;
     if (tsock_consumer_create(&c, endpoint) < 0)
         exit(1);
     tsock_consumer_set_heartbeat(c, 50, 30000);
+    tsock_consumer_set_epoch_grace(c, 60000);
     if (batch_size)
         tsock_consumer_set_batch_size(c, batch_size);
-    if (grace_ms > 0)
-        tsock_consumer_set_epoch_grace(c, grace_ms);
     int err = tsock_consumer_start(c, 30000);
     if (err < 0) {
         fprintf(stderr, "consumer start: %s\n", tsock_strerror(err));
         exit(1);
     }
     return c;
-}
-
-static tsock_consumer *
-start_consumer(const char *endpoint, uint32_t batch_size)
-{
-    return start_consumer_graced(endpoint, batch_size, 0);
 }
 
 /* ---- item 2 --------------------------------------------------------------------------------- */
@@ -614,10 +610,7 @@ case_overlap(const char *endpoint)
 static int
 slow_release_consumer_main(const char *endpoint)
 {
-    /* Its check wants the stream's first batch (pattern(k, j)): a job that has not read for
-     * the epoch grace gives its first batches back (consumer_leave.c), which a loaded run's
-     * slow setup below would otherwise cause. */
-    tsock_consumer *c = start_consumer_graced(endpoint, 0, 60000);
+    tsock_consumer *c = start_consumer(endpoint, 0);
     tsock__dev_stream_t stream;
     CUDA_OK(DEV->set_device(0));
     CUDA_OK(DEV->stream_create(&stream));
@@ -690,6 +683,7 @@ gather_timeout_consumer_main(const char *endpoint, const char *timed_out)
     if (tsock_consumer_create(&c, endpoint) < 0)
         return 1;
     tsock_consumer_set_heartbeat(c, 50, HB_TIMEOUT_MS);
+    tsock_consumer_set_epoch_grace(c, 60000); /* as start_consumer's */
     tsock_consumer_set_batch_size(c, 48);
     if (tsock_consumer_start(c, 30000) < 0)
         return 1;
