@@ -359,7 +359,9 @@ fill_slot(struct server *s, tsock_slot *slot, uint32_t n)
     return 0;
 }
 
-/* --wait-consumers: nothing is published before that many consumers joined. */
+/* --wait-consumers: nothing is published before that many consumers joined and would receive
+ * a batch (a paused one, such as a job that joined and has not read yet, counts once it reads:
+ * the jobs of a sweep then start their windows together). */
 static void
 wait_for_consumers(struct server *s)
 {

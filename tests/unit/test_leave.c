@@ -179,6 +179,77 @@ test_finite_stream(int explicit_pause)
     id_producer_stop(p, &thread);
 }
 
+/* One consumer's first read, on its own thread. */
+struct first_read {
+    tsock_consumer *c;
+    int err;
+    int64_t first_id;
+    uint64_t index;
+};
+
+static void *
+first_read_run(void *arg)
+{
+    struct first_read *r = arg;
+    tsock_batch *b;
+    r->err = tsock_consumer_next(r->c, 20000, &b);
+    if (r->err == 0) {
+        r->first_id = ((const int64_t *)tsock_batch_tensor_data(b, 0))[0];
+        r->index = tsock_batch_index_in_epoch(b);
+        tsock_consumer_release(r->c, b);
+    }
+    return NULL;
+}
+
+/* A paused consumer receives nothing, so tsock_producer_wait_consumers does not count it
+ * (docs/semantics.md, "While every consumer is paused"; before, it did, and a producer whose
+ * consumers had all paused published for nobody): two consumers that joined and have not read
+ * for their epoch grace count once each reads, and then start their windows together. */
+static void
+test_paused_not_counted(void)
+{
+    tsock_producer *p = id_producer_start("leave", 1, NULL);
+    tsock_consumer *c[2];
+    struct first_read r[2] = {{0}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(tsock_consumer_create(&c[i], id_endpoint), 0);
+        tsock_consumer_set_epoch_grace(c[i], 50);
+        CHECK_EQ(tsock_consumer_start(c[i], 5000), 0);
+        r[i].c = c[i];
+    }
+    /* Neither reads: after the grace both are paused as jobs that never read (bounded). */
+    int counted = 2;
+    for (int k = 0; k < 1000 && counted != -ETIMEDOUT; k++) {
+        counted = tsock_producer_wait_consumers(p, 1, 0);
+        if (counted != -ETIMEDOUT)
+            usleep(10000);
+    }
+    CHECK_EQ(counted, -ETIMEDOUT);
+    pthread_create(&t[0], NULL, first_read_run, &r[0]);
+    CHECK_EQ(tsock_producer_wait_consumers(p, 1, 10000), 1);
+    CHECK_EQ(tsock_producer_wait_consumers(p, 2, 0), -ETIMEDOUT);
+    pthread_create(&t[1], NULL, first_read_run, &r[1]);
+    CHECK_EQ(tsock_producer_wait_consumers(p, 2, 10000), 2);
+    tsock_slot *slot;
+    CHECK_EQ(tsock_producer_acquire(p, 5000, &slot), 0);
+    uint32_t n = tsock_slot_planned(slot);
+    const uint64_t *ids = tsock_slot_sample_ids(slot);
+    int64_t *index = tsock_slot_data(slot, 0);
+    for (uint32_t i = 0; i < n; i++)
+        index[i] = (int64_t)ids[i];
+    int64_t first_id = index[0];
+    CHECK_EQ(tsock_producer_publish(p, slot, n), 0);
+    for (int i = 0; i < 2; i++) { /* the same first batch: their windows start together */
+        pthread_join(t[i], NULL);
+        CHECK_EQ(r[i].err, 0);
+        CHECK_EQ(r[i].index, 0);
+        CHECK_EQ(r[i].first_id, first_id);
+        tsock_consumer_destroy(c[i]);
+    }
+    id_producer_stop(p, NULL);
+}
+
 /* tsock_consumer_end_epoch mid-epoch: B reads on without A, and A's next batch starts a
  * fresh, exact epoch 1 (what torch does for a new iterator after break). */
 static void
@@ -263,5 +334,6 @@ main(void)
     test_end_epoch();
     test_finite_stream(1);
     test_finite_stream(0);
+    test_paused_not_counted();
     return CHECK_DONE();
 }

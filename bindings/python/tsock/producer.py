@@ -292,7 +292,8 @@ class Producer:
 
     def wait_consumers(self, count, timeout=None):
         """Waits until at least `count` connected consumers would receive a batch published
-        now (a rank waiting for the rest of its group does not count); returns how many.
+        now (a rank waiting for the rest of its group, or a paused consumer, such as a job that
+        joined and has not read yet, does not count); returns how many.
         Raises tsock.Timeout after `timeout` seconds (None: forever)."""
         self._check_started()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -388,8 +389,8 @@ class Producer:
         not a generator, for several epochs). The last batch of each epoch carries the
         epoch-end flag (a one-batch lookahead finds it). `epochs` None: forever.
 
-        `wait_consumers`: before the first batch, wait until that many consumers joined
-        (a batch published while no consumer is connected is dropped).
+        `wait_consumers`: before the first batch, wait until that many consumers joined and
+        read (a batch published while no consumer is connected is dropped).
         Returns the number of batches published. The stream is not finished: call
         :meth:`finish` (or leave the ``with`` block) when done.
         """
