@@ -73,6 +73,25 @@ id_producer_start_epochs(const char *tag, int sampler, uint64_t epochs, pthread_
     return p;
 }
 
+/* Publishes the sampler's next batch, its ids in the "index" tensor (a producer started
+ * without the thread). Returns the batch's first id. */
+static inline int64_t
+id_producer_publish_one(tsock_producer *p)
+{
+    tsock_slot *slot = NULL;
+    CHECK_EQ(tsock_producer_acquire(p, 5000, &slot), 0);
+    if (!slot)
+        return -1;
+    uint32_t n = tsock_slot_planned(slot);
+    const uint64_t *ids = tsock_slot_sample_ids(slot);
+    int64_t *index = tsock_slot_data(slot, 0);
+    for (uint32_t i = 0; i < n; i++)
+        index[i] = (int64_t)ids[i];
+    int64_t first = index[0];
+    CHECK_EQ(tsock_producer_publish(p, slot, n), 0);
+    return first;
+}
+
 /* id_producer_start_epochs with endless epochs. */
 static tsock_producer *
 id_producer_start(const char *tag, int sampler, pthread_t *thread)

@@ -18,20 +18,6 @@
 
 #include "id_producer.h"
 
-/* Publishes the sampler's next batch, its ids in the "index" tensor. */
-static void
-publish_one(tsock_producer *p)
-{
-    tsock_slot *slot = NULL;
-    CHECK_EQ(tsock_producer_acquire(p, 5000, &slot), 0);
-    uint32_t n = tsock_slot_planned(slot);
-    const uint64_t *ids = tsock_slot_sample_ids(slot);
-    int64_t *index = tsock_slot_data(slot, 0);
-    for (uint32_t i = 0; i < n; i++)
-        index[i] = (int64_t)ids[i];
-    CHECK_EQ(tsock_producer_publish(p, slot, n), 0);
-}
-
 static tsock_consumer *
 start_rank(uint32_t rank)
 {
@@ -51,8 +37,8 @@ main(void)
     tsock_consumer *rank0 = start_rank(0), *rank1 = start_rank(1);
     /* Both ranks joined: the group's window starts at the next batch. */
     CHECK_EQ(tsock_producer_wait_consumers(p, 2, 10000), 2);
-    publish_one(p);
-    publish_one(p);
+    id_producer_publish_one(p);
+    id_producer_publish_one(p);
     tsock_batch *b = NULL;
     CHECK_EQ(tsock_consumer_next(rank0, 5000, &b), 0);
     CHECK_EQ(tsock_batch_samples(b), 2 * BATCH);
@@ -65,8 +51,8 @@ main(void)
     CHECK_EQ(tsock_consumer_next(rank0, 300, &b), -ETIMEDOUT);
 
     /* Rank 1's block comes: saving completes now, and rank 0 reads on. */
-    publish_one(p);
-    publish_one(p);
+    id_producer_publish_one(p);
+    id_producer_publish_one(p);
     CHECK_EQ(tsock_consumer_save_state(rank0, state, sizeof state, &len), 0);
     CHECK(len > 0);
     tsock_consumer_destroy(rank0);

@@ -231,15 +231,7 @@ test_paused_not_counted(void)
     CHECK_EQ(tsock_producer_wait_consumers(p, 2, 0), -ETIMEDOUT);
     pthread_create(&t[1], NULL, first_read_run, &r[1]);
     CHECK_EQ(tsock_producer_wait_consumers(p, 2, 10000), 2);
-    tsock_slot *slot;
-    CHECK_EQ(tsock_producer_acquire(p, 5000, &slot), 0);
-    uint32_t n = tsock_slot_planned(slot);
-    const uint64_t *ids = tsock_slot_sample_ids(slot);
-    int64_t *index = tsock_slot_data(slot, 0);
-    for (uint32_t i = 0; i < n; i++)
-        index[i] = (int64_t)ids[i];
-    int64_t first_id = index[0];
-    CHECK_EQ(tsock_producer_publish(p, slot, n), 0);
+    int64_t first_id = id_producer_publish_one(p);
     for (int i = 0; i < 2; i++) { /* the same first batch: their windows start together */
         pthread_join(t[i], NULL);
         CHECK_EQ(r[i].err, 0);
