@@ -148,6 +148,18 @@ pattern(uint64_t k, size_t j)
     return (uint8_t)(k * 7u + j);
 }
 
+/* The first byte of `samples` samples read back to `host` that is not the pattern of the
+ * stream positions from `position`, as sample * WIDTH + byte; -1 when every byte is right. */
+static long
+wrong_byte(const uint8_t *host, size_t samples, uint64_t position)
+{
+    for (size_t k = 0; k < samples; k++)
+        for (size_t j = 0; j < WIDTH; j++)
+            if (host[k * WIDTH + j] != pattern(position + k, j))
+                return (long)(k * WIDTH + j);
+    return -1;
+}
+
 /* The producer's heartbeat timeout. The cases whose consumer is meant to stay alive while its
  * reads are queued raise it: under a loaded sanitizer run a consumer whose heartbeats came late
  * was lost, and its slots refilled under its reads (rightly, by the simulator's rules). */
@@ -297,13 +309,12 @@ closing_consumer_main(const char *endpoint)
     CUDA_OK(DEV->memcpy_async(host, copy, 3 * bytes, TSOCK__DEV_D2H, NULL));
     CUDA_OK(DEV->stream_sync(NULL));
     /* The three copies read their batches before the producer could refill the slots. */
-    for (size_t k = 0; k < 3 * (size_t)BATCH; k++)
-        for (size_t j = 0; j < WIDTH; j++)
-            if (host[k * WIDTH + j] != pattern(k, j)) {
-                fprintf(stderr, "closing consumer: sample %zu byte %zu refilled under a read\n", k,
-                        j);
-                return 5;
-            }
+    long wrong = wrong_byte(host, 3 * (size_t)BATCH, 0);
+    if (wrong >= 0) {
+        fprintf(stderr, "closing consumer: sample %ld byte %ld refilled under a read\n",
+                wrong / WIDTH, wrong % WIDTH);
+        return 5;
+    }
     free(host);
     CUDA_OK(DEV->free(copy));
     return failures ? 1 : 0;
@@ -396,13 +407,8 @@ case_stop_waits(const char *endpoint, const char *dir)
     CUDA_OK(DEV->stream_sync(stream));
     CUDA_OK(DEV->memcpy_async(host, copy, bytes, TSOCK__DEV_D2H, NULL));
     CUDA_OK(DEV->stream_sync(NULL));
-    for (size_t k = 0; k < BATCH; k++)
-        for (size_t j = 0; j < WIDTH; j++)
-            if (host[k * WIDTH + j] != pattern(k, j)) {
-                EXPECT(!"the batch's bytes changed under a queued read");
-                k = BATCH;
-                break;
-            }
+    if (wrong_byte(host, BATCH, 0) >= 0)
+        EXPECT(!"the batch's bytes changed under a queued read");
     free(host);
     tsock_consumer_destroy(c);
     CUDA_OK(DEV->free(copy));
@@ -426,10 +432,7 @@ batch_reads_right(tsock_batch *b)
         free(host);
         return -1;
     }
-    int wrong = 0;
-    for (size_t k = 0; k < bytes / WIDTH && !wrong; k++)
-        for (size_t j = 0; j < WIDTH && !wrong; j++)
-            wrong = host[k * WIDTH + j] != pattern(k, j);
+    int wrong = wrong_byte(host, bytes / WIDTH, 0) >= 0;
     free(host);
     return wrong;
 }
@@ -490,10 +493,7 @@ partial_consumer_main(const char *endpoint)
         if (device >= 0)
             EXPECT(tsock_cuda_copy_to_host(host, tsock_batch_tensor_data(b, 0), (size_t)n * WIDTH,
                                            device) == 0);
-        int same = device >= 0;
-        for (uint32_t k = 0; same && k < n; k++)
-            for (size_t j = 0; j < WIDTH; j++)
-                same &= host[k * WIDTH + j] == pattern(position + k, j);
+        int same = device >= 0 && wrong_byte(host, n, position) < 0;
         EXPECT(same);
         free(host);
         position += n;
@@ -557,12 +557,8 @@ overlap_consumer_main(const char *endpoint)
         size_t bytes = tsock_batch_tensor_bytes(b, 0);
         uint8_t *host = malloc(bytes);
         EXPECT(tsock_cuda_copy_to_host(host, tsock_batch_tensor_data(b, 0), bytes, 0) == 0);
-        for (size_t k = 0; k < bytes / WIDTH; k++)
-            for (size_t j = 0; j < WIDTH; j++)
-                if (host[k * WIDTH + j] != pattern(position + k, j)) {
-                    EXPECT(!"a batch read wrong bytes");
-                    k = bytes, j = WIDTH;
-                }
+        if (wrong_byte(host, bytes / WIDTH, position) >= 0)
+            EXPECT(!"a batch read wrong bytes");
         free(host);
         position += tsock_batch_samples(b);
         EXPECT(tsock_consumer_release(c, b) == 0);
@@ -627,12 +623,12 @@ slow_release_consumer_main(const char *endpoint)
     uint8_t *host = malloc(bytes);
     CUDA_OK(DEV->memcpy_async(host, copy, bytes, TSOCK__DEV_D2H, stream));
     CUDA_OK(DEV->stream_sync(stream));
-    for (size_t k = 0; k < BATCH; k++)
-        for (size_t j = 0; j < WIDTH; j++)
-            if (host[k * WIDTH + j] != pattern(k, j)) {
-                fprintf(stderr, "slow consumer: sample %zu byte %zu refilled under a read\n", k, j);
-                return 5;
-            }
+    long wrong = wrong_byte(host, BATCH, 0);
+    if (wrong >= 0) {
+        fprintf(stderr, "slow consumer: sample %ld byte %ld refilled under a read\n", wrong / WIDTH,
+                wrong % WIDTH);
+        return 5;
+    }
     free(host);
     CUDA_OK(DEV->free(copy));
     DEV->stream_destroy(stream);
