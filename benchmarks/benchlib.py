@@ -45,6 +45,15 @@ def git_commit():
         return None
 
 
+def emit(result, out=None):
+    """Prints a benchmark's result as indented JSON and, when `out` is given, writes it there."""
+    text = json.dumps(result, indent=1)
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+
+
 def last_json(text):
     """The last line of `text` that is a JSON object (the programs print their summary last)."""
     lines = [line for line in text.splitlines() if line.startswith("{")]

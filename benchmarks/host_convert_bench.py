@@ -13,7 +13,6 @@ Prints one JSON object: medians of samples/s per mode, their ratio, every run, t
 (load included) and the commit. Not a test.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -66,11 +65,7 @@ def main():
     result["median_samples_per_s"] = med
     result["ratio_converted_to_uint8"] = med["float32_nchw_normalized"] / med["uint8_nhwc"]
     result["load_avg_at_end"] = os.getloadavg()
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    benchlib.emit(result, args.out)
 
 
 if __name__ == "__main__":

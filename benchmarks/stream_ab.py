@@ -12,7 +12,6 @@ early; this measures what that costs a consumer that reads everything.
         [--rounds 5] [--out docs/benchmarks/stream_ab.json]
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -62,11 +61,7 @@ def main():
               "samples": args.samples, "epochs": args.epochs, "batch_size": args.batch_size,
               "samples_per_s": runs, "median_samples_per_s": med,
               "ratio_after_to_before": med["after"] / med["before"], "load_avg_per_run": loads}
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    benchlib.emit(result, args.out)
 
 
 if __name__ == "__main__":
