@@ -11,6 +11,7 @@ those on a GPU).
 
 Standard library only; the harness is pipeline_test.py's Env.
 """
+import contextlib
 import json
 import os
 import signal
@@ -34,6 +35,18 @@ CONVERTED = ["--output", "float16", "--layout", "nchw", "--normalize"]
 # Heartbeats that a sanitizer build on a loaded machine cannot miss: a consumer lost to a slow
 # beat would rejoin and read a partial epoch, which is not what these tests are about.
 SLOW_BEATS = ["--heartbeat-ms", "250", "--heartbeat-timeout-ms", "20000"]
+
+
+@contextlib.contextmanager
+def sim_controls(**controls):
+    """The simulated device's controls (TSOCK_CUDA_SIM_*) in the environment of the programs
+    started inside the block."""
+    os.environ.update(controls)
+    try:
+        yield
+    finally:
+        for name in controls:
+            del os.environ[name]
 
 
 def serve(env, tree, decoder, *extra, epochs=2, stats=None):
@@ -93,11 +106,8 @@ def test_failed_decode(env):
     tree = env.mkdataset("tree", "--edge-cases")
     cpu, _, _ = serve(env, tree, "cpu")
     # Sample 0 is a regular JPEG of class 0; 7 one of class 1 (ids follow the sorted paths).
-    os.environ["TSOCK_CUDA_SIM_DECODE_FAIL"] = "0,7"
-    try:
+    with sim_controls(TSOCK_CUDA_SIM_DECODE_FAIL="0,7"):
         gpu, st, err = serve(env, tree, "gpu")
-    finally:
-        del os.environ["TSOCK_CUDA_SIM_DECODE_FAIL"]
     check(gpu["epoch_digests"] == cpu["epoch_digests"], "a failed GPU decode changed the epochs")
     failed = [l for l in err.splitlines() if "the GPU decoder" in l and "failed" in l]
     check(len(failed) == 4, f"each failed decode is logged (2 images x 2 epochs): {failed}")
@@ -110,11 +120,8 @@ def test_cuda_backend(env):
     """As nvJPEG's CUDA decoder (no hardware engine), the device takes progressive JPEGs too."""
     tree = env.mkdataset("tree", "--edge-cases")
     cpu, _, _ = serve(env, tree, "cpu")
-    os.environ["TSOCK_CUDA_SIM_DECODE_HW"] = "0"
-    try:
+    with sim_controls(TSOCK_CUDA_SIM_DECODE_HW="0"):
         gpu, st, _ = serve(env, tree, "gpu")
-    finally:
-        del os.environ["TSOCK_CUDA_SIM_DECODE_HW"]
     check(gpu["epoch_digests"] == cpu["epoch_digests"], "the CUDA backend changed the epochs")
     pl = st["pipeline"]
     check(pl["decoded_gpu"] == 2 * (ON_DEVICE + CLASSES) and
@@ -129,14 +136,9 @@ def test_killed_mid_decode(env):
     left behind."""
     tree = env.mkdataset("tree", "--edge-cases")
     held = env.path("held")
-    os.environ["TSOCK_CUDA_SIM_DECODE_HOLD"] = held
-    os.environ["TSOCK_CUDA_SIM_DECODE_HOLD_AFTER"] = "2"
-    try:
+    with sim_controls(TSOCK_CUDA_SIM_DECODE_HOLD=held, TSOCK_CUDA_SIM_DECODE_HOLD_AFTER="2"):
         p = env.producer("--dataset", "imagenet", "--root", tree, "--epochs", "0", "--device",
                          "cuda", "--decoder", "gpu", *CONVERTED, stats="held.json")
-    finally:
-        del os.environ["TSOCK_CUDA_SIM_DECODE_HOLD"]
-        del os.environ["TSOCK_CUDA_SIM_DECODE_HOLD_AFTER"]
     argv = [env.args.consume, "--endpoint", env.ipc, "--content", "images", "--epochs", "0",
             "--json", "--quiet", "--timeout-ms", "60000", "--connect-timeout-ms", "60000",
             "--heartbeat-ms", "100", "--heartbeat-timeout-ms", "2000"]
