@@ -100,6 +100,15 @@ struct tsock__image_info {
     /* Bytes of header: JPEG up to the end of the first SOS segment, PNG up to the end of IHDR.
      * Set on success. */
     size_t header_size;
+    /* JPEG, what the restart index needs (restart.c): the frame header's marker (0xC0 ..), the
+     * offset of its payload (height at +1, width at +3), the largest sampling factors, the
+     * restart interval in force at the first scan (MCUs; 0: none) and that scan's component
+     * count. Set on success. */
+    int sof_marker;
+    size_t sof_payload;
+    int max_h_samp, max_v_samp;
+    int restart_interval;
+    int scan_components;
     /* When the data ends inside the header (-EPROTO), the least total size that would let the
      * parse go on, so that an index reading file prefixes knows how much more to read; else 0.
      */
@@ -135,6 +144,7 @@ void tsock__decoder_set_limits(struct tsock__decoder *d, uint64_t max_pixels, in
 #define TSOCK__DECODE_NO_DCT_SCALE 1 /* always decode at full size */
 #define TSOCK__DECODE_NO_PARTIAL 2   /* decode every column and the rows from the top */
 #define TSOCK__DECODE_NO_AVX2 4      /* resample with SSE2 / plain C even where AVX2 is there */
+#define TSOCK__DECODE_NO_RESTARTS 8  /* never decode a JPEG from its restart intervals */
 void tsock__decoder_set_flags(struct tsock__decoder *d, int flags);
 
 /* The resampling filter of every resize: PIL's antialiased bilinear (the default) or, with
@@ -156,6 +166,10 @@ struct tsock__decode_report {
      * included: a JPEG decode stops after the last row the resampler reads, unless the file
      * may be truncated (then every row, for the verdict) or TSOCK__DECODE_NO_PARTIAL. */
     int rows_read;
+    /* 1 when the JPEG was decoded from the restart intervals under the window only, which
+     * leaves out the entropy decoding of what lies above and beside it (see Partial decoding
+     * below); rows_read still counts from the image's top row. */
+    int restart_window;
     /* Monotonic time of this decode inside the codec (libjpeg: entropy decoding, IDCT,
      * upsampling, YCbCr-to-RGB; libpng) and inside tsock's own passes (CMYK conversion,
      * resampling, the window's rows), in ns. Only their ratio is meant to be used: the
@@ -189,6 +203,9 @@ const struct tsock__decode_report *tsock__decoder_report(const struct tsock__dec
  * above are skipped (entropy decoding only), and the decode stops after the last row the
  * filter reads (nothing below is decoded at all), except for a file without an end-of-image
  * marker, decoded to its end so that its truncation verdict does not depend on the crop.
+ * A JPEG with restart markers whose intervals tile its MCU grid (restart.c) is decoded from
+ * the intervals under those rows and columns only: nothing above or beside them is entropy
+ * decoded either. Both give exactly the pixels of a full decode.
  *
  * Returns 0 or a negative code (see above); `out` is unspecified after a failure. */
 struct tsock__resize_spec {

@@ -139,6 +139,40 @@ int tsock__png_decode(struct tsock__decoder *d, const uint8_t *data, size_t size
                       const struct tsock__image_info *info, const struct tsock__resize_spec *spec,
                       uint8_t *out);
 
+/* Restart intervals as entry points (restart.c). The MCU grid of a JPEG whose restart
+ * intervals tile it, and where each interval's entropy-coded data lies. */
+struct tsock__restart_index {
+    int mcu_w, mcu_h;      /* source pixels per MCU */
+    int mcus_x, mcus_y;    /* MCUs per row, rows of MCUs */
+    int interval;          /* MCUs per restart interval */
+    int rows_per_interval; /* intervals of whole rows: rows each; 0: intervals divide a row */
+    int count;             /* intervals in the scan */
+    size_t *bounds;        /* interval i is data[bounds[2i] .. bounds[2i + 1]), marker excluded */
+    struct tsock__buf buf; /* holds bounds */
+};
+/* A rectangle of MCUs: columns [x0, x1), rows [y0, y1). */
+struct tsock__mcu_window {
+    int x0, y0, x1, y1;
+};
+/* Indexes the scan of `data` (probed into `info`; the caller has checked it ends with an EOI).
+ * Returns 0; -ENOENT when the file has no usable entry points (no restart interval, not
+ * sequential Huffman, several scans, or intervals that start mid-row); -EPROTO when its
+ * markers do not follow its header (corrupt: decode it the ordinary way); -ENOMEM. */
+int tsock__restart_index_build(const uint8_t *data, size_t size,
+                               const struct tsock__image_info *info,
+                               struct tsock__restart_index *ix);
+/* Widens `w` (inside the grid) to whole intervals: columns to multiples of the interval, or,
+ * with intervals of whole rows, to full rows and row counts in steps of an interval. */
+void tsock__restart_window_align(const struct tsock__restart_index *ix,
+                                 struct tsock__mcu_window *w);
+/* Writes to `out` the JPEG that holds only the aligned window `w` of the indexed file: its
+ * pixels are those of the window of the whole image, except that the window's edges are
+ * upsampled as image edges. Returns its size in bytes (at out->p), or 0 when out of memory. */
+size_t tsock__restart_window_write(const uint8_t *data, const struct tsock__image_info *info,
+                                   const struct tsock__restart_index *ix,
+                                   const struct tsock__mcu_window *w, struct tsock__buf *out);
+void tsock__restart_index_free(struct tsock__restart_index *ix);
+
 /* Whether a JPEG holds an EOI marker after its first scan header: a cheap, crop-independent
  * test for truncation (byte stuffing keeps FF D9 out of entropy-coded data). */
 int tsock__jpeg_has_eoi(const uint8_t *data, size_t size, size_t header_size);

@@ -69,9 +69,11 @@ struct tsock__jpeg {
     size_t size;
     /* libjpeg's own sample-array allocator, which alloc_zeroed wraps */
     JSAMPARRAY (*alloc_sarray)(j_common_ptr, int, JDIMENSION, JDIMENSION);
-    int eof;          /* the data ran out */
-    int eof_scan;     /* the scan being read when it did (1-based) */
-    unsigned eof_row; /* the iMCU row being read when it did */
+    int eof;                              /* the data ran out */
+    int eof_scan;                         /* the scan being read when it did (1-based) */
+    unsigned eof_row;                     /* the iMCU row being read when it did */
+    struct tsock__restart_index restarts; /* the file's entry points (open_window) */
+    struct tsock__buf window;             /* the JPEG of the window's intervals */
 };
 
 static const JOCTET fake_eoi[2] = {0xFF, JPEG_EOI};
@@ -186,6 +188,8 @@ tsock__jpeg_free(void *jpeg)
         return;
     if (j->created)
         jpeg_destroy_decompress(&j->cinfo);
+    tsock__restart_index_free(&j->restarts);
+    tsock__buf_free(&j->window);
     free(j);
 }
 
@@ -246,6 +250,80 @@ stop_early(j_decompress_ptr cinfo)
     jpeg_abort_decompress(cinfo);
 }
 
+/* The output settings, after each jpeg_read_header: PIL's colour conversion, IDCT and
+ * upsampling (libjpeg's defaults; set anyway so a changed default shows), DCT scale n/8. */
+static void
+set_output(j_decompress_ptr cinfo, int n)
+{
+    switch (cinfo->jpeg_color_space) {
+    case JCS_GRAYSCALE: cinfo->out_color_space = JCS_GRAYSCALE; break;
+    case JCS_CMYK:
+    case JCS_YCCK: cinfo->out_color_space = JCS_CMYK; break;
+    default: cinfo->out_color_space = JCS_RGB; break;
+    }
+    cinfo->dct_method = JDCT_ISLOW;
+    cinfo->do_fancy_upsampling = TRUE;
+    cinfo->scale_num = (unsigned)n;
+    cinfo->scale_denom = 8;
+    jpeg_calc_output_dimensions(cinfo);
+}
+
+static int
+ceil_div(int a, int b)
+{
+    return (a + b - 1) / b;
+}
+
+/* Where the decoded image that cinfo reads starts in the whole image's decoded pixels:
+ * (0, 0), or the window's corner once open_window has switched to the window's JPEG. */
+struct origin {
+    int x, y;
+};
+
+/* Switches cinfo to the JPEG of the restart intervals under the columns and rows the
+ * resampler reads (restart.c), when the file has usable restart markers and the window
+ * leaves something out above or beside it (stop_early already leaves out what is below).
+ * CROP_MARGIN pixels around them keep the upsampling at the window's edges out of what the
+ * resampler reads, as with jpeg_crop_scanline; scaled by n/8, an MCU is still whole pixels.
+ * Returns 1 when switched (o set), 0 when cinfo still reads the whole file, or a negative
+ * code. A file whose markers do not follow its header is decoded whole, as libjpeg decodes
+ * it. */
+static int
+open_window(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__image_info *info,
+            const struct tsock__resize_plan *pl, int n, struct origin *o)
+{
+    struct tsock__restart_index *ix = &j->restarts;
+    int r = tsock__restart_index_build(j->data, j->size, info, ix);
+
+    if (r == -ENOMEM)
+        return r;
+    if (r < 0)
+        return 0;
+    int mw = ix->mcu_w * n / 8, mh = ix->mcu_h * n / 8;
+    int x0 = pl->need_x0 - CROP_MARGIN, x1 = pl->need_x1 + CROP_MARGIN;
+    int y0 = pl->need_y0 - CROP_MARGIN, y1 = pl->need_y1 + CROP_MARGIN;
+    struct tsock__mcu_window w = {x0 > 0 ? x0 / mw : 0, y0 > 0 ? y0 / mh : 0, ceil_div(x1, mw),
+                                  ceil_div(y1, mh)};
+    tsock__restart_window_align(ix, &w);
+    if (w.x0 == 0 && w.y0 == 0 && w.x1 == ix->mcus_x)
+        return 0;
+    size_t len = tsock__restart_window_write(j->data, info, ix, &w, &j->window);
+    if (len == 0)
+        return -ENOMEM;
+
+    j_decompress_ptr cinfo = &j->cinfo;
+    jpeg_abort_decompress(cinfo);
+    j->src.next_input_byte = j->window.p;
+    j->src.bytes_in_buffer = len;
+    if (jpeg_read_header(cinfo, TRUE) != JPEG_HEADER_OK)
+        return -EPROTO;
+    set_output(cinfo, n);
+    o->x = w.x0 * mw;
+    o->y = w.y0 * mh;
+    d->report.restart_window = 1;
+    return 1;
+}
+
 /* The decode proper, between setjmp and the cleanup. Everything that must survive a longjmp
  * lives in *j or *d, never in this function's locals. */
 static int
@@ -254,7 +332,8 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
 {
     j_decompress_ptr cinfo = &j->cinfo;
     struct tsock__resize_plan pl;
-    int n, nch, in_comps, px, r, partial, suspect, multi;
+    int n, nch, in_comps, px, r, partial, suspect, multi, col0;
+    struct origin o = {0, 0};
     JDIMENSION x0 = 0, xw;
     double bx0, by0, bx1, by1;
     size_t line_bytes, keep_bytes;
@@ -271,31 +350,18 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
         return -EPROTO;
     multi = jpeg_has_multiple_scans(cinfo);
     switch (cinfo->jpeg_color_space) {
-    case JCS_GRAYSCALE:
-        cinfo->out_color_space = JCS_GRAYSCALE;
-        nch = in_comps = 1;
-        break;
+    case JCS_GRAYSCALE: nch = in_comps = 1; break;
     case JCS_CMYK:
-    case JCS_YCCK:
-        /* libjpeg turns YCCK into CMYK; tsock__cmyk_to_rgb does the rest as PIL does. */
-        cinfo->out_color_space = JCS_CMYK;
+    case JCS_YCCK: /* libjpeg turns YCCK into CMYK; tsock__cmyk_to_rgb does the rest as PIL does */
         nch = 3;
         in_comps = 4;
         break;
     case JCS_RGB:
-    case JCS_YCbCr:
-        cinfo->out_color_space = JCS_RGB;
-        nch = in_comps = 3;
-        break;
+    case JCS_YCbCr: nch = in_comps = 3; break;
     default: return -ENOTSUP;
     }
-    /* PIL's settings, which are libjpeg's defaults; set anyway so a changed default shows. */
-    cinfo->dct_method = JDCT_ISLOW;
-    cinfo->do_fancy_upsampling = TRUE;
     n = choose_scale(s, d->flags);
-    cinfo->scale_num = (unsigned)n;
-    cinfo->scale_denom = 8;
-    jpeg_calc_output_dimensions(cinfo);
+    set_output(cinfo, n);
     d->report.scale_num = n;
 
     /* The crop in decoded pixels: exact at full scale; at 1/2..1/8 a fractional box inside
@@ -318,19 +384,27 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
         if (r != 0)
             return r;
     }
+    /* From here on, rows and columns are the whole image's decoded ones; cinfo's are o.y and
+     * o.x less. */
+    if (partial && !suspect && !(d->flags & TSOCK__DECODE_NO_RESTARTS)) {
+        r = open_window(d, j, info, &pl, n, &o);
+        if (r < 0)
+            return r;
+    }
 
     jpeg_start_decompress(cinfo);
     xw = cinfo->output_width;
-    if (partial && (pl.need_x0 > 0 || pl.need_x1 < pl.src_w)) {
-        int a = pl.need_x0 - CROP_MARGIN, b = pl.need_x1 + CROP_MARGIN;
+    if (partial && (pl.need_x0 > o.x || pl.need_x1 < o.x + (int)xw)) {
+        int a = pl.need_x0 - CROP_MARGIN - o.x, b = pl.need_x1 + CROP_MARGIN - o.x;
         if (a < 0)
             a = 0;
-        if (b > pl.src_w)
-            b = pl.src_w;
+        if (b > (int)xw)
+            b = (int)xw;
         x0 = (JDIMENSION)a;
         xw = (JDIMENSION)(b - a);
         jpeg_crop_scanline(cinfo, &x0, &xw); /* moves x0 left to an iMCU boundary */
     }
+    col0 = o.x + (int)x0; /* the whole image's column where the codec's lines start */
     d->report.decoded_w = (int)xw;
 
     /* Where the rows go. Horizontal pass first: each needed line is resampled as it arrives
@@ -344,8 +418,9 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
     if (!lines || !rows)
         return -ENOMEM;
 
-    if (partial && pl.need_y0 > 0) {
-        if (jpeg_skip_scanlines(cinfo, (JDIMENSION)pl.need_y0) != (JDIMENSION)pl.need_y0)
+    if (partial && pl.need_y0 > o.y) {
+        JDIMENSION k = (JDIMENSION)(pl.need_y0 - o.y);
+        if (jpeg_skip_scanlines(cinfo, k) != k)
             return -EPROTO;
     }
     /* Every row up to need_y1 (from need_y0 when skipping). With a suspected truncation, every
@@ -354,8 +429,8 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
      * at all (see stop_early). */
     {
         int last = suspect ? pl.src_h : pl.need_y1;
-        while ((int)cinfo->output_scanline < last) {
-            int y = (int)cinfo->output_scanline;
+        while (o.y + (int)cinfo->output_scanline < last) {
+            int y = o.y + (int)cinfo->output_scanline;
             int want = last - y;
             int got;
 
@@ -393,12 +468,12 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
                     tsock__cmyk_to_rgb(ptrs[i], ptrs[i], (int)xw);
             if (pl.hfirst && a < b)
                 tsock__resample_rows(
-                    &d->ch, ptrs[a], line_bytes, (size_t)xw * (size_t)px, (int)x0 - pl.clamp_x, px,
+                    &d->ch, ptrs[a], line_bytes, (size_t)xw * (size_t)px, col0 - pl.clamp_x, px,
                     nch, rows + (size_t)(y + a - pl.need_y0) * keep_bytes, keep_bytes, b - a);
             stage_switch(&clk, &d->report.resample_ns);
         }
-        d->report.rows_read = (int)cinfo->output_scanline;
-        if (!suspect && partial && (int)cinfo->output_scanline < pl.src_h)
+        d->report.rows_read = o.y + (int)cinfo->output_scanline;
+        if (!suspect && partial && cinfo->output_scanline < cinfo->output_height)
             stop_early(cinfo);
         stage_switch(&clk, &d->report.codec_ns);
     }
@@ -418,7 +493,7 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
     }
     stage_switch(&clk, &d->report.codec_ns);
     r = pl.hfirst ? tsock__resize_plan_finish(d, &pl, rows, keep_bytes, 0, nch, out)
-                  : tsock__resize_plan_finish(d, &pl, rows, keep_bytes, (int)x0, px, out);
+                  : tsock__resize_plan_finish(d, &pl, rows, keep_bytes, col0, px, out);
     stage_switch(&clk, &d->report.resample_ns);
     return r;
 }

@@ -125,6 +125,8 @@ probe_jpeg(const uint8_t *p, size_t n, struct tsock__image_info *info)
             info->width = (int)be16(s + 3);
             info->components = s[5];
             info->progressive = m == 0xC2 || m == 0xCA;
+            info->sof_marker = (int)m;
+            info->sof_payload = pos + 2;
             if (slen != 6 + 3 * (size_t)s[5] || s[5] == 0 || info->width == 0)
                 return -EPROTO;
             for (int c = 0; c < s[5]; c++) {
@@ -132,6 +134,10 @@ probe_jpeg(const uint8_t *p, size_t n, struct tsock__image_info *info)
                 /* libjpeg's MAX_SAMP_FACTOR is 4 */
                 if ((hv >> 4) < 1 || (hv >> 4) > 4 || (hv & 15) < 1 || (hv & 15) > 4)
                     return -EPROTO;
+                if ((int)(hv >> 4) > info->max_h_samp)
+                    info->max_h_samp = (int)(hv >> 4);
+                if ((int)(hv & 15) > info->max_v_samp)
+                    info->max_v_samp = (int)(hv & 15);
                 if (c < 3)
                     ids[c] = s[6 + 3 * c];
             }
@@ -161,6 +167,7 @@ probe_jpeg(const uint8_t *p, size_t n, struct tsock__image_info *info)
                 return -EPROTO;
             if (slen < 1 || s[0] < 1 || s[0] > 4 || slen != 4 + 2 * (size_t)s[0])
                 return -EPROTO;
+            info->scan_components = s[0];
             info->color = jpeg_color(info->components, saw_jfif, info->adobe_transform, ids);
             if (unsupported)
                 return -ENOTSUP;
@@ -174,11 +181,15 @@ probe_jpeg(const uint8_t *p, size_t n, struct tsock__image_info *info)
             if (slen >= 12 && memcmp(s, "Adobe", 5) == 0)
                 info->adobe_transform = s[11];
             break;
+        case 0xDD: /* DRI: libjpeg refuses any other length */
+            if (slen != 2)
+                return -EPROTO;
+            info->restart_interval = (int)be16(s);
+            break;
         case 0xC4: /* DHT */
         case 0xCC: /* DAC */
         case 0xDB: /* DQT */
         case 0xDC: /* DNL */
-        case 0xDD: /* DRI */
         case 0xFE: /* COM */ break;
         default:
             if (m >= 0xE0 && m <= 0xEF) /* other APPn */
