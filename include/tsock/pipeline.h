@@ -280,9 +280,12 @@ typedef enum tsock_pipeline_stat_key {
     TSOCK_PIPELINE_CODEC_CPU_NS = 18,    /* the codec: JPEG entropy decoding, IDCT, upsampling
                                             and YCbCr-to-RGB (libjpeg-turbo); PNG (libpng) */
     TSOCK_PIPELINE_RESAMPLE_CPU_NS = 19, /* colour (CMYK to RGB) and resampling, crop, flip */
-    TSOCK_PIPELINE_DRIVER_CPU_NS = 20    /* the driving thread's CPU in tsock_pipeline_load:
+    TSOCK_PIPELINE_DRIVER_CPU_NS = 20,   /* the driving thread's CPU in tsock_pipeline_load:
                                             its reads plus handing out and waiting for the
                                             batch (the serial part of a load) */
+    TSOCK_PIPELINE_RESTART_WINDOWS = 21  /* of TSOCK_PIPELINE_DECODED_CPU, the JPEGs decoded
+                                            from the restart intervals under their crop only
+                                            (files with restart markers; docs/pipeline.md) */
 } tsock_pipeline_stat_key;
 
 /* Reads one statistic into *value. Returns 0, or -EINVAL for an unknown key. Any thread

@@ -119,8 +119,11 @@ decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t epoch, 
                               out);
     }
     count_decode(w, thread_cpu_ns() - t0);
-    if (r == 0)
+    if (r == 0) {
         atomic_fetch_add_explicit(&w->pl->st_decoded_cpu, 1, memory_order_relaxed);
+        if (tsock__decoder_report(w->decoder)->restart_window)
+            atomic_fetch_add_explicit(&w->pl->st_restart_windows, 1, memory_order_relaxed);
+    }
     return r;
 }
 

@@ -406,6 +406,7 @@ tsock_pipeline_stat(const tsock_pipeline *pl, int key, uint64_t *value)
     case TSOCK_PIPELINE_CODEC_CPU_NS: *value = atomic_load(&pl->st_codec_cpu_ns); break;
     case TSOCK_PIPELINE_RESAMPLE_CPU_NS: *value = atomic_load(&pl->st_resample_cpu_ns); break;
     case TSOCK_PIPELINE_DRIVER_CPU_NS: *value = atomic_load(&pl->st_driver_cpu_ns); break;
+    case TSOCK_PIPELINE_RESTART_WINDOWS: *value = atomic_load(&pl->st_restart_windows); break;
     default: return -EINVAL;
     }
     return 0;
