@@ -94,12 +94,15 @@ tsock__restart_index_build(const uint8_t *data, size_t size, const struct tsock_
 {
     if (!usable(info, ix))
         return -ENOENT;
+    /* Every interval but the last ends with a 2-byte marker: a header that promises more
+     * intervals than the data can hold is refused before anything is allocated for them (a
+     * small file claiming a huge image must not grow the worker's buffers). */
+    if (info->header_size >= size || (size_t)ix->count - 1 > (size - info->header_size) / 2)
+        return -EPROTO;
     size_t *b = tsock__buf_get(&ix->buf, 2 * sizeof(size_t) * (size_t)ix->count);
     if (!b)
         return -ENOMEM;
     ix->bounds = b;
-    if (info->header_size >= size)
-        return -EPROTO;
     return find_intervals(data, size, info->header_size, ix);
 }
 

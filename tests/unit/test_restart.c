@@ -182,7 +182,8 @@ test_index(void)
     struct tsock__restart_index ix = {0};
     struct tsock__image_info info;
     size_t n;
-    uint8_t *jpeg = encode_picture(100, 50, L_420, 14, 0, 1, &n); /* 7 x 4 MCUs: two rows */
+    /* 7 x 4 MCUs: an interval of 14 is two whole rows. */
+    uint8_t *jpeg = encode_picture(100, 50, L_420, 14, 0, 1, &n);
 
     CHECK_EQ(tsock__image_probe(jpeg, n, &info), 0);
     CHECK_EQ(info.restart_interval, 14);
@@ -194,6 +195,21 @@ test_index(void)
     CHECK_EQ(ix.count, 2);
     CHECK_EQ(ix.rows_per_interval, 2);
     CHECK_EQ(ix.mcus_x, 7);
+
+    free(jpeg);
+
+    /* A file with an interval of 1 claiming 8000 x 8000 pixels: 250,000 intervals, which its
+     * 2 kB cannot hold, are refused before any room is made for them. */
+    jpeg = encode_picture(100, 50, L_420, 1, 0, 1, &n);
+    CHECK_EQ(tsock__image_probe(jpeg, n, &info), 0);
+    jpeg[info.sof_payload + 1] = 8000 >> 8;
+    jpeg[info.sof_payload + 2] = 8000 & 255;
+    jpeg[info.sof_payload + 3] = 8000 >> 8;
+    jpeg[info.sof_payload + 4] = 8000 & 255;
+    CHECK_EQ(tsock__image_probe(jpeg, n, &info), 0);
+    size_t cap = ix.buf.cap;
+    CHECK_EQ(tsock__restart_index_build(jpeg, n, &info, &ix), -EPROTO);
+    CHECK_EQ(ix.buf.cap, cap);
     free(jpeg);
 
     jpeg = encode_picture(100, 50, L_420, 0, 0, 1, &n); /* no restart markers */
