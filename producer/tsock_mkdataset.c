@@ -245,6 +245,11 @@ parse_options(int argc, char **argv, struct options *o)
         cli_bad_usage("--images: 0 images and no --edge-cases: nothing to write");
     if (o->from_folder && !o->from_folder[0])
         cli_bad_usage("--from-folder: the value must not be empty");
+    struct stat st;
+    if (o->from_folder && (stat(o->from_folder, &st) != 0 || !S_ISDIR(st.st_mode)))
+        cli_bad_usage("--from-folder: '%s' is not a directory (expected an ImageFolder tree "
+                      "TREE/<class>/<image>)",
+                      o->from_folder);
 }
 
 /* ---- shards -------------------------------------------------------------------------------- */
@@ -296,6 +301,8 @@ make_shards(const struct options *o, const char *tree, const struct copy_summary
     return 0;
 }
 
+static long count_entries(const char *dir, char *first, size_t first_size);
+
 /* --from-folder: TREE copied into OUT (--format folder), or packed into shards in OUT
  * (--format webdataset); with --restart-interval, packed from a transcoded copy in a hidden
  * folder of OUT, removed afterwards. Returns the exit status. */
@@ -320,8 +327,11 @@ convert_folder(const struct options *o)
     double t0 = now_s();
     if (copy_tree(o->from_folder, dst, o->restart_interval, (unsigned)o->threads, &sum, err,
                   sizeof err) != 0) {
+        char first[256];
         fprintf(stderr, PROG ": %s%s\n", err,
-                o->webdataset ? "" : " (OUT holds a partial copy: rerun with --force)");
+                !o->webdataset && count_entries(o->out, first, sizeof first) > 0
+                    ? " (OUT holds a partial copy: rerun with --force)"
+                    : "");
         status = 1;
     } else if (o->webdataset) {
         status = make_shards(o, dst, &sum);
