@@ -111,6 +111,24 @@ def tree_files(root):
     return out
 
 
+def shard_members(shards):
+    """The image members of the shards in a folder: {name: bytes}."""
+    members = {}
+    for name in sorted(os.listdir(shards)):
+        if name.endswith(".tar"):
+            with tarfile.open(os.path.join(shards, name)) as t:
+                for m in t.getmembers():
+                    if not m.name.endswith(".cls"):
+                        members[m.name] = t.extractfile(m).read()
+    return members
+
+
+def member_name(rel):
+    """The shard member of the tree's file CLASS/NAME.EXT (mkdataset/shards.h)."""
+    stem, ext = os.path.splitext(rel)
+    return os.path.dirname(stem) + "/" + os.path.basename(stem).replace(".", "_") + ext.lower()
+
+
 def generated(mk, tmp, extra, interval=3):
     """A tree with and without the option: the regular images marked, the rest the same."""
     base = ["--images", "18", "--classes", "3", "--seed", "5", "--json", *extra]
@@ -131,6 +149,13 @@ def generated(mk, tmp, extra, interval=3):
     zero = os.path.join(tmp, "zero")
     ok(mk, zero, *base, "--restart-interval", "0")
     assert tree_files(zero) == a, "--restart-interval 0 changed the output"
+    # --format webdataset: the same marked files in the shards.
+    shards = os.path.join(tmp, "shards")
+    ok(mk, shards, *base, "--restart-interval", str(interval), "--format", "webdataset")
+    members = shard_members(shards)
+    assert len(members) == len(b)
+    for rel, data in b.items():
+        assert members[member_name(rel)] == data, rel
 
 
 def case_generated(mk, tmp):
@@ -215,18 +240,10 @@ def case_from_folder(mk, tmp):
     assert {s["path"] for s in sinfo["not_transcoded"]} == expected_skip
     assert sorted(os.listdir(shards)) == ["_info.json"] + [
         f"train-{k:06d}.tar" for k in range(sinfo["shards"])], os.listdir(shards)
-    members = {}
-    for name in sorted(os.listdir(shards)):
-        if name.endswith(".tar"):
-            with tarfile.open(os.path.join(shards, name)) as t:
-                for m in t.getmembers():
-                    if not m.name.endswith(".cls"):
-                        members[m.name] = t.extractfile(m).read()
+    members = shard_members(shards)
     assert len(members) == len(files)
     for rel, data in got.items():
-        stem, ext = os.path.splitext(rel)
-        key = os.path.dirname(stem) + "/" + os.path.basename(stem).replace(".", "_")
-        assert members[key + ext.lower()] == data, rel
+        assert members[member_name(rel)] == data, rel
     print("from_folder: passed")
 
 
