@@ -187,7 +187,6 @@ def odd_source_tree(mk, tmp):
     im.convert("CMYK").save(os.path.join(src, cls, "cmyk_pil.jpeg"), quality=80)
     im.save(os.path.join(src, cls, "real.png"))
     good = read(os.path.join(src, cls, "exif_icc_comment.jpg"))
-    head, _ = segments(good)
     cut = good.index(b"\xff\xda")
     cut += 2 + ((good[cut + 2] << 8) | good[cut + 3])
     with open(os.path.join(src, cls, "garbage_scan.JPEG"), "wb") as f:
