@@ -8,6 +8,12 @@
 
 #include "restarts.h"
 
+/* Larger images are refused before libjpeg allocates anything for them: their coefficients and
+ * the two decodes that check the transcode take about 8 bytes a pixel, and a corrupt header can
+ * declare 65535 x 65535 pixels in a few bytes. 64 megapixels is several times any photograph
+ * of a training set. */
+#define MAX_PIXELS (64ull << 20)
+
 /* libjpeg reports errors by calling error_exit, which must not return: it jumps back here.
  * A warning (corrupt or truncated data, which libjpeg repairs by padding) is recorded: the
  * transcode of a damaged file is refused rather than written repaired. */
@@ -46,6 +52,16 @@ init_errors(struct jerr *e)
     return &e->pub;
 }
 
+static int
+too_big(j_decompress_ptr d, char *err, size_t err_size)
+{
+    if ((unsigned long long)d->image_width * d->image_height <= MAX_PIXELS)
+        return 0;
+    snprintf(err, err_size, "%u x %u pixels: over the limit of %llu megapixels", d->image_width,
+             d->image_height, MAX_PIXELS >> 20);
+    return 1;
+}
+
 /* Decodes a whole JPEG with libjpeg's defaults (its default output colour space, fancy
  * upsampling, the ISLOW IDCT) into a malloc'ed buffer. Returns 0, or -1 with a message. */
 static int
@@ -66,6 +82,10 @@ decode_pixels(const uint8_t *jpeg, size_t len, uint8_t **pixels, size_t *size, c
     jpeg_create_decompress(&d);
     jpeg_mem_src(&d, jpeg, (unsigned long)len);
     jpeg_read_header(&d, TRUE);
+    if (too_big(&d, err, err_size)) {
+        jpeg_destroy_decompress(&d);
+        return -1;
+    }
     jpeg_start_decompress(&d);
     size_t row = (size_t)d.output_width * (size_t)d.output_components;
     buf = malloc(row * d.output_height + 1);
@@ -130,6 +150,11 @@ transcode(const uint8_t *in, size_t len, unsigned interval, unsigned char **outb
     for (int m = 0; m < 16; m++)
         jpeg_save_markers(&src, JPEG_APP0 + m, 0xFFFF);
     jpeg_read_header(&src, TRUE);
+    if (too_big(&src, err, err_size)) {
+        jpeg_destroy_compress(&dst);
+        jpeg_destroy_decompress(&src);
+        return -1;
+    }
     jvirt_barray_ptr *coefs = jpeg_read_coefficients(&src);
     if (e.warned) {
         jpeg_destroy_compress(&dst);

@@ -27,9 +27,9 @@
 
 /* Writes into `out` (its earlier contents replaced) the JPEG `in` with a restart marker every
  * `interval` MCUs (1..RESTART_INTERVAL_MAX). Returns 0, or -1 with the reason in err when `in`
- * is not a JPEG libjpeg reads without a warning (not a JPEG, corrupt, truncated, 12-bit, ...)
- * or when the output does not decode to the same pixels; `out` is then unspecified. Thread-safe
- * (no shared state). */
+ * is not a JPEG libjpeg reads without a warning (not a JPEG, corrupt, truncated, 12-bit, over
+ * 64 megapixels, ...) or when the output does not decode to the same pixels; `out` is then
+ * unspecified. Thread-safe (no shared state). */
 int jpeg_add_restarts(const uint8_t *in, size_t len, unsigned interval, struct bytes *out,
                       char *err, size_t err_size);
 
