@@ -191,12 +191,18 @@ def odd_source_tree(mk, tmp):
     cut += 2 + ((good[cut + 2] << 8) | good[cut + 3])
     with open(os.path.join(src, cls, "garbage_scan.JPEG"), "wb") as f:
         f.write(good[:cut] + bytes((i * 37) % 255 for i in range(4000)) + b"\xff\xd9")
+    # A frame header claiming 60000 x 60000 pixels: refused before libjpeg allocates for it.
+    bomb = bytearray(good)
+    sof = bomb.index(b"\xff\xc0")
+    bomb[sof + 5:sof + 9] = (60000).to_bytes(2, "big") * 2
+    with open(os.path.join(src, cls, "bomb.jpg"), "wb") as f:
+        f.write(bytes(bomb))
     with open(os.path.join(src, cls, "README.txt"), "w") as f:
         f.write("not an image, not indexed\n")
     os.mkdir(os.path.join(src, "n00000000_empty_class"))
     expected_skip = {info["edge_cases"][k][i] for k in ("png", "truncated", "empty", "not_image")
                      for i in range(2)}
-    expected_skip |= {f"{cls}/real.png", f"{cls}/garbage_scan.JPEG"}
+    expected_skip |= {f"{cls}/real.png", f"{cls}/garbage_scan.JPEG", f"{cls}/bomb.jpg"}
     return src, expected_skip
 
 
@@ -220,6 +226,7 @@ def case_from_folder(mk, tmp):
     listed = {s["path"]: s["reason"] for s in info["not_transcoded"]}
     assert set(listed) == expected_skip, (sorted(listed), sorted(expected_skip))
     assert all(listed.values()), listed
+    assert "megapixels" in listed[[k for k in listed if k.endswith("bomb.jpg")][0]], listed
     assert info["transcoded"] == len(files) - len(expected_skip), info
     assert info["copied_unchanged"] == len(expected_skip), info
     for rel, data in files.items():
