@@ -303,6 +303,47 @@ make_shards(const struct options *o, const char *tree, const struct copy_summary
 
 static long count_entries(const char *dir, char *first, size_t first_size);
 
+/* The absolute path `p` names (its last component need not exist yet). Returns 0 or -1. */
+static int
+absolute_path(const char *p, char *buf, size_t size)
+{
+    char real[PATH_MAX], parent[PATH_MAX];
+    if (realpath(p, real))
+        return snprintf(buf, size, "%s", real) < (int)size ? 0 : -1;
+    const char *slash = strrchr(p, '/');
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - p) : 1, slash ? p : ".");
+    if (!realpath(parent[0] ? parent : "/", real))
+        return -1;
+    return snprintf(buf, size, "%s/%s", real, slash ? slash + 1 : p) < (int)size ? 0 : -1;
+}
+
+/* Whether `inner` is `outer` or below it (absolute paths). */
+static int
+path_within(const char *inner, const char *outer)
+{
+    size_t n = strlen(outer);
+    return strncmp(inner, outer, n) == 0 && (inner[n] == '\0' || inner[n] == '/' || n == 1);
+}
+
+/* --from-folder TREE and OUT must not overlap: OUT inside TREE would become one of its class
+ * folders, and --force would delete a TREE inside OUT. Bad usage -> exit 2. */
+static void
+check_from_folder_paths(const struct options *o)
+{
+    char tree[PATH_MAX + 256], out[PATH_MAX + 256];
+    if (absolute_path(o->from_folder, tree, sizeof tree) != 0 ||
+        absolute_path(o->out, out, sizeof out) != 0)
+        return; /* the copy reports what cannot be read or created */
+    if (path_within(out, tree))
+        cli_bad_usage("OUT %s is inside --from-folder %s: the copy would become part of the "
+                      "tree it copies; give an OUT outside it",
+                      o->out, o->from_folder);
+    if (path_within(tree, out))
+        cli_bad_usage("--from-folder %s is inside OUT %s, which must be new or empty (and "
+                      "--force would delete it); give an OUT outside it",
+                      o->from_folder, o->out);
+}
+
 /* --from-folder: TREE copied into OUT (--format folder), or packed into shards in OUT
  * (--format webdataset); with --restart-interval, packed from a transcoded copy in a hidden
  * folder of OUT, removed afterwards. Returns the exit status. */
@@ -704,6 +745,8 @@ main(int argc, char **argv)
     uint64_t per_kind[K_COUNT] = {0};
 
     parse_options(argc, argv, &o);
+    if (o.from_folder)
+        check_from_folder_paths(&o);
     if (prepare_out(&o) != 0)
         return 1;
     if (o.from_folder) {

@@ -102,6 +102,10 @@ def read(path):
         return f.read()
 
 
+def tree_digest(root):
+    return sorted((rel, hash(data)) for rel, data in tree_files(root).items())
+
+
 def tree_files(root):
     out = {}
     for dirpath, _, files in os.walk(root):
@@ -250,6 +254,12 @@ def case_from_folder(mk, tmp):
     assert len(members) == len(files)
     for rel, data in got.items():
         assert members[member_name(rel)] == data, rel
+    # TREE and OUT must not overlap (OUT would become a class; --force would delete TREE).
+    before = tree_digest(src)
+    for out, extra in ((os.path.join(src, "copy"), []), (tmp, ["--force"])):
+        r = run(mk, out, "--from-folder", src, "--restart-interval", "1", *extra)
+        assert r.returncode == 2 and "give an OUT outside it" in r.stderr, (out, r.stderr)
+    assert not os.path.exists(os.path.join(src, "copy")) and tree_digest(src) == before
     print("from_folder: passed")
 
 
