@@ -297,6 +297,8 @@ make_shards(const struct options *o, const char *tree, const struct copy_summary
         printf("%s\n", pattern);
         if (conv)
             copy_summary_print(stdout, conv, o->restart_interval, 0);
+        else if (o->restart_interval)
+            printf("  restart markers every %u MCUs in the regular images\n", o->restart_interval);
     }
     return 0;
 }
