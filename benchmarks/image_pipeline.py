@@ -56,7 +56,8 @@ pixels). Then, interleaved, --repeat times: the decode floor (a) on each tree an
 tsock-producer's presets (b, the largest --workers count) on each tree. Reported: the medians,
 each preset on each tree against the ORIGINAL tree's floor (the headline: issue 21's targets
 are stated against the full decode of the files a user has) and against its own tree's floor,
-and how much bigger the files became. Writes docs/benchmarks/image_pipeline_restarts.json.
+how much bigger the files became, and the share of the images the producer decoded from the
+restart intervals under their crop alone (its final record's restart_windows / samples). Writes docs/benchmarks/image_pipeline_restarts.json.
 """
 import argparse
 import json
@@ -224,6 +225,10 @@ def run_tsock(args, root, preset, workers, workdir, tag, source=None):
         "index_s": pl["index_s"],
         "read_mode": pl["read_mode"],
         "bad_files": pl["bad_files"],
+        # The share of the images decoded from the restart intervals under their crop alone
+        # (None: a build before restart-marker decoding).
+        "restart_window_share": (pl["restart_windows"] / n if "restart_windows" in pl
+                                 else None),
         "consumer_cpu_s": cres["cpu_s"],
         "consumer_cpu_ms_per_image": 1e3 * cres["cpu_s"] / max(1, cres["samples"]),
         "images_per_s": (cres["samples"] - cres["batch_size"]) / span if span > 0 else None,
@@ -390,7 +395,7 @@ def make_restart_copy(args, root, workdir):
 
 # The figures of a preset run reported as medians, and those nested per stage or thread.
 PRESET_KEYS = ("cpu_ms_per_image", "decode_ms_per_image", "images_per_s", "wall_s",
-               "consumer_cpu_ms_per_image")
+               "consumer_cpu_ms_per_image", "restart_window_share")
 PRESET_NESTED = ("stage_cpu_ms_per_image", "thread_cpu_ms_per_image")
 
 
@@ -479,6 +484,9 @@ def print_restarts(args, out):
             st = row["stage_cpu_ms_per_image"]
             print(f"{tree + ': ' + preset:<40} {row['cpu_ms_per_image']:>12.3f} "
                   f"{row['over_original_floor']:>12.3f} {row['over_own_floor']:>11.3f}")
+            if row["restart_window_share"] is not None:
+                print(f"      {100 * row['restart_window_share']:.0f}% of the images decoded "
+                      "from their restart intervals alone")
             if None not in st.values():
                 print(f"      stages: read {st['read']:.3f}, codec {st['codec']:.3f}, resample "
                       f"{st['resample']:.3f}, publish {st['publish']:.4f} ms/image")
