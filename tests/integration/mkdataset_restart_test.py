@@ -177,8 +177,9 @@ def case_photos(mk, tmp):
 
 def odd_source_tree(mk, tmp):
     """A tree with every edge case, plus files a real dataset may hold: a JPEG with EXIF, an
-    ICC profile and a comment (PIL), a CMYK JPEG with its Adobe marker (PIL), a PNG, a JPEG
-    whose scan is garbage, and a README that is not an image."""
+    ICC profile and a comment (PIL), a CMYK JPEG and an RGB one with their Adobe markers (PIL),
+    a PNG, a JPEG whose scan is garbage, a header claiming a huge image, and a README that is
+    not an image."""
     src = os.path.join(tmp, "src")
     info = json.loads(ok(mk, src, "--images", "12", "--classes", "2", "--seed", "9",
                          "--edge-cases", "--json").stdout)
@@ -189,6 +190,8 @@ def odd_source_tree(mk, tmp):
     im.save(os.path.join(src, cls, "exif_icc_comment.jpg"), quality=85, exif=exif,
             icc_profile=b"\0" * 128 + b"not a real profile", comment=b"a comment")
     im.convert("CMYK").save(os.path.join(src, cls, "cmyk_pil.jpeg"), quality=80)
+    # RGB components, no colour transform: only its Adobe marker (transform 0) says so.
+    im.save(os.path.join(src, cls, "adobe_rgb.jpg"), quality=85, keep_rgb=True)
     im.save(os.path.join(src, cls, "real.png"))
     good = read(os.path.join(src, cls, "exif_icc_comment.jpg"))
     cut = good.index(b"\xff\xda")
