@@ -18,6 +18,11 @@
  * OUT must be a new or empty directory: files of an earlier tree left among the new ones would
  * be indexed as part of it. --force empties it first.
  *
+ * --restart-interval N adds restart markers every N MCUs to every regular JPEG written (a
+ * lossless transcode, mkdataset/restarts.h), and --from-folder TREE converts an existing tree
+ * instead of generating one: into a copy of it (--format folder, mkdataset/copytree.h) or into
+ * shards (--format webdataset).
+ *
  * Exit status: 0 done, 1 cannot write (OUT not empty without --force, unwritable OUT, full
  * disk), 2 bad command line.
  */
@@ -40,7 +45,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "copytree.h"
 #include "formats.h"
+#include "restarts.h"
 #include "shards.h"
 #include "synth.h"
 
@@ -75,11 +82,12 @@ struct options {
     int edge_cases, json, val;
     int force; /* --force: empty a non-empty OUT first */
     const char *photos;
-    int webdataset;          /* --format webdataset: OUT gets tar shards, not a tree */
-    uint64_t shard_samples;  /* --shard-samples */
-    const char *from_folder; /* --from-folder TREE: convert TREE instead of generating */
-    const char *shards_out;  /* with --format webdataset: where the shards go (o.out is then
-                              * the temporary tree) */
+    int webdataset;            /* --format webdataset: OUT gets tar shards, not a tree */
+    uint64_t shard_samples;    /* --shard-samples */
+    const char *from_folder;   /* --from-folder TREE: convert TREE instead of generating */
+    const char *shards_out;    /* with --format webdataset: where the shards go (o.out is then
+                                * the temporary tree) */
+    unsigned restart_interval; /* --restart-interval: MCUs per restart interval, 0 = none */
 };
 
 /* One file to write, and what was written. */
@@ -135,8 +143,17 @@ usage(FILE *f)
             "                     (KEY.jpeg + KEY.cls per sample, labels in torchvision's class\n"
             "                     numbering) and OUT/_info.json listing them (timm's layout)\n"
             "  --shard-samples N  samples per shard (default 1000)\n"
-            "  --from-folder TREE convert the ImageFolder tree TREE into shards in OUT instead\n"
-            "                     of generating images (needs --format webdataset)\n"
+            "  --from-folder TREE convert the ImageFolder tree TREE instead of generating\n"
+            "                     images: into shards in OUT (--format webdataset) or into a\n"
+            "                     copy of it in OUT (--format folder: its image files at the\n"
+            "                     same paths; unchanged unless --restart-interval is given)\n"
+            "  --restart-interval N\n"
+            "                     add a restart marker every N MCUs (1..65535; 0, the default:\n"
+            "                     none) to every regular JPEG written, by a lossless transcode\n"
+            "                     (the same pixels, checked), so that a decoder can decode a crop\n"
+            "                     without decoding the whole image first. With --from-folder, a\n"
+            "                     file that cannot be transcoded (not a JPEG, corrupt) is copied\n"
+            "                     unchanged and listed; --edge-cases files are left as they are\n"
             "  --help             show this help\n"
             "\n"
             "OUT must be a new or empty directory (see --force).\n"
@@ -159,6 +176,7 @@ parse_options(int argc, char **argv, struct options *o)
                                           {"format", required_argument, NULL, 'F'},
                                           {"shard-samples", required_argument, NULL, 'S'},
                                           {"from-folder", required_argument, NULL, 'T'},
+                                          {"restart-interval", required_argument, NULL, 'R'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -205,6 +223,10 @@ parse_options(int argc, char **argv, struct options *o)
             break;
         case 'S': o->shard_samples = cli_parse_u64("shard-samples", optarg, 1, 100000000); break;
         case 'T': o->from_folder = optarg; break;
+        case 'R':
+            o->restart_interval =
+                (unsigned)cli_parse_u64("restart-interval", optarg, 0, RESTART_INTERVAL_MAX);
+            break;
         case 'h': usage(stdout); exit(0);
         case ':': cli_bad_usage("option '%s' needs a value", argv[optind - 1]); break;
         default:
@@ -221,10 +243,13 @@ parse_options(int argc, char **argv, struct options *o)
         cli_bad_usage("OUT must not be empty");
     if (o->images == 0 && !o->edge_cases && !o->from_folder)
         cli_bad_usage("--images: 0 images and no --edge-cases: nothing to write");
-    if (o->from_folder && !o->webdataset)
-        cli_bad_usage("--from-folder: needs --format webdataset (it converts a tree to shards)");
     if (o->from_folder && !o->from_folder[0])
         cli_bad_usage("--from-folder: the value must not be empty");
+    struct stat st;
+    if (o->from_folder && (stat(o->from_folder, &st) != 0 || !S_ISDIR(st.st_mode)))
+        cli_bad_usage("--from-folder: '%s' is not a directory (expected an ImageFolder tree "
+                      "TREE/<class>/<image>)",
+                      o->from_folder);
 }
 
 /* ---- shards -------------------------------------------------------------------------------- */
@@ -237,10 +262,10 @@ remove_tree_entry(const char *path, const struct stat *st, int type, struct FTW 
     return (type == FTW_DP ? rmdir(path) : unlink(path)) != 0;
 }
 
-/* Writes the tree at `tree` as shards into o->shards_out and prints a summary. Returns the
- * exit status. */
+/* Writes the tree at `tree` as shards into o->shards_out and prints a summary (with `conv`,
+ * that of the conversion the tree came from). Returns the exit status. */
 static int
-make_shards(const struct options *o, const char *tree)
+make_shards(const struct options *o, const char *tree, const struct copy_summary *conv)
 {
     struct shard_summary sum;
     char err[1024];
@@ -264,11 +289,117 @@ make_shards(const struct options *o, const char *tree)
              sum.shards - 1);
     if (o->json) {
         cli_json_string(stdout, pattern);
+        printf(", \"restart_interval\": %u", o->restart_interval);
+        if (conv)
+            copy_summary_print(stdout, conv, o->restart_interval, 1);
         printf("}\n");
     } else {
         printf("%s\n", pattern);
+        if (conv)
+            copy_summary_print(stdout, conv, o->restart_interval, 0);
+        else if (o->restart_interval)
+            printf("  restart markers every %u MCUs in the regular images\n", o->restart_interval);
     }
     return 0;
+}
+
+static long count_entries(const char *dir, char *first, size_t first_size);
+
+/* The absolute path `p` names (its last component need not exist yet). Returns 0 or -1. */
+static int
+absolute_path(const char *p, char *buf, size_t size)
+{
+    char real[PATH_MAX], parent[PATH_MAX];
+    if (realpath(p, real))
+        return snprintf(buf, size, "%s", real) < (int)size ? 0 : -1;
+    const char *slash = strrchr(p, '/');
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - p) : 1, slash ? p : ".");
+    if (!realpath(parent[0] ? parent : "/", real))
+        return -1;
+    return snprintf(buf, size, "%s/%s", real, slash ? slash + 1 : p) < (int)size ? 0 : -1;
+}
+
+/* Whether `inner` is `outer` or below it (absolute paths). */
+static int
+path_within(const char *inner, const char *outer)
+{
+    size_t n = strlen(outer);
+    return strncmp(inner, outer, n) == 0 && (inner[n] == '\0' || inner[n] == '/' || n == 1);
+}
+
+/* --from-folder TREE and OUT must not overlap: OUT inside TREE would become one of its class
+ * folders, and --force would delete a TREE inside OUT. Bad usage -> exit 2. */
+static void
+check_from_folder_paths(const struct options *o)
+{
+    char tree[PATH_MAX + 256], out[PATH_MAX + 256];
+    if (absolute_path(o->from_folder, tree, sizeof tree) != 0 ||
+        absolute_path(o->out, out, sizeof out) != 0)
+        return; /* the copy reports what cannot be read or created */
+    if (path_within(out, tree))
+        cli_bad_usage("OUT %s is inside --from-folder %s: the copy would become part of the "
+                      "tree it copies; give an OUT outside it",
+                      o->out, o->from_folder);
+    if (path_within(tree, out))
+        cli_bad_usage("--from-folder %s is inside OUT %s, which must be new or empty (and "
+                      "--force would delete it); give an OUT outside it",
+                      o->from_folder, o->out);
+}
+
+/* --from-folder: TREE copied into OUT (--format folder), or packed into shards in OUT
+ * (--format webdataset); with --restart-interval, packed from a transcoded copy in a hidden
+ * folder of OUT, removed afterwards. Returns the exit status. */
+static int
+convert_folder(const struct options *o)
+{
+    struct copy_summary sum;
+    char err[1024], tree[4200];
+    const char *dst = o->out;
+    int status = 0;
+
+    if (o->webdataset && !o->restart_interval)
+        return make_shards(o, o->from_folder, NULL);
+    if (o->webdataset) {
+        snprintf(tree, sizeof tree, "%s/.tsock-mkdataset-tree", o->out);
+        if (mkdir(tree, 0755) != 0) {
+            fprintf(stderr, PROG ": cannot create %s: %s\n", tree, strerror(errno));
+            return 1;
+        }
+        dst = tree;
+    }
+    double t0 = now_s();
+    if (copy_tree(o->from_folder, dst, o->restart_interval, (unsigned)o->threads, &sum, err,
+                  sizeof err) != 0) {
+        char first[256];
+        fprintf(stderr, PROG ": %s%s\n", err,
+                !o->webdataset && count_entries(o->out, first, sizeof first) > 0
+                    ? " (OUT holds a partial copy: rerun with --force)"
+                    : "");
+        status = 1;
+    } else if (o->webdataset) {
+        status = make_shards(o, dst, &sum);
+    } else if (o->json) {
+        printf("{\"format\": \"folder\", \"out\": ");
+        cli_json_string(stdout, o->out);
+        printf(", \"from_folder\": ");
+        cli_json_string(stdout, o->from_folder);
+        printf(", \"classes\": %" PRIu64 ", \"files\": %" PRIu64 ", \"bytes\": %" PRIu64
+               ", \"source_bytes\": %" PRIu64 ", \"seconds\": %.3f, \"restart_interval\": %u",
+               sum.classes, sum.files, sum.bytes_out, sum.bytes_in, now_s() - t0,
+               o->restart_interval);
+        copy_summary_print(stdout, &sum, o->restart_interval, 1);
+        printf("}\n");
+    } else {
+        printf(PROG ": copied %" PRIu64 " files (%.1f MB) of %" PRIu64 " classes from %s to %s "
+                    "in %.2f s\n",
+               sum.files, (double)sum.bytes_out / 1e6, sum.classes, o->from_folder, o->out,
+               now_s() - t0);
+        copy_summary_print(stdout, &sum, o->restart_interval, 0);
+    }
+    if (o->webdataset)
+        nftw(tree, remove_tree_entry, 32, FTW_DEPTH | FTW_PHYS);
+    copy_summary_free(&sum);
+    return status;
 }
 
 /* ---- the output directory ------------------------------------------------------------------ */
@@ -509,7 +640,7 @@ worker(void *arg)
     struct job *j = arg;
     tjhandle tj = tjInitCompress();
     struct synth_scratch scratch = {0};
-    struct bytes buf = {0};
+    struct bytes buf = {0}, marked = {0};
     uint8_t *rgb = NULL;
     size_t rgb_cap = 0;
     char err[256], path[4096];
@@ -563,6 +694,16 @@ worker(void *arg)
             }
             data = buf.p;
             len = it->kind == K_TRUNCATED ? jpeg_truncation_point(buf.p, buf.len, 0.30) : buf.len;
+            /* Only the regular images: the edge cases exist to be odd. */
+            if (it->kind == K_IMAGE && j->opt->restart_interval) {
+                if (jpeg_add_restarts(buf.p, buf.len, j->opt->restart_interval, &marked, err,
+                                      sizeof err) != 0) {
+                    fail(j, "%s: %s", path, err);
+                    break;
+                }
+                data = marked.p;
+                len = marked.len;
+            }
         } else if (it->kind == K_TEXT) {
             data = (const uint8_t *)not_an_image;
             len = sizeof not_an_image - 1;
@@ -573,6 +714,7 @@ worker(void *arg)
     }
     free(rgb);
     bytes_free(&buf);
+    bytes_free(&marked);
     synth_scratch_free(&scratch);
     tjDestroy(tj);
     return NULL;
@@ -605,8 +747,20 @@ main(int argc, char **argv)
     uint64_t per_kind[K_COUNT] = {0};
 
     parse_options(argc, argv, &o);
+    if (o.from_folder)
+        check_from_folder_paths(&o);
     if (prepare_out(&o) != 0)
         return 1;
+    if (o.from_folder) {
+        struct stat ost;
+        o.shards_out = o.out;
+        if (mkdir(o.out, 0755) != 0 &&
+            !(errno == EEXIST && stat(o.out, &ost) == 0 && S_ISDIR(ost.st_mode))) {
+            fprintf(stderr, PROG ": cannot create %s: %s\n", o.out, strerror(errno));
+            return 1;
+        }
+        return convert_folder(&o);
+    }
     if (o.webdataset) {
         /* The images are written as a tree in a hidden folder of OUT, then packed. */
         static char tree[4200];
@@ -617,8 +771,6 @@ main(int argc, char **argv)
             fprintf(stderr, PROG ": cannot create %s: %s\n", o.out, strerror(errno));
             return 1;
         }
-        if (o.from_folder)
-            return make_shards(&o, o.from_folder);
         snprintf(tree, sizeof tree, "%s/.tsock-mkdataset-tree", o.out);
         o.out = tree;
         o.json = 0; /* the summary is the shards' */
@@ -736,10 +888,10 @@ main(int argc, char **argv)
                ", \"classes\": %" PRIu64 ", \"images\": %" PRIu64 ", \"files\": %zu"
                ", \"total_bytes\": %" PRIu64 ", \"mean_width\": %.1f, \"mean_height\": %.1f"
                ", \"mean_bytes\": %.0f, \"source\": \"%s\", \"threads\": %" PRIu64
-               ", \"seconds\": %.3f, \"files_per_second\": %.1f",
+               ", \"seconds\": %.3f, \"files_per_second\": %.1f, \"restart_interval\": %u",
                o.val ? "val" : "train", o.seed, o.quality, o.classes, per_kind[K_IMAGE], j.count,
                total_bytes, mean_w, mean_h, mean_bytes, j.nphotos ? "photos" : "synthetic", threads,
-               seconds, rate);
+               seconds, rate, o.restart_interval);
         printf(", \"edge_cases\": {");
         for (int k = K_GRAY; k < K_COUNT; k++) {
             printf("%s\"%s\": [", k == K_GRAY ? "" : ", ", kind_name[k]);
@@ -771,10 +923,13 @@ main(int argc, char **argv)
                 printf("%s %" PRIu64 " %s", k == K_GRAY ? "" : ",", per_kind[k], kind_text[k]);
             printf("\n");
         }
+        if (o.restart_interval)
+            printf("  restart markers every %u MCUs in the %" PRIu64 " images\n",
+                   o.restart_interval, per_kind[K_IMAGE]);
     }
     int status = 0;
     if (o.webdataset) {
-        status = make_shards(&o, o.out);
+        status = make_shards(&o, o.out, NULL);
         nftw(o.out, remove_tree_entry, 32, FTW_DEPTH | FTW_PHYS);
     }
     for (uint64_t c = 0; c < o.classes; c++)

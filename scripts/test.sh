@@ -357,6 +357,7 @@ if command -v clang >/dev/null 2>&1; then
     fuzz_smoke fuzz_state state 300000 30
     fuzz_smoke fuzz_endpoint endpoint 200000 20
     fuzz_smoke fuzz_tar tar 300000 30
+    fuzz_smoke fuzz_restarts image 300000 30
 else
     echo "no clang: fuzz smoke skipped"
 fi

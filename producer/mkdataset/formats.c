@@ -35,7 +35,7 @@ read_whole_file(const char *path, size_t *size)
     return p;
 }
 
-static int
+int
 bytes_append(struct bytes *b, const void *p, size_t n)
 {
     if (b->len + n > b->cap) {

@@ -15,6 +15,9 @@ struct bytes {
 
 void bytes_free(struct bytes *b);
 
+/* Appends n bytes (the buffer grows as needed). Returns 0, or -1 when out of memory. */
+int bytes_append(struct bytes *b, const void *p, size_t n);
+
 /* Reads the whole file at `path` into a malloc'ed buffer (the caller frees it; one spare byte
  * past *size, so an empty file is a valid buffer of size 0). NULL when it cannot be opened or
  * read (errno from the failing call). */

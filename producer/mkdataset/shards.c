@@ -13,12 +13,6 @@
 
 #define BLOCK 512
 
-struct file_list {
-    char **paths; /* relative to the tree */
-    uint32_t *labels;
-    size_t n, cap;
-};
-
 static int
 push(struct file_list *l, const char *path, uint32_t label)
 {
@@ -295,28 +289,50 @@ write_info(const char *out, const char *prefix, const char *split, const struct 
 }
 
 int
-write_shards(const char *tree, const char *out, const char *prefix, const char *split,
-             uint64_t per_shard, struct shard_summary *sum, char *err, size_t err_size)
+list_tree_files(const char *tree, struct file_list *l, uint64_t *nclasses, char *err,
+                size_t err_size)
 {
-    struct file_list l = {0};
-    size_t nclasses = 0;
-    char **classes = list_names(tree, 1, &nclasses);
+    size_t n = 0;
+    char **classes = list_names(tree, 1, &n);
     int r = 0;
 
-    *sum = (struct shard_summary){0};
-    if (!classes || nclasses == 0) {
+    *l = (struct file_list){0};
+    *nclasses = n;
+    if (!classes || n == 0) {
         snprintf(err, err_size, "%s: no class directory (expected an ImageFolder tree)", tree);
-        free_names(classes, nclasses);
+        free_names(classes, n);
         return -1;
     }
-    for (size_t c = 0; r == 0 && c < nclasses; c++)
-        r = walk_class(tree, classes[c], (uint32_t)c, &l);
-    if (r == 0 && l.n == 0) {
+    for (size_t c = 0; r == 0 && c < n; c++)
+        r = walk_class(tree, classes[c], (uint32_t)c, l);
+    if (r == 0 && l->n == 0) {
         snprintf(err, err_size, "%s: no image file in its class directories", tree);
         r = -1;
     } else if (r != 0) {
         snprintf(err, err_size, "%s: cannot list the tree: %s", tree, strerror(errno));
     }
+    l->classes = classes;
+    return r;
+}
+
+void
+file_list_free(struct file_list *l, uint64_t nclasses)
+{
+    free_names(l->classes, nclasses);
+    free_names(l->paths, l->n);
+    free(l->labels);
+    *l = (struct file_list){0};
+}
+
+int
+write_shards(const char *tree, const char *out, const char *prefix, const char *split,
+             uint64_t per_shard, struct shard_summary *sum, char *err, size_t err_size)
+{
+    struct file_list l;
+    uint64_t nclasses = 0;
+    int r = list_tree_files(tree, &l, &nclasses, err, err_size);
+
+    *sum = (struct shard_summary){0};
     uint64_t shards = r == 0 ? (l.n + per_shard - 1) / per_shard : 0;
     for (uint64_t s = 0; r == 0 && s < shards; s++) {
         char path[8192];
@@ -330,8 +346,6 @@ write_shards(const char *tree, const char *out, const char *prefix, const char *
     sum->samples = l.n;
     sum->shards = shards;
     sum->classes = nclasses;
-    free_names(classes, nclasses);
-    free_names(l.paths, l.n);
-    free(l.labels);
+    file_list_free(&l, nclasses);
     return r;
 }

@@ -20,6 +20,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The files of an ImageFolder tree, in the order above. */
+struct file_list {
+    char **paths; /* relative to the tree: CLASS/NAME or CLASS/SUB/.../NAME */
+    uint32_t *labels;
+    size_t n, cap;
+    char **classes; /* the class folders' names, sorted (label = index) */
+};
+
+/* Lists the image files (torchvision's image extensions) of `tree`. Returns 0, or -1 with a
+ * message (no class folder, no image file, unreadable tree). Free with file_list_free, also
+ * after a failure. */
+int list_tree_files(const char *tree, struct file_list *l, uint64_t *nclasses, char *err,
+                    size_t err_size);
+void file_list_free(struct file_list *l, uint64_t nclasses);
+
 struct shard_summary {
     uint64_t samples, shards, classes, bytes;
 };

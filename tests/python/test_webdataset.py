@@ -396,6 +396,11 @@ def test_mkdataset_format_webdataset(tsock, programs, procs, endpoint, tmp_path)
     assert err.count("the image member is empty") == 2, err
     assert err.count("not an image") == 2, err
     assert res["samples"] == 20 + 5 * 2 and res["duplicates"] == 2, (cout, cerr)
+    # --from-folder needs an ImageFolder tree (into a folder copy or shards, docs/mkdataset.md).
     r = subprocess.run([mk, str(tmp_path / "x"), "--from-folder", out], capture_output=True,
                        text=True, timeout=60)
-    assert r.returncode == 2 and "--format webdataset" in r.stderr
+    assert r.returncode == 1 and "no class directory" in r.stderr, r.stderr
+    r = subprocess.run([mk, str(tmp_path / "y"), "--from-folder", str(tmp_path / "nowhere")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--from-folder" in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / "y")
