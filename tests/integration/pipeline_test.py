@@ -429,7 +429,38 @@ def test_stage_stats(env):
           f"interval records without stages: {staged[:2]}")
 
 
+def test_restart_markers(env):
+    """Issue 21: a copy of the tree with a restart marker after every MCU (tsock-mkdataset
+    --from-folder --restart-interval 1, lossless) gives the same bytes as the tree in every
+    epoch, train and val, grayscale, CMYK, progressive (made sequential) and replaced files
+    included; nearly every image comes from the restart intervals under its window
+    (restart_windows), none on the tree without markers. The output size of 32 makes most
+    train crops DCT-scaled, so scaled windows are covered too."""
+    tree = env.mkdataset("tree", "--edge-cases")
+    marked = env.path("marked")
+    r = subprocess.run([env.args.mkdataset, marked, "--from-folder", tree, "--restart-interval",
+                        "1"], capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, f"tsock-mkdataset --from-folder failed: {r.stderr}")
+    for split in ("train", "val"):
+        seen = {}
+        for name, root in (("plain", tree), ("marked", marked)):
+            rc, res, prc, err, st = env.serve(root, 2, "--split", split,
+                                              stats=f"{split}-{name}.json")
+            # 3: the truncated files' replacements are flagged (see test_edge_cases)
+            check(rc == 3 and prc == 0, f"{split} {name}: consumer exit {rc}, producer {prc}")
+            seen[name] = (res["epoch_digests"], st["pipeline"])
+        (plain, pl0), (mark, pl1) = seen["plain"], seen["marked"]
+        check(len(plain) == 2 and plain == mark,
+              f"{split}: restart markers change the bytes: {plain} {mark}")
+        check(pl0["restart_windows"] == 0, f"{split}: plain tree {pl0['restart_windows']} windows")
+        share = pl1["restart_windows"] / pl1["decoded_cpu"]
+        print(f"{split}: {pl1['restart_windows']} of {pl1['decoded_cpu']} images from restart "
+              f"windows ({share:.0%})")
+        check(share >= 0.7, f"{split}: only {share:.0%} of the images used a restart window")
+
+
 TESTS = {
+    "restart_markers": test_restart_markers,
     "stage_stats": test_stage_stats,
     "status_line": test_status_line,
     "edge_cases": test_edge_cases,
