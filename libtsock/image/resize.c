@@ -417,7 +417,7 @@ row_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *in, size_t in_bytes, 
  * the end of a row. */
 __attribute__((target("avx2"), always_inline)) static inline int
 pixel4_rgb_avx2(const struct tsock__coeffs *c, int i, const uint8_t *const in[4], size_t in_bytes,
-                int first, int stride, __m256i shuf01, __m256i shuf23, uint32_t px[4])
+                int first, int stride, __m256i shuf01, __m256i shuf23, __m128i *px)
 {
     const size_t quad = 4 * (size_t)stride; /* bytes of four source pixels */
     const int n = c->bounds[2 * i + 1], quads = (n + 3) / 4;
@@ -459,12 +459,25 @@ pixel4_rgb_avx2(const struct tsock__coeffs *c, int i, const uint8_t *const in[4]
     __m256i v = _mm256_packs_epi32(_mm256_srai_epi32(v01, PRECISION_BITS),
                                    _mm256_srai_epi32(v23, PRECISION_BITS));
     v = _mm256_packus_epi16(v, v);
-    __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-    px[0] = (uint32_t)_mm_cvtsi128_si32(lo);
-    px[2] = (uint32_t)_mm_extract_epi32(lo, 1);
-    px[1] = (uint32_t)_mm_cvtsi128_si32(hi);
-    px[3] = (uint32_t)_mm_extract_epi32(hi, 1);
+    /* rows 0 2 | 1 3 in the low dwords of the lanes: interleaved into rows 0 1 2 3 */
+    *px = _mm_unpacklo_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     return 1;
+}
+
+/* Stores row r's pixel (dword r of px, 4 bytes of which the last is junk) at o. The lane is
+ * stored straight from the register: going through an array of four made every pixel wait
+ * on a store-to-load round trip. */
+__attribute__((target("avx2"), always_inline)) static inline void
+store_lane(uint8_t *o, __m128i px, int r)
+{
+    uint32_t v;
+    switch (r) {
+    case 0: v = (uint32_t)_mm_cvtsi128_si32(px); break;
+    case 1: v = (uint32_t)_mm_extract_epi32(px, 1); break;
+    case 2: v = (uint32_t)_mm_extract_epi32(px, 2); break;
+    default: v = (uint32_t)_mm_extract_epi32(px, 3); break;
+    }
+    memcpy(o, &v, 4);
 }
 
 /* The horizontal pass of four rows. Pixels are written with 4-byte stores whose stray byte
@@ -479,12 +492,16 @@ rows4_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *const in[4], size_t
     const __m256i shuf23 = _mm256_broadcastsi128_si256(
         _mm_loadu_si128((const __m128i *)(const void *)pair_shuffle[stride == 4][1]));
     const int last = c->win_n - 1;
-    uint32_t px[4];
+    uint8_t *const o0 = out[0], *const o1 = out[1], *const o2 = out[2], *const o3 = out[3];
+    __m128i px;
 
     for (int i = 0; i < last; i++) {
-        if (pixel4_rgb_avx2(c, i, in, in_bytes, first, stride, shuf01, shuf23, px)) {
-            for (int r = 0; r < 4; r++)
-                memcpy(out[r] + (size_t)i * 3, &px[r], 4);
+        size_t at = (size_t)i * 3;
+        if (pixel4_rgb_avx2(c, i, in, in_bytes, first, stride, shuf01, shuf23, &px)) {
+            store_lane(o0 + at, px, 0);
+            store_lane(o1 + at, px, 1);
+            store_lane(o2 + at, px, 2);
+            store_lane(o3 + at, px, 3);
         } else {
             for (int r = 0; r < 4; r++)
                 one_pixel(c, i, in[r], in_bytes, first, stride, 3, out[r]);
@@ -493,8 +510,8 @@ rows4_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *const in[4], size_t
     if (last < 0)
         return;
     uint8_t exact[4][4];
-    if (pixel4_rgb_avx2(c, last, in, in_bytes, first, stride, shuf01, shuf23, px))
-        memcpy(exact, px, sizeof exact);
+    if (pixel4_rgb_avx2(c, last, in, in_bytes, first, stride, shuf01, shuf23, &px))
+        _mm_storeu_si128((__m128i *)(void *)exact, px);
     else
         for (int r = 0; r < 4; r++)
             pixel_to(c, last, in[r], in_bytes, first, stride, 3, exact[r]);
@@ -553,6 +570,14 @@ tsock__horizontal_first(int in_w, int in_h, int out_w, int out_h)
 }
 
 #ifdef TSOCK__AVX2
+/* combine() on eight lanes: (high << 11) + low + rounding, shifted. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+combine256(__m256i h, __m256i l, __m256i round)
+{
+    return _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), round),
+                             PRECISION_BITS);
+}
+
 /* The SSE2 vertical loop of tsock__resample_col at twice the width, 32 samples at a time.
  * Unpacking and packing both work within 128-bit lanes and each undoes the other, so the
  * samples come out in order. Returns the number of samples done. */
@@ -563,8 +588,10 @@ col_avx2(const int32_t *kp, int n, const uint8_t *src, size_t pitch, size_t len,
     const __m256i round = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
     size_t i = 0;
 
+    /* Eight named accumulators, not arrays: at -O2 arrays indexed in inner loops were kept on
+     * the stack, and the loads and stores cost more than the arithmetic. */
     for (; i + 32 <= len; i += 32) {
-        __m256i h[4] = {z, z, z, z}, l[4] = {z, z, z, z};
+        __m256i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
         const uint8_t *r = src + i;
         for (int t = 0; t < n; t += 2, r += 2 * pitch) {
             __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)r);
@@ -572,23 +599,25 @@ col_avx2(const int32_t *kp, int n, const uint8_t *src, size_t pitch, size_t len,
                                   : a; /* odd tail: its tap is 0 */
             __m256i alo = _mm256_unpacklo_epi8(a, z), ahi = _mm256_unpackhi_epi8(a, z);
             __m256i blo = _mm256_unpacklo_epi8(b, z), bhi = _mm256_unpackhi_epi8(b, z);
-            __m256i x[4] = {_mm256_unpacklo_epi16(alo, blo), _mm256_unpackhi_epi16(alo, blo),
-                            _mm256_unpacklo_epi16(ahi, bhi), _mm256_unpackhi_epi16(ahi, bhi)};
             __m256i kh = _mm256_broadcastsi128_si256(
                 _mm_loadu_si128((const __m128i *)(const void *)(kp + 4 * t)));
             __m256i kl = _mm256_broadcastsi128_si256(
                 _mm_loadu_si128((const __m128i *)(const void *)(kp + 4 * t + 4)));
-            for (int j = 0; j < 4; j++) {
-                h[j] = _mm256_add_epi32(h[j], _mm256_madd_epi16(x[j], kh));
-                l[j] = _mm256_add_epi32(l[j], _mm256_madd_epi16(x[j], kl));
-            }
+            __m256i x = _mm256_unpacklo_epi16(alo, blo);
+            h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(x, kh));
+            l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(x, kl));
+            x = _mm256_unpackhi_epi16(alo, blo);
+            h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(x, kh));
+            l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(x, kl));
+            x = _mm256_unpacklo_epi16(ahi, bhi);
+            h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(x, kh));
+            l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(x, kl));
+            x = _mm256_unpackhi_epi16(ahi, bhi);
+            h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(x, kh));
+            l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(x, kl));
         }
-        __m256i v[4];
-        for (int j = 0; j < 4; j++)
-            v[j] = _mm256_srai_epi32(
-                _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h[j], 11), l[j]), round),
-                PRECISION_BITS);
-        __m256i lo = _mm256_packs_epi32(v[0], v[1]), hi = _mm256_packs_epi32(v[2], v[3]);
+        __m256i lo = _mm256_packs_epi32(combine256(h0, l0, round), combine256(h1, l1, round));
+        __m256i hi = _mm256_packs_epi32(combine256(h2, l2, round), combine256(h3, l3, round));
         _mm256_storeu_si256((__m256i *)(void *)(out + i), _mm256_packus_epi16(lo, hi));
     }
     return i;
