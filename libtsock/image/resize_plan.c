@@ -8,6 +8,9 @@
 
 #include "image/image_int.h"
 
+/* Output rows per group in a vertical-first resize (tsock__resample_rows takes four at once). */
+#define VFIRST_ROWS 4
+
 int
 tsock__resize_plan_make(struct tsock__decoder *d, struct tsock__resize_plan *pl, int src_w,
                         int src_h, double bx0, double by0, double bx1, double by1, int cx0, int cy0,
@@ -49,10 +52,10 @@ tsock__resize_plan_finish(struct tsock__decoder *d, const struct tsock__resize_p
 {
     const size_t out_row = (size_t)pl->out_w * (size_t)pl->nch;
     const int rows_first = pl->need_y0 - pl->clamp_y;
-    uint8_t *line = tsock__buf_get(&d->conv2, out_row);
     int32_t *acc;
 
     if (pl->hfirst) {
+        uint8_t *line = tsock__buf_get(&d->conv2, out_row);
         acc = tsock__buf_get(&d->acc, out_row * sizeof(int32_t));
         if (!line || !acc)
             return -ENOMEM;
@@ -67,18 +70,25 @@ tsock__resize_plan_finish(struct tsock__decoder *d, const struct tsock__resize_p
         }
         return 0;
     }
-    /* Vertical first: each output row is a vertical pass over the decoded columns the
-     * horizontal pass will read, then the horizontal pass. */
+    /* Vertical first: output rows VFIRST_ROWS at a time, each a vertical pass over the decoded
+     * columns the horizontal pass will read, then the horizontal pass over the group (whose
+     * SIMD code shares each output pixel's taps across four rows). */
     const size_t len = (size_t)(pl->need_x1 - pl->need_x0) * (size_t)px;
     const uint8_t *base = rows + (size_t)(pl->need_x0 - rows_x0) * (size_t)px;
-    uint8_t *mid = tsock__buf_get(&d->conv, len);
+    uint8_t *mid = tsock__buf_get(&d->conv, len * VFIRST_ROWS);
+    uint8_t *lines = tsock__buf_get(&d->conv2, out_row * VFIRST_ROWS);
     acc = tsock__buf_get(&d->acc, len * sizeof(int32_t));
-    if (!line || !mid || !acc)
+    if (!mid || !lines || !acc)
         return -ENOMEM;
-    for (int y = 0; y < pl->out_h; y++) {
-        tsock__resample_col(&d->cv, y, base, rows_first, pitch, len, acc, mid);
-        tsock__resample_row(&d->ch, mid, len, pl->need_x0 - pl->clamp_x, px, pl->nch, line);
-        tsock__emit_row(line, pl->out_w, pl->nch, out + (size_t)y * pl->out_w * 3);
+    for (int y = 0; y < pl->out_h; y += VFIRST_ROWS) {
+        int k = pl->out_h - y < VFIRST_ROWS ? pl->out_h - y : VFIRST_ROWS;
+        for (int i = 0; i < k; i++)
+            tsock__resample_col(&d->cv, y + i, base, rows_first, pitch, len, acc, mid + i * len);
+        tsock__resample_rows(&d->ch, mid, len, len, pl->need_x0 - pl->clamp_x, px, pl->nch, lines,
+                             out_row, k);
+        for (int i = 0; i < k; i++)
+            tsock__emit_row(lines + i * out_row, pl->out_w, pl->nch,
+                            out + (size_t)(y + i) * pl->out_w * 3);
     }
     return 0;
 }
