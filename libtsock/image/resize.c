@@ -409,6 +409,21 @@ row_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *in, size_t in_bytes, 
 #endif
 
 #ifdef TSOCK__AVX2
+/* One pair of taps of one output pixel in four rows: x01 and x23 hold 16 source bytes of
+ * rows 0 and 1, 2 and 3; shuf picks the pair's pixels; kp points at the pair's high and low
+ * halves. */
+__attribute__((target("avx2"), always_inline)) static inline void
+tap_pair(__m256i x01, __m256i x23, __m256i shuf, const __m128i *kp, __m256i *h01, __m256i *l01,
+         __m256i *h23, __m256i *l23)
+{
+    __m256i kh = _mm256_broadcastsi128_si256(kp[0]), kl = _mm256_broadcastsi128_si256(kp[1]);
+    __m256i a01 = _mm256_shuffle_epi8(x01, shuf), a23 = _mm256_shuffle_epi8(x23, shuf);
+    *h01 = _mm256_add_epi32(*h01, _mm256_madd_epi16(a01, kh));
+    *l01 = _mm256_add_epi32(*l01, _mm256_madd_epi16(a01, kl));
+    *h23 = _mm256_add_epi32(*h23, _mm256_madd_epi16(a23, kh));
+    *l23 = _mm256_add_epi32(*l23, _mm256_madd_epi16(a23, kl));
+}
+
 /* Output pixel i of four rows at once, two rows per vector, one in each 128-bit lane. The
  * same output pixel of every row has the same taps, so each half of a pair of taps is one
  * broadcast load used four times, and the bookkeeping per pixel is shared: well under half
@@ -435,22 +450,9 @@ pixel4_rgb_avx2(const struct tsock__coeffs *c, int i, const uint8_t *const in[4]
         __m256i x23 = _mm256_inserti128_si256(
             _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(in[2] + off))),
             _mm_loadu_si128((const __m128i *)(const void *)(in[3] + off)), 1);
-        __m256i kh = _mm256_broadcastsi128_si256(kp[0]), kl = _mm256_broadcastsi128_si256(kp[1]);
-        __m256i a01 = _mm256_shuffle_epi8(x01, shuf01), a23 = _mm256_shuffle_epi8(x23, shuf01);
-        h01 = _mm256_add_epi32(h01, _mm256_madd_epi16(a01, kh));
-        l01 = _mm256_add_epi32(l01, _mm256_madd_epi16(a01, kl));
-        h23 = _mm256_add_epi32(h23, _mm256_madd_epi16(a23, kh));
-        l23 = _mm256_add_epi32(l23, _mm256_madd_epi16(a23, kl));
-        if (4 * q + 2 < n) { /* taps 2 and 3 of the quad */
-            kh = _mm256_broadcastsi128_si256(kp[2]);
-            kl = _mm256_broadcastsi128_si256(kp[3]);
-            a01 = _mm256_shuffle_epi8(x01, shuf23);
-            a23 = _mm256_shuffle_epi8(x23, shuf23);
-            h01 = _mm256_add_epi32(h01, _mm256_madd_epi16(a01, kh));
-            l01 = _mm256_add_epi32(l01, _mm256_madd_epi16(a01, kl));
-            h23 = _mm256_add_epi32(h23, _mm256_madd_epi16(a23, kh));
-            l23 = _mm256_add_epi32(l23, _mm256_madd_epi16(a23, kl));
-        }
+        tap_pair(x01, x23, shuf01, kp, &h01, &l01, &h23, &l23);
+        if (4 * q + 2 < n) /* taps 2 and 3 of the quad */
+            tap_pair(x01, x23, shuf23, kp + 2, &h01, &l01, &h23, &l23);
     }
     const __m256i round = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
     __m256i v01 = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h01, 11), l01), round);
@@ -485,26 +487,27 @@ store_lane(uint8_t *o, __m128i px, int r)
  * first pixel is already written, so the last pixel of each row is stored exactly. */
 __attribute__((target("avx2"))) static void
 rows4_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *const in[4], size_t in_bytes,
-               int first, int stride, uint8_t *const out[4])
+               int first, int stride, uint8_t *out, size_t out_pitch)
 {
     const __m256i shuf01 = _mm256_broadcastsi128_si256(
         _mm_loadu_si128((const __m128i *)(const void *)pair_shuffle[stride == 4][0]));
     const __m256i shuf23 = _mm256_broadcastsi128_si256(
         _mm_loadu_si128((const __m128i *)(const void *)pair_shuffle[stride == 4][1]));
     const int last = c->win_n - 1;
-    uint8_t *const o0 = out[0], *const o1 = out[1], *const o2 = out[2], *const o3 = out[3];
     __m128i px;
 
+    /* One output pointer and the pitch, not four pointers: fewer registers held across the
+     * loop (four were spilled to the stack and reloaded for every pixel). */
     for (int i = 0; i < last; i++) {
-        size_t at = (size_t)i * 3;
+        uint8_t *o = out + (size_t)i * 3;
         if (pixel4_rgb_avx2(c, i, in, in_bytes, first, stride, shuf01, shuf23, &px)) {
-            store_lane(o0 + at, px, 0);
-            store_lane(o1 + at, px, 1);
-            store_lane(o2 + at, px, 2);
-            store_lane(o3 + at, px, 3);
+            store_lane(o, px, 0);
+            store_lane(o + out_pitch, px, 1);
+            store_lane(o + 2 * out_pitch, px, 2);
+            store_lane(o + 3 * out_pitch, px, 3);
         } else {
             for (int r = 0; r < 4; r++)
-                one_pixel(c, i, in[r], in_bytes, first, stride, 3, out[r]);
+                one_pixel(c, i, in[r], in_bytes, first, stride, 3, out + r * out_pitch);
         }
     }
     if (last < 0)
@@ -516,7 +519,7 @@ rows4_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *const in[4], size_t
         for (int r = 0; r < 4; r++)
             pixel_to(c, last, in[r], in_bytes, first, stride, 3, exact[r]);
     for (int r = 0; r < 4; r++)
-        memcpy(out[r] + (size_t)last * 3, exact[r], 3);
+        memcpy(out + r * out_pitch + (size_t)last * 3, exact[r], 3);
 }
 #endif
 
@@ -533,10 +536,7 @@ tsock__resample_rows(const struct tsock__coeffs *c, const uint8_t *in, size_t in
             const uint8_t *const src[4] = {
                 in + (size_t)y * in_pitch, in + (size_t)(y + 1) * in_pitch,
                 in + (size_t)(y + 2) * in_pitch, in + (size_t)(y + 3) * in_pitch};
-            uint8_t *const dst[4] = {out + (size_t)y * out_pitch, out + (size_t)(y + 1) * out_pitch,
-                                     out + (size_t)(y + 2) * out_pitch,
-                                     out + (size_t)(y + 3) * out_pitch};
-            rows4_rgb_avx2(c, src, in_bytes, first, stride, dst);
+            rows4_rgb_avx2(c, src, in_bytes, first, stride, out + (size_t)y * out_pitch, out_pitch);
         }
     }
 #endif
