@@ -47,6 +47,7 @@
 #include "cli.h"
 #include "copytree.h"
 #include "formats.h"
+#include "jobs.h"
 #include "restarts.h"
 #include "shards.h"
 #include "synth.h"
@@ -108,9 +109,7 @@ struct job {
     struct synth_photo *photos;
     size_t nphotos;
     atomic_size_t next;
-    atomic_int failed;
-    pthread_mutex_t lock;
-    char error[1024];
+    struct first_error err;
 };
 
 static void
@@ -574,20 +573,6 @@ load_photos(const char *dir)
 /* ---- writing ------------------------------------------------------------------------------ */
 
 static void
-fail(struct job *j, const char *fmt, ...)
-{
-    va_list ap;
-    pthread_mutex_lock(&j->lock);
-    if (!atomic_load(&j->failed)) {
-        va_start(ap, fmt);
-        vsnprintf(j->error, sizeof j->error, fmt, ap);
-        va_end(ap);
-        atomic_store(&j->failed, 1);
-    }
-    pthread_mutex_unlock(&j->lock);
-}
-
-static void
 file_name(const struct job *j, const struct item *it, char *buf, size_t size)
 {
     if (j->opt->val)
@@ -598,36 +583,15 @@ file_name(const struct job *j, const struct item *it, char *buf, size_t size)
                  j->class_names[it->cls], it->number);
 }
 
-/* Writes a file whole; on any error removes it, so a full disk leaves no partial file. */
+/* Writes a file whole (a full disk leaves no partial file); the pool's first error says why. */
 static int
 write_file(struct job *j, const char *path, const uint8_t *p, size_t n)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        fail(j, "cannot create %s: %s", path, strerror(errno));
-        return -1;
-    }
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : EIO;
-            close(fd);
-            unlink(path);
-            fail(j, "cannot write %s: %s", path, strerror(e));
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    if (close(fd) != 0) {
-        int e = errno;
-        unlink(path);
-        fail(j, "cannot write %s: %s", path, strerror(e));
-        return -1;
-    }
-    return 0;
+    char msg[8400];
+    if (write_whole(path, p, n, msg, sizeof msg) == 0)
+        return 0;
+    first_error_set(&j->err, "%s", msg);
+    return -1;
 }
 
 static const char not_an_image[] =
@@ -646,10 +610,10 @@ worker(void *arg)
     char err[256], path[4096];
 
     if (!tj) {
-        fail(j, "cannot initialize TurboJPEG: %s", tjGetErrorStr2(NULL));
+        first_error_set(&j->err, "cannot initialize TurboJPEG: %s", tjGetErrorStr2(NULL));
         return NULL;
     }
-    while (!atomic_load(&j->failed)) {
+    while (!first_error_seen(&j->err)) {
         size_t i = atomic_fetch_add(&j->next, 1);
         if (i >= j->count)
             break;
@@ -669,13 +633,13 @@ worker(void *arg)
                 rgb_cap = rgb ? need : 0;
             }
             if (!rgb) {
-                fail(j, "out of memory");
+                first_error_set(&j->err, "out of memory");
                 break;
             }
             if (j->nphotos)
                 synth_from_photo(synth_next(&g), j->photos, j->nphotos, it->width, it->height, rgb);
             else if (synth_image(synth_next(&g), it->width, it->height, rgb, &scratch) != 0) {
-                fail(j, "out of memory");
+                first_error_set(&j->err, "out of memory");
                 break;
             }
             int r;
@@ -689,7 +653,7 @@ worker(void *arg)
                                                             : JPEG_BASELINE,
                                 &buf, err, sizeof err);
             if (r != 0) {
-                fail(j, "%s: %s", path, err);
+                first_error_set(&j->err, "%s: %s", path, err);
                 break;
             }
             data = buf.p;
@@ -698,7 +662,7 @@ worker(void *arg)
             if (it->kind == K_IMAGE && j->opt->restart_interval) {
                 if (jpeg_add_restarts(buf.p, buf.len, j->opt->restart_interval, &marked, err,
                                       sizeof err) != 0) {
-                    fail(j, "%s: %s", path, err);
+                    first_error_set(&j->err, "%s: %s", path, err);
                     break;
                 }
                 data = marked.p;
@@ -738,6 +702,17 @@ make_class_names(const struct options *o)
     return names;
 }
 
+/* Creates OUT; an existing directory is fine. Returns 0, or 1 after saying why. */
+static int
+make_out_dir(const char *out)
+{
+    struct stat st;
+    if (mkdir(out, 0755) == 0 || (errno == EEXIST && stat(out, &st) == 0 && S_ISDIR(st.st_mode)))
+        return 0;
+    fprintf(stderr, PROG ": cannot create %s: %s\n", out, strerror(errno));
+    return 1;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -752,25 +727,17 @@ main(int argc, char **argv)
     if (prepare_out(&o) != 0)
         return 1;
     if (o.from_folder) {
-        struct stat ost;
         o.shards_out = o.out;
-        if (mkdir(o.out, 0755) != 0 &&
-            !(errno == EEXIST && stat(o.out, &ost) == 0 && S_ISDIR(ost.st_mode))) {
-            fprintf(stderr, PROG ": cannot create %s: %s\n", o.out, strerror(errno));
+        if (make_out_dir(o.out) != 0)
             return 1;
-        }
         return convert_folder(&o);
     }
     if (o.webdataset) {
         /* The images are written as a tree in a hidden folder of OUT, then packed. */
         static char tree[4200];
-        struct stat ost;
         o.shards_out = o.out;
-        if (mkdir(o.out, 0755) != 0 &&
-            !(errno == EEXIST && stat(o.out, &ost) == 0 && S_ISDIR(ost.st_mode))) {
-            fprintf(stderr, PROG ": cannot create %s: %s\n", o.out, strerror(errno));
+        if (make_out_dir(o.out) != 0)
             return 1;
-        }
         snprintf(tree, sizeof tree, "%s/.tsock-mkdataset-tree", o.out);
         o.out = tree;
         o.json = 0; /* the summary is the shards' */
@@ -782,7 +749,7 @@ main(int argc, char **argv)
     j.opt = &o;
     j.photos = g_photos;
     j.nphotos = g_nphotos;
-    pthread_mutex_init(&j.lock, NULL);
+    first_error_init(&j.err);
     j.class_names = make_class_names(&o);
     uint64_t edge = o.edge_cases ? K_COUNT - 1 : 0;
     j.count = (size_t)(o.images + edge * o.classes);
@@ -857,9 +824,10 @@ main(int argc, char **argv)
     for (uint64_t i = 0; i < started; i++)
         pthread_join(tid[i], NULL);
     free(tid);
+    first_error_destroy(&j.err);
     double seconds = now_s() - t0;
-    if (atomic_load(&j.failed)) {
-        fprintf(stderr, PROG ": %s\n", j.error);
+    if (first_error_seen(&j.err)) {
+        fprintf(stderr, PROG ": %s\n", j.err.text);
         if (o.webdataset)
             nftw(o.out, remove_tree_entry, 32, FTW_DEPTH | FTW_PHYS);
         return 1;

@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "copytree.h"
 #include "formats.h"
+#include "jobs.h"
 #include "restarts.h"
 #include "shards.h"
 
@@ -25,55 +26,8 @@ struct copy_job {
     uint64_t *size_in;  /* per file */
     uint64_t *size_out; /* per file */
     atomic_size_t next;
-    atomic_int failed;
-    pthread_mutex_t lock;
-    char error[1024];
+    struct first_error err;
 };
-
-static void
-job_fail(struct copy_job *j, const char *fmt, ...)
-{
-    va_list ap;
-    pthread_mutex_lock(&j->lock);
-    if (!atomic_load(&j->failed)) {
-        va_start(ap, fmt);
-        vsnprintf(j->error, sizeof j->error, fmt, ap);
-        va_end(ap);
-        atomic_store(&j->failed, 1);
-    }
-    pthread_mutex_unlock(&j->lock);
-}
-
-/* Writes a file whole; on any error removes it, so a full disk leaves no partial file. */
-static int
-write_whole(const char *path, const uint8_t *p, size_t n, char *err, size_t err_size)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        snprintf(err, err_size, "cannot create %s: %s", path, strerror(errno));
-        return -1;
-    }
-    int e = 0;
-    while (n && !e) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            e = w < 0 ? errno : EIO;
-            break;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    if (close(fd) != 0 && !e)
-        e = errno;
-    if (e) {
-        unlink(path);
-        snprintf(err, err_size, "cannot write %s: %s", path, strerror(e));
-        return -1;
-    }
-    return 0;
-}
 
 /* Creates out/DIR for every folder DIR on the way to the file out/REL. */
 static int
@@ -102,7 +56,7 @@ copy_one(struct copy_job *j, size_t i, struct bytes *buf)
     snprintf(dst, sizeof dst, "%s/%s", j->out, rel);
     uint8_t *data = read_whole_file(src, &size);
     if (!data) {
-        job_fail(j, "cannot read %s: %s", src, strerror(errno));
+        first_error_set(&j->err, "cannot read %s: %s", src, strerror(errno));
         return;
     }
     const uint8_t *w = data;
@@ -112,12 +66,12 @@ copy_one(struct copy_job *j, size_t i, struct bytes *buf)
             w = buf->p;
             wn = buf->len;
         } else if (!(j->reason[i] = strdup(why))) {
-            job_fail(j, "out of memory");
+            first_error_set(&j->err, "out of memory");
         }
     }
     char msg[8400];
-    if (!atomic_load(&j->failed) && write_whole(dst, w, wn, msg, sizeof msg) != 0)
-        job_fail(j, "%s", msg);
+    if (!first_error_seen(&j->err) && write_whole(dst, w, wn, msg, sizeof msg) != 0)
+        first_error_set(&j->err, "%s", msg);
     j->size_in[i] = size;
     j->size_out[i] = wn;
     free(data);
@@ -130,7 +84,7 @@ copy_worker(void *arg)
     struct bytes buf = {0};
     for (;;) {
         size_t i = atomic_fetch_add(&j->next, 1);
-        if (i >= j->files->n || atomic_load(&j->failed))
+        if (i >= j->files->n || first_error_seen(&j->err))
             break;
         copy_one(j, i, &buf);
     }
@@ -209,7 +163,7 @@ copy_tree(const char *tree, const char *out, unsigned interval, unsigned threads
         }
     }
     if (r == 0) {
-        pthread_mutex_init(&j.lock, NULL);
+        first_error_init(&j.err);
         unsigned want = threads < l.n ? threads : (unsigned)l.n;
         pthread_t *tid = calloc(want ? want : 1, sizeof *tid);
         unsigned started = 0;
@@ -220,9 +174,9 @@ copy_tree(const char *tree, const char *out, unsigned interval, unsigned threads
         for (unsigned t = 0; t < started; t++)
             pthread_join(tid[t], NULL);
         free(tid);
-        pthread_mutex_destroy(&j.lock);
-        if (atomic_load(&j.failed)) {
-            snprintf(err, err_size, "%s", j.error);
+        first_error_destroy(&j.err);
+        if (first_error_seen(&j.err)) {
+            snprintf(err, err_size, "%s", j.err.text);
             r = -1;
         } else if (summarize(&j, sum) != 0) {
             snprintf(err, err_size, "out of memory");

@@ -9,14 +9,11 @@
  * hashes were computed with Pillow 13 on the pattern described at test_pil_golden.
  */
 #include <errno.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/stat.h>
 
 #include <png.h>
 #include <turbojpeg.h>
@@ -24,6 +21,7 @@
 #include "check.h"
 #include "core/core.h"
 #include "image/image.h"
+#include "photos.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Test pictures                                                                              */
@@ -667,29 +665,8 @@ test_partial_stops(struct tsock__decoder *d)
     }
 }
 
-/* Photographs (Debian's mate-backgrounds, which scripts/deps.sh installs; TSOCK_TEST_PHOTOS
- * names another folder): the JPEG files found there, sorted, up to MAX_PHOTOS. */
+/* Photographs (tests/unit/photos.h): the first MAX_PHOTOS that read. */
 #define MAX_PHOTOS 6
-static char *g_photo[MAX_PHOTOS * 8];
-static int g_nphoto;
-
-static int
-collect_photo(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    size_t n = strlen(path);
-    if (type == FTW_F && g_nphoto < MAX_PHOTOS * 8 && n > 4 &&
-        (strcasecmp(path + n - 4, ".jpg") == 0 || strcasecmp(path + n - 5, ".jpeg") == 0))
-        g_photo[g_nphoto++] = strdup(path);
-    return 0;
-}
-
-static int
-cmp_path(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
 
 static uint8_t *
 read_file(const char *path, size_t *size)
@@ -716,24 +693,16 @@ read_file(const char *path, size_t *size)
 static void
 test_photos(struct tsock__decoder *d)
 {
-    const char *dir =
-        getenv("TSOCK_TEST_PHOTOS") ? getenv("TSOCK_TEST_PHOTOS") : "/usr/share/backgrounds";
-    nftw(dir, collect_photo, 16, FTW_PHYS);
-    if (g_nphoto == 0) {
-        fprintf(stderr,
-                "SKIP photographs: no JPEG under %s (install mate-backgrounds, as "
-                "scripts/deps.sh does, or set TSOCK_TEST_PHOTOS)\n",
-                dir);
+    struct test_photos ph;
+    if (test_photos_collect(&ph) == 0)
         return;
-    }
-    qsort(g_photo, (size_t)g_nphoto, sizeof *g_photo, cmp_path);
     struct tsock__train_params p = {224, 0.08, 1.0, 3.0 / 4, 4.0 / 3, 1};
     uint8_t *a = malloc(224 * 224 * 3), *b = malloc(224 * 224 * 3);
     long differing = 0, compared = 0;
     int maxdiff = 0, files = 0;
-    for (int i = 0; i < g_nphoto && files < MAX_PHOTOS; i++) {
+    for (int i = 0; i < ph.n && files < MAX_PHOTOS; i++) {
         size_t n;
-        uint8_t *jpeg = read_file(g_photo[i], &n);
+        uint8_t *jpeg = read_file(ph.path[i], &n);
         struct tsock__box box;
         int flipped;
         if (!jpeg)
@@ -759,12 +728,11 @@ test_photos(struct tsock__decoder *d)
         }
         free(jpeg);
     }
-    fprintf(stderr, "photographs: %d files under %s, %ld samples compared, %ld differ, max %d\n",
-            files, dir, compared, differing, maxdiff);
+    fprintf(stderr, "photographs: %d files, %ld samples compared, %ld differ, max %d\n", files,
+            compared, differing, maxdiff);
     CHECK(files > 0);
     CHECK_EQ(differing, 0);
-    for (int i = 0; i < g_nphoto; i++)
-        free(g_photo[i]);
+    test_photos_free(&ph);
     free(a);
     free(b);
 }

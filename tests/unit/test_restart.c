@@ -8,13 +8,10 @@
  * Inputs are encoded here with libjpeg's compressor (restart_interval / restart_in_rows), from
  * synthetic pictures and from the photographs under /usr/share/backgrounds. */
 #include <errno.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/stat.h>
 
 #include <jpeglib.h>
 #include <turbojpeg.h>
@@ -23,6 +20,7 @@
 #include "core/core.h"
 #include "image/image.h"
 #include "image/image_int.h"
+#include "photos.h"
 
 enum layout { L_420, L_422, L_444, L_411, L_GRAY, L_CMYK, L_COUNT };
 static const char *const layout_name[L_COUNT] = {"420", "422", "444", "411", "gray", "cmyk"};
@@ -310,30 +308,9 @@ test_damage(struct tsock__decoder *d)
     free(jpeg);
 }
 
-/* Photographs (mate-backgrounds, which scripts/deps.sh installs; TSOCK_TEST_PHOTOS names
- * another folder), re-encoded with a restart marker every MCU: the train and val presets give
- * the bytes of a full decode, and use the window. */
+/* Photographs (tests/unit/photos.h), re-encoded with a restart marker every MCU: the train and
+ * val presets give the bytes of a full decode, and use the window. */
 #define MAX_PHOTOS 4
-static char *g_photo[64];
-static int g_nphoto;
-
-static int
-collect(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    size_t n = strlen(path);
-    if (type == FTW_F && g_nphoto < 64 && n > 4 &&
-        (strcasecmp(path + n - 4, ".jpg") == 0 || strcasecmp(path + n - 5, ".jpeg") == 0))
-        g_photo[g_nphoto++] = strdup(path);
-    return 0;
-}
-
-static int
-by_path(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
 
 /* A photograph's pixels, scaled by 1/4 so that the test stays quick (and the train crops
  * still reach DCT scaling on the larger ones). */
@@ -371,25 +348,17 @@ photo_pixels(const char *path, int *w, int *h)
 static void
 test_photos(struct tsock__decoder *d)
 {
-    const char *dir =
-        getenv("TSOCK_TEST_PHOTOS") ? getenv("TSOCK_TEST_PHOTOS") : "/usr/share/backgrounds";
-    nftw(dir, collect, 16, FTW_PHYS);
-    if (g_nphoto == 0) {
-        fprintf(stderr,
-                "SKIP photographs: no JPEG under %s (install mate-backgrounds, as "
-                "scripts/deps.sh does, or set TSOCK_TEST_PHOTOS)\n",
-                dir);
+    struct test_photos ph;
+    if (test_photos_collect(&ph) == 0)
         return;
-    }
-    qsort(g_photo, (size_t)g_nphoto, sizeof *g_photo, by_path);
     struct tsock__train_params p = {224, 0.08, 1.0, 3.0 / 4, 4.0 / 3, 1};
     uint8_t *a = malloc(224 * 224 * 3), *b = malloc(224 * 224 * 3);
     int files = 0, windowed = 0, decodes = 0;
     long differing = 0;
-    for (int i = 0; i < g_nphoto && files < MAX_PHOTOS; i++) {
+    for (int i = 0; i < ph.n && files < MAX_PHOTOS; i++) {
         int w, h;
         size_t n;
-        uint8_t *pix = photo_pixels(g_photo[i], &w, &h);
+        uint8_t *pix = photo_pixels(ph.path[i], &w, &h);
         if (!pix)
             continue;
         uint8_t *jpeg = encode(pix, w, h, L_420, 1, 0, &n);
@@ -419,8 +388,7 @@ test_photos(struct tsock__decoder *d)
     CHECK(files > 0);
     CHECK(windowed > decodes / 2);
     CHECK_EQ(differing, 0);
-    for (int i = 0; i < g_nphoto; i++)
-        free(g_photo[i]);
+    test_photos_free(&ph);
     free(a);
     free(b);
 }
