@@ -5,6 +5,7 @@
 #define TSOCK_TEST_PHOTOS_H
 
 #include <ftw.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,25 @@ test_photos_collect(struct test_photos *ph)
                 dir);
     qsort(ph->path, (size_t)ph->n, sizeof *ph->path, test_photos_by_path);
     return ph->n;
+}
+
+/* A file's bytes (malloc'd), or NULL. */
+static uint8_t *
+test_photos_read(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *buf = NULL;
+    long n;
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    *size = buf ? (size_t)n : 0;
+    fclose(f);
+    return buf;
 }
 
 static void

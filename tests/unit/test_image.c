@@ -668,24 +668,6 @@ test_partial_stops(struct tsock__decoder *d)
 /* Photographs (tests/unit/photos.h): the first MAX_PHOTOS that read. */
 #define MAX_PHOTOS 6
 
-static uint8_t *
-read_file(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    uint8_t *buf = NULL;
-    long n;
-    if (!f)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)n)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    *size = buf ? (size_t)n : 0;
-    fclose(f);
-    return buf;
-}
-
 /* On photographs, the train and val presets give exactly the bytes of decoding every row and
  * column (TSOCK__DECODE_NO_PARTIAL) with the same box, flip and DCT scale: the partial decode
  * (crop_scanline, skip_scanlines, the stop after the window's last row) costs nothing in
@@ -702,7 +684,7 @@ test_photos(struct tsock__decoder *d)
     int maxdiff = 0, files = 0;
     for (int i = 0; i < ph.n && files < MAX_PHOTOS; i++) {
         size_t n;
-        uint8_t *jpeg = read_file(ph.path[i], &n);
+        uint8_t *jpeg = test_photos_read(ph.path[i], &n);
         struct tsock__box box;
         int flipped;
         if (!jpeg)

@@ -317,17 +317,8 @@ test_damage(struct tsock__decoder *d)
 static uint8_t *
 photo_pixels(const char *path, int *w, int *h)
 {
-    FILE *f = fopen(path, "rb");
-    uint8_t *data = NULL, *pix = NULL;
-    long n = 0;
-    if (!f)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (data = malloc((size_t)n)) && fread(data, 1, (size_t)n, f) != (size_t)n) {
-        free(data);
-        data = NULL;
-    }
-    fclose(f);
+    size_t n = 0;
+    uint8_t *data = test_photos_read(path, &n), *pix = NULL;
     tjhandle t = tjInitDecompress();
     int sub, cs;
     tjscalingfactor quarter = {1, 4};
