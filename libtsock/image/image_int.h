@@ -154,10 +154,17 @@ struct tsock__restart_index {
 struct tsock__mcu_window {
     int x0, y0, x1, y1;
 };
-/* Indexes the scan of `data` (probed into `info`; the caller has checked it ends with an EOI).
- * Returns 0; -ENOENT when the file has no usable entry points (no restart interval, not
- * sequential Huffman, several scans, or intervals that start mid-row); -EPROTO when its
- * markers do not follow its header (corrupt: decode it the ordinary way); -ENOMEM. */
+/* The MCU grid and interval layout from the header alone (cheap: no data is read). Returns 0,
+ * or -ENOENT when the file has no usable entry points (no restart interval, not sequential
+ * Huffman, several scans, or intervals that start mid-row). */
+int tsock__restart_grid(const struct tsock__image_info *info, struct tsock__restart_index *ix);
+/* After tsock__restart_grid: finds every interval in the scan of `data` (probed into `info`;
+ * the caller has checked it ends with an EOI). Returns 0; -EPROTO when its markers do not
+ * follow its header (corrupt: decode it the ordinary way); -ENOMEM. */
+int tsock__restart_index_scan(const uint8_t *data, size_t size,
+                              const struct tsock__image_info *info,
+                              struct tsock__restart_index *ix);
+/* Both: tsock__restart_grid's -ENOENT, or tsock__restart_index_scan's result. */
 int tsock__restart_index_build(const uint8_t *data, size_t size,
                                const struct tsock__image_info *info,
                                struct tsock__restart_index *ix);

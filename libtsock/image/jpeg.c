@@ -293,11 +293,8 @@ open_window(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock_
             const struct tsock__resize_plan *pl, int n, struct origin *o)
 {
     struct tsock__restart_index *ix = &j->restarts;
-    int r = tsock__restart_index_build(j->data, j->size, info, ix);
 
-    if (r == -ENOMEM)
-        return r;
-    if (r < 0)
+    if (tsock__restart_grid(info, ix) != 0)
         return 0;
     int mw = ix->mcu_w * n / 8, mh = ix->mcu_h * n / 8;
     int x0 = pl->need_x0 - CROP_MARGIN, x1 = pl->need_x1 + CROP_MARGIN;
@@ -306,6 +303,11 @@ open_window(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock_
                                   ceil_div(y1, mh)};
     tsock__restart_window_align(ix, &w);
     if (w.x0 == 0 && w.y0 == 0 && w.x1 == ix->mcus_x)
+        return 0; /* decided from the header: the data is not scanned for nothing */
+    int r = tsock__restart_index_scan(j->data, j->size, info, ix);
+    if (r == -ENOMEM)
+        return r;
+    if (r < 0)
         return 0;
     size_t len = tsock__restart_window_write(j->data, info, ix, &w, &j->window);
     if (len == 0)

@@ -25,13 +25,13 @@
 /* Whether the header admits an index: sequential Huffman coding (SOF0, SOF1) in a single
  * scan of every component, a restart interval, and intervals that tile the MCU grid. Fills
  * the grid's geometry. */
-static int
-usable(const struct tsock__image_info *info, struct tsock__restart_index *ix)
+int
+tsock__restart_grid(const struct tsock__image_info *info, struct tsock__restart_index *ix)
 {
     if (info->format != TSOCK__IMAGE_JPEG || info->restart_interval <= 0 ||
         (info->sof_marker != 0xC0 && info->sof_marker != 0xC1) ||
         info->scan_components != info->components || info->width <= 0 || info->height <= 0)
-        return 0;
+        return -ENOENT;
     /* One component: its scan is not interleaved, and an MCU is one 8 x 8 block. */
     ix->mcu_w = info->components == 1 ? 8 : 8 * info->max_h_samp;
     ix->mcu_h = info->components == 1 ? 8 : 8 * info->max_v_samp;
@@ -43,10 +43,10 @@ usable(const struct tsock__image_info *info, struct tsock__restart_index *ix)
     else if (ix->interval % ix->mcus_x == 0)
         ix->rows_per_interval = ix->interval / ix->mcus_x;
     else
-        return 0; /* intervals that start mid-row: no rectangle is made of whole ones */
+        return -ENOENT; /* intervals that start mid-row: no rectangle is made of whole ones */
     int64_t mcus = (int64_t)ix->mcus_x * ix->mcus_y;
     ix->count = (int)((mcus + ix->interval - 1) / ix->interval);
-    return 1;
+    return 0;
 }
 
 /* Finds the intervals' data: interval i is bounds[2i] .. bounds[2i + 1], without the marker
@@ -89,11 +89,9 @@ find_intervals(const uint8_t *data, size_t size, size_t from, struct tsock__rest
 }
 
 int
-tsock__restart_index_build(const uint8_t *data, size_t size, const struct tsock__image_info *info,
-                           struct tsock__restart_index *ix)
+tsock__restart_index_scan(const uint8_t *data, size_t size, const struct tsock__image_info *info,
+                          struct tsock__restart_index *ix)
 {
-    if (!usable(info, ix))
-        return -ENOENT;
     /* Every interval but the last ends with a 2-byte marker: a header that promises more
      * intervals than the data can hold is refused before anything is allocated for them (a
      * small file claiming a huge image must not grow the worker's buffers). */
@@ -104,6 +102,14 @@ tsock__restart_index_build(const uint8_t *data, size_t size, const struct tsock_
         return -ENOMEM;
     ix->bounds = b;
     return find_intervals(data, size, info->header_size, ix);
+}
+
+int
+tsock__restart_index_build(const uint8_t *data, size_t size, const struct tsock__image_info *info,
+                           struct tsock__restart_index *ix)
+{
+    int r = tsock__restart_grid(info, ix);
+    return r != 0 ? r : tsock__restart_index_scan(data, size, info, ix);
 }
 
 void
@@ -157,12 +163,11 @@ tsock__restart_window_write(const uint8_t *data, const struct tsock__image_info 
         run = n;
         skip = 0;
     }
-    size_t total = info->header_size;
-    for (int k = 0, i = first; k < n; k++, i++) {
-        total += ix->bounds[2 * i + 1] - ix->bounds[2 * i] + 2;
-        if ((k + 1) % run == 0)
-            i += skip;
-    }
+    /* Room for the header and, at most, every interval between the first and the last taken,
+     * each with its marker: one pass over the intervals, not a second to size them. */
+    int last = per_row ? first + (w->y1 - w->y0 - 1) * per_row + run - 1 : first + n - 1;
+    size_t total =
+        info->header_size + (ix->bounds[2 * last + 1] - ix->bounds[2 * first]) + 2 * (size_t)n;
     uint8_t *o = tsock__buf_get(out, total), *start = o;
     if (!o)
         return 0;
