@@ -186,7 +186,25 @@ run_ctest() {
     if [ "$rc" -ne 0 ]; then
         FAILED_STEPS+=("ctest $name")
         if [ -z "$line" ]; then FAILED=$((FAILED + 1)); fi
+        failure_lines "$BUILD/$name/Testing/Temporary/LastTest.log"
     fi
+}
+
+# failure_lines LOG: adds to the summary the last lines each failed test printed, so the end of
+# a long log (all that CI keeps of a run) says why, not only which.
+failure_lines() {
+    local test_line
+    while IFS= read -r test_line; do
+        SUMMARY+=("$(printf '%-13s %s' "" "$test_line")")
+    done < <(awk '
+        / Test: / { name = $NF; n = 0; next }
+        /^Output:$/ { inside = 1; next }
+        /^<end of output>$/ { inside = 0; next }
+        inside && !/^-+$/ { out[++n] = $0 }
+        /^Test Failed\.$|^Test Timeout|^Test Exception/ {
+            print name " failed; its last lines:"
+            for (i = (n > 12 ? n - 11 : 1); i <= n; i++) print "  " out[i]
+        }' "$1" 2>/dev/null)
 }
 
 # check_step NAME DESCRIPTION COMMAND...: runs a check (not a test count), records OK or FAILED
