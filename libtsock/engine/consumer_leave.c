@@ -184,7 +184,9 @@ tsock_consumer_pause(tsock_consumer *c)
         return -EINVAL;
     pthread_mutex_lock(&c->mu);
     int err = check_leavable(c);
-    if (err == 0 && c->phase == TSOCK__PHASE_ACTIVE) {
+    /* After the stream's end (or an error) there is nothing to pause from, and what is queued
+     * is the stream's last batches: kept for the caller to read. */
+    if (err == 0 && c->phase == TSOCK__PHASE_ACTIVE && !c->terminal_error) {
         if (c->between_epochs || c->plan.done == 0)
             pause_now(c, 0); /* at an epoch's boundary: the usual pause, without the grace */
         else if (!can_pause_mid_epoch(c))

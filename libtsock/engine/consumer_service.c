@@ -29,6 +29,8 @@ send_msg(tsock_consumer *c, int type)
         memcpy(m.u.hello.name, c->name, sizeof m.u.hello.name);
         tsock__group_fill_hello(c, &m.u.hello);
     }
+    if (type == TSOCK__MSG_PAUSE) /* a finite stream waits for the rest of our epoch */
+        m.u.pause.flags = c->left_mid_epoch ? TSOCK__PAUSE_MID_EPOCH : 0;
     int err = tsock__channel_send(c->channel, 0, &m);
     if (err < 0 && err != -EAGAIN)
         tsock__log(TSOCK_LOG_WARN, "sending %s failed: %s", tsock__msg_type_name(type),
@@ -280,6 +282,14 @@ on_shutdown(void *ctx, const struct tsock__peer_id *from, int peer, const struct
                    "started with (tsock-producer --epochs N; 0, the default, serves until "
                    "stopped)",
                    (unsigned long long)m->u.shutdown.epochs);
+        /* A producer waits for a consumer paused mid-epoch (PAUSE's MID_EPOCH) unless the
+         * pause reached it after it had decided the end: said, never silent. */
+        if (c->left_mid_epoch && c->phase == TSOCK__PHASE_PAUSED)
+            tsock__log(TSOCK_LOG_WARN,
+                       "the stream ended while this consumer was paused in the middle of epoch "
+                       "%llu: that epoch ends short (%llu of %llu samples)",
+                       (unsigned long long)c->plan.epoch, (unsigned long long)c->plan.done,
+                       (unsigned long long)c->plan.n);
         fail(c, TSOCK_E_END); /* the batches queued are the stream's last: still read them */
         return;
     }

@@ -322,15 +322,22 @@ keep_consumer_phases(tsock_producer *p)
 }
 
 /* Where the window of consumer record c that the stream's end `end` cut ends, or 0 when its
- * window is not cut there. A consumer's windows are `sampler_samples` consecutive samples from
- * its window start: where it joined, resumed after a pause, or restored a checkpoint
- * (docs/semantics.md, "When a finite stream ends"). A paused consumer has no window: it is not
- * waited for. */
+ * window is not cut there; `position` is where the stream is. A consumer's windows are
+ * `sampler_samples` consecutive samples from its window start: where it joined, resumed after
+ * a pause, or restored a checkpoint (docs/semantics.md, "When a finite stream ends"). A paused
+ * consumer has no window. One that is owed the rest of an epoch (it paused mid-epoch) has its
+ * window finished even when that window starts at or after the end; it starts at the next
+ * batch when none has started yet. */
 static uint64_t
-cut_window_end(const tsock_producer *p, const struct tsock__consumer_rec *c, uint64_t end)
+cut_window_end(const tsock_producer *p, const struct tsock__consumer_rec *c, uint64_t end,
+               uint64_t position)
 {
-    if (!served(c) || c->window_start == TSOCK__NO_WINDOW || end <= c->window_start)
+    if (!served(c))
         return 0;
+    if (c->window_start == TSOCK__NO_WINDOW)
+        return c->owed ? position + p->sampler_samples : 0;
+    if (end <= c->window_start)
+        return c->owed ? c->window_start + p->sampler_samples : 0;
     uint64_t into = (end - c->window_start) % p->sampler_samples;
     return into ? end + (p->sampler_samples - into) : 0;
 }
@@ -343,26 +350,73 @@ cut_window_left(const tsock_producer *p, uint64_t position)
 {
     uint64_t end = p->overtime ? p->stream_end : position, nearest = 0;
     for (int i = 0; i < TSOCK__PRODUCER_MAX_CONSUMERS; i++) {
-        uint64_t to = cut_window_end(p, &p->consumers[i], end);
+        uint64_t to = cut_window_end(p, &p->consumers[i], end, position);
         if (to > position && (!nearest || to - position < nearest))
             nearest = to - position;
     }
     return nearest;
 }
 
+/* Whether a consumer paused mid-epoch is still connected (mu held): a finite stream does not
+ * end without the rest of its epoch, which it reads once it resumes. */
+static int
+owed_paused(const tsock_producer *p)
+{
+    for (int i = 0; i < TSOCK__PRODUCER_MAX_CONSUMERS; i++) {
+        const struct tsock__consumer_rec *c = &p->consumers[i];
+        if (c->active && c->paused && c->owed)
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether the sampler issued its last epoch (or overtime runs): the end's rules apply. */
+static int
+at_stream_end(tsock_producer *p)
+{
+    return p->use_sampler && (p->overtime || tsock__sampler_exhausted(&p->sampler));
+}
+
 /* With the sampler's last epoch issued, whether the stream is over: no consumer's window was
- * cut by its end, or overtime has finished every such window (docs/semantics.md, "When a
- * finite stream ends": the producer finishes a window rather than end a consumer's epoch
- * short, or leave a group's ranks with different batch counts). */
+ * cut by its end, or overtime has finished every such window, and no consumer paused
+ * mid-epoch waits to come back (docs/semantics.md, "When a finite stream ends": the producer
+ * finishes a window rather than end a consumer's epoch short, or leave a group's ranks with
+ * different batch counts). mu held. */
+static int
+stream_over_locked(tsock_producer *p)
+{
+    return at_stream_end(p) &&
+           cut_window_left(p, tsock__sampler_stream_position(&p->sampler)) == 0 && !owed_paused(p);
+}
+
 static int
 stream_over(tsock_producer *p)
 {
-    if (!p->use_sampler || (!p->overtime && !tsock__sampler_exhausted(&p->sampler)))
+    if (!at_stream_end(p))
         return 0;
     pthread_mutex_lock(&p->mu);
-    uint64_t left = cut_window_left(p, tsock__sampler_stream_position(&p->sampler));
+    int over = stream_over_locked(p);
     pthread_mutex_unlock(&p->mu);
-    return left == 0;
+    return over;
+}
+
+/* At the stream's end with nothing to publish: the stream is over (TSOCK_E_END), or a consumer
+ * paused mid-epoch keeps it open, and this waits, until `deadline`, for it to resume or leave
+ * (-ETIMEDOUT, as a wait for a free slot would). 0: there is something to publish, or the end
+ * is not reached. mu held. */
+static int
+wait_at_stream_end(tsock_producer *p, uint64_t deadline)
+{
+    for (;;) {
+        if (!at_stream_end(p) || cut_window_left(p, tsock__sampler_stream_position(&p->sampler)))
+            return 0;
+        if (!owed_paused(p))
+            return TSOCK_E_END;
+        if (p->state != TSOCK__P_RUNNING)
+            return TSOCK_E_STATE;
+        if (atomic_load(&p->cancel) || tsock__cond_wait_until(&p->cond, &p->mu, deadline) != 0)
+            return -ETIMEDOUT;
+    }
 }
 
 /* Asks the sampler what the slot must hold. Returns 0, or TSOCK_E_END after the last epoch
@@ -395,11 +449,15 @@ plan_slot(tsock_producer *p, struct tsock_slot *s)
         if (left && !p->overtime) {
             p->overtime = 1;
             p->stream_end = s->position;
-            p->sampler.epochs++;
         }
+        /* One more epoch of the sampler's, again when a window owed to a consumer that came
+         * back after the end runs past the first one. */
+        if (left && tsock__sampler_exhausted(&p->sampler))
+            p->sampler.epochs++;
+        int over = left == 0 && !owed_paused(p);
         pthread_mutex_unlock(&p->mu);
-        if (left == 0)
-            return TSOCK_E_END;
+        if (left == 0) /* what kept the stream open changed since acquire looked */
+            return over ? TSOCK_E_END : -ETIMEDOUT;
         if (left < max)
             max = (uint32_t)left;
     }
@@ -422,15 +480,18 @@ tsock_producer_acquire(tsock_producer *p, int timeout_ms, tsock_slot **slot)
         return -EINVAL;
     if (p->filling)
         return TSOCK_E_STATE;
-    /* The end is known before any slot is free: say so at once rather than after waiting for
-     * consumers that may already have left. */
-    if (tsock_producer_stream_ended(p))
-        return TSOCK_E_END;
     if (take_cancel(p))
         return TSOCK_E_CANCELLED; /* a pending cancel wins over a free slot */
+    uint64_t deadline = tsock__deadline(timeout_ms);
     pthread_mutex_lock(&p->mu);
-    int index = p->state == TSOCK__P_RUNNING ? take_free_slot(p, timeout_ms) : TSOCK_E_STATE;
+    /* The end is known before any slot is free: say so at once rather than after waiting for
+     * consumers that may already have left. */
+    int index = wait_at_stream_end(p, deadline);
+    if (index == 0)
+        index = p->state == TSOCK__P_RUNNING ? take_free_slot(p, timeout_ms) : TSOCK_E_STATE;
     pthread_mutex_unlock(&p->mu);
+    if (index == -ETIMEDOUT && take_cancel(p))
+        return TSOCK_E_CANCELLED;
     if (index < 0)
         return index;
     struct tsock_slot *s = &p->current;
@@ -520,7 +581,7 @@ take_holders(tsock_producer *p, uint64_t position)
         if (!served(c))
             continue;
         /* Overtime goes only to the consumers whose window it finishes. */
-        if (p->overtime && cut_window_end(p, c, p->stream_end) <= position)
+        if (p->overtime && cut_window_end(p, c, p->stream_end, position) <= position)
             continue;
         mask |= (uint64_t)1 << i;
         if (c->window_start == TSOCK__NO_WINDOW)

@@ -37,7 +37,11 @@ struct tsock__consumer_rec {
     uint32_t pid;
     char name[TSOCK_MAX_NAME + 1];
     uint64_t batches, samples, released;
-    int paused;            /* between epochs: not given new batches */
+    int paused; /* between epochs: not given new batches */
+    /* Its last PAUSE came mid-epoch (TSOCK__PAUSE_MID_EPOCH), until its next PAUSE: it wants
+     * the rest of that epoch, so a finite stream waits for it while it is paused and finishes
+     * the window it starts when it comes back, even after the stream's end (producer_api.c). */
+    int owed;
     int want_ids;          /* its BATCHes carry their sample ids (a checkpointable consumer) */
     uint64_t window_start; /* stream position of its current window, or TSOCK__NO_WINDOW */
     uint64_t rate_mark_ns, rate_mark_released; /* start of the current rate window */

@@ -328,7 +328,8 @@ forget_unannounced(tsock_producer *p, int index)
     }
 }
 
-/* PAUSE: the consumer finished an epoch and is busy elsewhere; its window and phase end here.
+/* PAUSE: the consumer finished an epoch and is busy elsewhere, or stopped reading mid-epoch
+ * (then it is owed the rest of that epoch); its window and phase end here.
  * RESUME: it comes back; its next batch starts a new window. */
 static void
 on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock__msg *m)
@@ -339,12 +340,15 @@ on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const s
     if (!known(p, from, index, m->type) || index < 0 || index >= MAX_CONSUMERS)
         return;
     struct tsock__consumer_rec *c = &p->consumers[index];
-    if (m->type == TSOCK__MSG_PAUSE)
+    if (m->type == TSOCK__MSG_PAUSE) {
         forget_unannounced(p, index);
+        c->owed = (m->u.pause.flags & TSOCK__PAUSE_MID_EPOCH) != 0;
+    }
     c->window_start = TSOCK__NO_WINDOW;
     c->paused = m->type == TSOCK__MSG_PAUSE;
+    /* Either changes what a producer waiting at a finite stream's end waits for. */
+    pthread_cond_broadcast(&p->cond);
     if (m->type == TSOCK__MSG_RESUME) {
-        pthread_cond_broadcast(&p->cond); /* one more consumer to publish for */
         struct tsock__msg resumed;
         resumed.type = TSOCK__MSG_RESUMED;
         send_to(p, index, &resumed);

@@ -17,7 +17,8 @@
 /* 2: WELCOME carries the CUDA ring's IPC handles (device 1).
  * 3: HELLO's flag TSOCK__HELLO_WANT_IDS; BATCH may carry its sample ids (TSOCK__BATCH_HAS_IDS);
  *    HELLO may declare a data-parallel group (TSOCK__HELLO_HAS_GROUP); WELCOME carries the
- *    dataset size and the producer's node split; REJECT carries a sentence; GROUP_FAILED.
+ *    dataset size and the producer's node split; REJECT carries a sentence; GROUP_FAILED;
+ *    PAUSE carries flags (TSOCK__PAUSE_MID_EPOCH).
  *    (Version 3 is unreleased this cycle, so all of this is one version.) */
 #define TSOCK__PROTO_VERSION 3
 #define TSOCK__PROTO_HEADER_SIZE 12
@@ -45,19 +46,19 @@
 #define TSOCK__PROTO_MAX_TEXT 255
 
 enum tsock__msg_type {
-    TSOCK__MSG_HELLO = 1,          /* consumer -> producer: join */
-    TSOCK__MSG_WELCOME = 2,        /* producer -> consumer: accepted, here is the ring */
-    TSOCK__MSG_REJECT = 3,         /* producer -> consumer: not accepted, with a code */
-    TSOCK__MSG_BATCH = 4,          /* producer -> consumer: a slot is ready for you */
-    TSOCK__MSG_RELEASE = 5,        /* consumer -> producer: done with a slot */
-    TSOCK__MSG_HEARTBEAT = 6,      /* both ways: still alive */
-    TSOCK__MSG_BYE = 7,            /* consumer -> producer: leaving */
-    TSOCK__MSG_SHUTDOWN = 8,       /* producer -> consumer: no more batches, with the reason */
-    TSOCK__MSG_PAUSE = 9,          /* consumer -> producer: between epochs, send me nothing */
-    TSOCK__MSG_RESUME = 10,        /* consumer -> producer: include me again from the next batch */
-    TSOCK__MSG_RESUMED = 11,       /* producer -> consumer: every BATCH after this one is for you */
-    TSOCK__MSG_STATS_REQUEST = 12, /* any peer -> producer: send me your figures */
-    TSOCK__MSG_STATS_REPLY = 13,   /* producer -> that peer: the figures (own codec, below) */
+    TSOCK__MSG_HELLO = 1,     /* consumer -> producer: join */
+    TSOCK__MSG_WELCOME = 2,   /* producer -> consumer: accepted, here is the ring */
+    TSOCK__MSG_REJECT = 3,    /* producer -> consumer: not accepted, with a code */
+    TSOCK__MSG_BATCH = 4,     /* producer -> consumer: a slot is ready for you */
+    TSOCK__MSG_RELEASE = 5,   /* consumer -> producer: done with a slot */
+    TSOCK__MSG_HEARTBEAT = 6, /* both ways: still alive */
+    TSOCK__MSG_BYE = 7,       /* consumer -> producer: leaving */
+    TSOCK__MSG_SHUTDOWN = 8,  /* producer -> consumer: no more batches, with the reason */
+    TSOCK__MSG_PAUSE = 9,     /* consumer -> producer: send me nothing (an epoch unfinished?) */
+    TSOCK__MSG_RESUME = 10,   /* consumer -> producer: include me again from the next batch */
+    TSOCK__MSG_RESUMED = 11,  /* producer -> consumer: every BATCH after this one is for you */
+    TSOCK__MSG_STATS_REQUEST = 12,  /* any peer -> producer: send me your figures */
+    TSOCK__MSG_STATS_REPLY = 13,    /* producer -> that peer: the figures (own codec, below) */
     TSOCK__MSG_CONSUMER_STATS = 14, /* consumer -> producer: my own figures, every heartbeat */
     TSOCK__MSG_GROUP_FAILED = 15    /* producer -> group rank: the group is over, and why */
 };
@@ -168,6 +169,15 @@ struct tsock__msg_release {
     uint64_t seq;
 };
 
+/* PAUSE flag: the consumer stopped reading in the middle of an epoch and will want the rest of
+ * it when it comes back (engine/consumer_leave.c), so a finite stream does not end while it is
+ * paused (engine/producer_api.c, stream_over). Without it: paused between epochs. */
+#define TSOCK__PAUSE_MID_EPOCH 1u
+
+struct tsock__msg_pause {
+    uint32_t flags; /* TSOCK__PAUSE_MID_EPOCH; other bits reserved, 0 */
+};
+
 struct tsock__msg_shutdown {
     uint32_t reason;
     uint64_t epochs; /* epochs the producer published (whole ones), for the consumer's message */
@@ -208,6 +218,7 @@ struct tsock__msg {
         struct tsock__msg_reject reject;
         struct tsock__msg_batch batch;
         struct tsock__msg_release release;
+        struct tsock__msg_pause pause;
         struct tsock__msg_shutdown shutdown;
         struct tsock__msg_stats_request stats_request;
         struct tsock__msg_consumer_stats consumer_stats;

@@ -148,7 +148,10 @@ test_finite_stream(int explicit_pause)
     tsock_producer *p = id_producer_start_epochs("leave", 1, 2, &thread);
     tsock_consumer *a = NULL;
     CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
-    tsock_consumer_set_epoch_grace(a, 50);
+    /* Long enough that a loaded machine's stalls do not pause A again while it reads on: each
+     * pause moves A's later epochs further along the stream, and a window that starts after
+     * the stream's end is not served (docs/semantics.md, "When a finite stream ends"). */
+    tsock_consumer_set_epoch_grace(a, 250);
     CHECK_EQ(tsock_consumer_start(a, 5000), 0);
     unsigned char seen[SAMPLES] = {0};
     for (int i = 0; i < 3; i++) {
@@ -161,7 +164,7 @@ test_finite_stream(int explicit_pause)
     }
     if (explicit_pause)
         CHECK_EQ(tsock_consumer_pause(a), 0);
-    usleep(300 * 1000); /* paused either way (the timed pause after 50 ms and its steps) */
+    usleep(800 * 1000); /* paused either way (the timed pause after 250 ms and its steps) */
     /* That the stream has not ended shows in what A reads next (tsock_producer_stream_ended
      * belongs to the thread that fills slots, id_producer_run's, not to this one: TSan saw
      * this thread read the sampler while that one advanced it). */
@@ -178,6 +181,81 @@ test_finite_stream(int explicit_pause)
     memset(seen, 0, sizeof seen);
     CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), TSOCK_E_END);
     tsock_consumer_destroy(a);
+    id_producer_stop(p, &thread);
+}
+
+/* B reads on a thread until its stream ends. */
+struct to_end {
+    tsock_consumer *c;
+    int err;
+    uint64_t samples;
+};
+
+static void *
+read_to_end(void *arg)
+{
+    struct to_end *r = arg;
+    tsock_batch *b;
+    while ((r->err = tsock_consumer_next(r->c, 20000, &b)) == 0) {
+        r->samples += tsock_batch_samples(b);
+        tsock_consumer_release(r->c, b);
+    }
+    return NULL;
+}
+
+/* A finite stream (2 epochs) whose end comes while consumer A is paused in the middle of its
+ * last epoch, B reading on: the producer waits for A (PAUSE's MID_EPOCH) instead of ending the
+ * stream, and finishes the window A starts when it resumes, after the end. Before, the stream
+ * ended with B's last window and A's next read returned TSOCK_E_END, its epoch short. */
+static void
+test_finite_stream_paused_at_end(void)
+{
+    pthread_t thread, reader;
+    tsock_producer *p = id_producer_start_epochs("leave", 1, 2, &thread);
+    tsock_consumer *a = NULL, *b = NULL;
+    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
+    CHECK_EQ(tsock_consumer_create(&b, id_endpoint), 0);
+    tsock_consumer_set_epoch_grace(a, 30000); /* A pauses when told, not on a stall */
+    tsock_consumer_set_epoch_grace(b, 30000);
+    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
+    CHECK_EQ(tsock_consumer_start(b, 5000), 0);
+    CHECK_EQ(tsock_producer_wait_consumers(p, 2, 5000), 2);
+
+    /* Both read epoch 0 (B on its thread, to the stream's end); A three batches of epoch 1. */
+    struct to_end rb = {b, 0, 0};
+    pthread_create(&reader, NULL, read_to_end, &rb);
+    unsigned char seen[SAMPLES] = {0};
+    uint64_t epoch = 99;
+    CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), 0);
+    CHECK_EQ(epoch, 0);
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < 3; i++) {
+        tsock_batch *batch;
+        CHECK_EQ(tsock_consumer_next(a, 20000, &batch), 0);
+        CHECK_EQ(tsock_batch_epoch(batch), 1);
+        const int64_t *ids = tsock_batch_tensor_data(batch, 0);
+        for (uint32_t j = 0; j < tsock_batch_samples(batch); j++)
+            CHECK_EQ(seen[ids[j]]++, 0);
+        tsock_consumer_release(a, batch);
+    }
+    CHECK_EQ(tsock_consumer_pause(a), 0);
+
+    /* B reads the rest of the stream meanwhile; the end waits for A. */
+    usleep(500 * 1000);
+    CHECK_EQ(rb.samples, 2 * SAMPLES);
+    CHECK_EQ(rb.err, 0); /* still reading: the stream is not over */
+
+    /* A's epoch 1 goes on with exactly what it lacked, then the stream ends for both. */
+    CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), 0);
+    CHECK_EQ(epoch, 1);
+    for (int i = 0; i < SAMPLES; i++)
+        CHECK_EQ(seen[i], 1);
+    CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), TSOCK_E_END);
+    pthread_join(reader, NULL);
+    CHECK_EQ(rb.err, TSOCK_E_END);
+    CHECK_EQ(rb.samples, 2 * SAMPLES);
+    tsock_consumer_destroy(a);
+    tsock_consumer_destroy(b);
     id_producer_stop(p, &thread);
 }
 
@@ -328,6 +406,7 @@ main(void)
     test_end_epoch();
     test_finite_stream(1);
     test_finite_stream(0);
+    test_finite_stream_paused_at_end();
     test_paused_not_counted();
     return CHECK_DONE();
 }
