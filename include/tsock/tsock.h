@@ -367,15 +367,19 @@ TSOCK_API void tsock_producer_cancel(tsock_producer *p);
 
 /* Takes a free slot for filling. Blocks while every slot is still held by some consumer, up to
  * `timeout_ms` (-1: forever, 0: do not block). On success sets *slot (owned by the producer,
- * valid until published) and returns 0. Returns -ETIMEDOUT, TSOCK_E_END when the sampler has
- * issued its last epoch, TSOCK_E_CANCELLED (tsock_producer_cancel), or TSOCK_E_STATE when a
- * slot is already being filled. */
+ * valid until published) and returns 0. Returns -ETIMEDOUT, TSOCK_E_END when the stream is over
+ * (tsock_producer_stream_ended), TSOCK_E_CANCELLED (tsock_producer_cancel), or TSOCK_E_STATE
+ * when a slot is already being filled. At a finite stream's end, while a consumer paused in
+ * the middle of an epoch keeps the stream open, it blocks the same way, until that consumer
+ * resumes (a slot for the rest of its epoch) or leaves (TSOCK_E_END). */
 TSOCK_API int tsock_producer_acquire(tsock_producer *p, int timeout_ms, tsock_slot **slot);
 
-/* With a sampler: 1 when it has issued its last epoch (so the next tsock_producer_acquire
- * returns TSOCK_E_END at once), else 0; always 0 without a sampler or with endless epochs.
- * Lets a loop that waits for consumers before acquiring stop when there is nothing left to
- * serve. Caller's thread only. */
+/* With a sampler: 1 when the stream is over (so the next tsock_producer_acquire returns
+ * TSOCK_E_END at once): the sampler has issued its last epoch, every consumer window that its
+ * end cut is finished, and no consumer paused in the middle of an epoch waits to come back
+ * (docs/semantics.md, "When a finite stream ends"); else 0; always 0 without a sampler or with
+ * endless epochs. Lets a loop that waits for consumers before acquiring stop when there is
+ * nothing left to serve. Caller's thread only. */
 TSOCK_API int tsock_producer_stream_ended(const tsock_producer *p);
 
 /* Writable pointer to tensor `tensor` (a layout index) of an acquired slot: room for the
@@ -597,7 +601,9 @@ TSOCK_API int tsock_consumer_set_epoch_grace(tsock_consumer *c, int grace_ms);
  *
  * tsock_consumer_pause: the caller will not read for a while; pause now, mid-epoch or between
  * epochs (the epoch grace is not waited for). Nothing the caller holds is released: release
- * held batches as usual. Any thread but a signal handler. Returns 0 (also when paused already);
+ * held batches as usual. After the consumer heard of the stream's end (or of an error) there
+ * is nothing to pause: the batches queued, the stream's last, stay for next to return. Any
+ * thread but a signal handler. Returns 0 (also when paused already, or after the end);
  * TSOCK_E_STATE before start; -ENOTSUP mid-epoch for a consumer that cannot pause there (above);
  * -EBUSY mid-epoch while a batch is half gathered (a next that timed out: call next again). */
 TSOCK_API int tsock_consumer_pause(tsock_consumer *c);
