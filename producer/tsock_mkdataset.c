@@ -89,6 +89,7 @@ struct options {
     const char *shards_out;    /* with --format webdataset: where the shards go (o.out is then
                                 * the temporary tree) */
     unsigned restart_interval; /* --restart-interval: MCUs per restart interval, 0 = none */
+    const char *generating;    /* the first option given that only generating uses, or NULL */
 };
 
 /* One file to write, and what was written. */
@@ -192,6 +193,9 @@ parse_options(int argc, char **argv, struct options *o)
         int c = getopt_long(argc, argv, ":", longs, NULL);
         if (c == -1)
             break;
+        for (const struct option *l = longs; !o->generating && l->name && strchr("icesqP", c); l++)
+            if (l->val == c)
+                o->generating = l->name;
         switch (c) {
         case 'i': o->images = cli_parse_u64("images", optarg, 0, MAX_IMAGES); break;
         case 'c': o->classes = cli_parse_u64("classes", optarg, 1, MAX_CLASSES); break;
@@ -244,6 +248,11 @@ parse_options(int argc, char **argv, struct options *o)
         cli_bad_usage("--images: 0 images and no --edge-cases: nothing to write");
     if (o->from_folder && !o->from_folder[0])
         cli_bad_usage("--from-folder: the value must not be empty");
+    if (o->from_folder && o->generating)
+        cli_bad_usage("--%s does not apply with --from-folder, which converts TREE's images "
+                      "(--images, --classes, --edge-cases, --seed, --quality and --photos "
+                      "shape generated images only)",
+                      o->generating);
     struct stat st;
     if (o->from_folder && (stat(o->from_folder, &st) != 0 || !S_ISDIR(st.st_mode)))
         cli_bad_usage("--from-folder: '%s' is not a directory (expected an ImageFolder tree "

@@ -277,6 +277,19 @@ def case_bad_values(mk, tmp):
     assert r.returncode == 2 and "--restart-interval" in r.stderr, r.stderr
     ok(mk, os.path.join(tmp, "max"), "--images", "2", "--classes", "1", "--restart-interval",
        "65535")
+    # --from-folder converts a tree: the options that shape generated images are refused with
+    # it, not silently ignored.
+    tree = os.path.join(tmp, "max")
+    for given in (["--images", "5"], ["--classes=3"], ["--edge-cases"], ["--seed", "4"],
+                  ["--quality", "50"], ["--photos", tmp]):
+        out = os.path.join(tmp, "conv")
+        r = run(mk, out, "--from-folder", tree, *given)
+        name = given[0].split("=")[0]
+        assert r.returncode == 2, (given, r.returncode, r.stderr)
+        assert name in r.stderr and "--from-folder" in r.stderr, (given, r.stderr)
+        assert not os.path.exists(out), (given, "a refused run wrote OUT")
+    ok(mk, os.path.join(tmp, "conv"), "--from-folder", tree, "--split", "val", "--format",
+       "webdataset", "--restart-interval", "1")
     print("bad_values: passed")
 
 

@@ -7,6 +7,7 @@
  * gathers, explicit and timed pauses, checkpointing or not. Completion decides, not timing. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -184,11 +185,11 @@ test_finite_stream(int explicit_pause)
     id_producer_stop(p, &thread);
 }
 
-/* B reads on a thread until its stream ends. */
+/* B reads on a thread until its stream ends; the test's thread looks at its progress. */
 struct to_end {
     tsock_consumer *c;
-    int err;
-    uint64_t samples;
+    atomic_int err;
+    atomic_uint_fast64_t samples;
 };
 
 static void *
@@ -196,10 +197,12 @@ read_to_end(void *arg)
 {
     struct to_end *r = arg;
     tsock_batch *b;
-    while ((r->err = tsock_consumer_next(r->c, 20000, &b)) == 0) {
-        r->samples += tsock_batch_samples(b);
+    int err;
+    while ((err = tsock_consumer_next(r->c, 20000, &b)) == 0) {
+        atomic_fetch_add(&r->samples, tsock_batch_samples(b));
         tsock_consumer_release(r->c, b);
     }
+    atomic_store(&r->err, err);
     return NULL;
 }
 
@@ -222,7 +225,7 @@ test_finite_stream_paused_at_end(void)
     CHECK_EQ(tsock_producer_wait_consumers(p, 2, 5000), 2);
 
     /* Both read epoch 0 (B on its thread, to the stream's end); A three batches of epoch 1. */
-    struct to_end rb = {b, 0, 0};
+    struct to_end rb = {.c = b};
     pthread_create(&reader, NULL, read_to_end, &rb);
     unsigned char seen[SAMPLES] = {0};
     uint64_t epoch = 99;
@@ -242,8 +245,8 @@ test_finite_stream_paused_at_end(void)
 
     /* B reads the rest of the stream meanwhile; the end waits for A. */
     usleep(500 * 1000);
-    CHECK_EQ(rb.samples, 2 * SAMPLES);
-    CHECK_EQ(rb.err, 0); /* still reading: the stream is not over */
+    CHECK_EQ(atomic_load(&rb.samples), 2 * SAMPLES);
+    CHECK_EQ(atomic_load(&rb.err), 0); /* still reading: the stream is not over */
 
     /* A's epoch 1 goes on with exactly what it lacked, then the stream ends for both. */
     CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), 0);
@@ -252,8 +255,8 @@ test_finite_stream_paused_at_end(void)
         CHECK_EQ(seen[i], 1);
     CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), TSOCK_E_END);
     pthread_join(reader, NULL);
-    CHECK_EQ(rb.err, TSOCK_E_END);
-    CHECK_EQ(rb.samples, 2 * SAMPLES);
+    CHECK_EQ(atomic_load(&rb.err), TSOCK_E_END);
+    CHECK_EQ(atomic_load(&rb.samples), 2 * SAMPLES);
     tsock_consumer_destroy(a);
     tsock_consumer_destroy(b);
     id_producer_stop(p, &thread);
