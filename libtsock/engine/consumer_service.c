@@ -29,8 +29,8 @@ send_msg(tsock_consumer *c, int type)
         memcpy(m.u.hello.name, c->name, sizeof m.u.hello.name);
         tsock__group_fill_hello(c, &m.u.hello);
     }
-    if (type == TSOCK__MSG_PAUSE) /* a finite stream waits for the rest of our epoch */
-        m.u.pause.flags = c->left_mid_epoch ? TSOCK__PAUSE_MID_EPOCH : 0;
+    if (type == TSOCK__MSG_PAUSE) /* what a finite stream still owes us (consumer_leave.c) */
+        m.u.pause.read_to = c->pause_read_to;
     int err = tsock__channel_send(c->channel, 0, &m);
     if (err < 0 && err != -EAGAIN)
         tsock__log(TSOCK_LOG_WARN, "sending %s failed: %s", tsock__msg_type_name(type),
@@ -393,6 +393,7 @@ pause_if_lingering(tsock_consumer *c, uint64_t now)
         return;
     if (!c->between_epochs && !tsock__leave_unread_due(c, now)) {
         if (tsock__leave_due(c, now)) { /* stopped reading mid-epoch (consumer_leave.c) */
+            c->pause_read_to = tsock__leave_read_to(c);
             tsock__consumer_drop_queue(c);
             c->phase = TSOCK__PHASE_PAUSED;
             tsock__leave_paused(c);
@@ -402,6 +403,7 @@ pause_if_lingering(tsock_consumer *c, uint64_t now)
     }
     if (c->between_epochs && now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
         return;
+    c->pause_read_to = tsock__leave_read_to(c);
     tsock__consumer_drop_queue(c);
     c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */
     c->phase = TSOCK__PHASE_PAUSED;

@@ -321,34 +321,51 @@ keep_consumer_phases(tsock_producer *p)
     tsock__sampler_keep_segments(&p->sampler, phases, n);
 }
 
-/* Where the window of consumer record c that the stream's end `end` cut ends, or 0 when its
- * window is not cut there; `position` is where the stream is. A consumer's windows are
- * `sampler_samples` consecutive samples from its window start: where it joined, resumed after
- * a pause, or restored a checkpoint (docs/semantics.md, "When a finite stream ends"). A paused
- * consumer has no window. One that is owed the rest of an epoch (it paused mid-epoch) has its
- * window finished even when that window starts at or after the end; it starts at the next
- * batch when none has started yet. */
+/* The windows a finite stream ending at `end` still owes consumer record c: one for each of
+ * its windows that starts before the end, counted from its first as if it had never paused (a
+ * pause moves its windows along the stream: it must not cost it one), less those it finished
+ * before its current one started. A consumer that has had no batch yet is owed none. */
+static uint64_t
+epochs_owed(const tsock_producer *p, const struct tsock__consumer_rec *c, uint64_t end)
+{
+    if (c->first_window == TSOCK__NO_WINDOW || end <= c->first_window)
+        return 0;
+    uint64_t n = p->sampler_samples, windows = (end - c->first_window + n - 1) / n;
+    return windows > c->windows_done ? windows - c->windows_done : 0;
+}
+
+/* Where the last window that a finite stream ending at `end` owes consumer record c ends, or 0
+ * when it owes none; `position` is where the stream is. Its windows are `sampler_samples`
+ * consecutive samples from its window start: where it joined, resumed after a pause, or
+ * restored a checkpoint (docs/semantics.md, "When a finite stream ends"); one that resumed
+ * starts its window at the next batch. A paused consumer has no window (owed_paused). */
 static uint64_t
 cut_window_end(const tsock_producer *p, const struct tsock__consumer_rec *c, uint64_t end,
                uint64_t position)
 {
     if (!served(c))
         return 0;
-    if (c->window_start == TSOCK__NO_WINDOW)
-        return c->owed ? position + p->sampler_samples : 0;
-    if (end <= c->window_start)
-        return c->owed ? c->window_start + p->sampler_samples : 0;
-    uint64_t into = (end - c->window_start) % p->sampler_samples;
-    return into ? end + (p->sampler_samples - into) : 0;
+    uint64_t owed = epochs_owed(p, c, end);
+    if (owed == 0)
+        return 0;
+    uint64_t start = c->window_start == TSOCK__NO_WINDOW ? position : c->window_start;
+    return start + owed * p->sampler_samples;
+}
+
+/* Where the stream ended (the sampler issued its last epoch) or ends now (mu held). */
+static uint64_t
+stream_end_position(const tsock_producer *p, uint64_t position)
+{
+    return p->overtime ? p->stream_end : position;
 }
 
 /* How many more stream samples, from `position` (at or past the stream's end: the sampler
- * issued its last epoch), finish the nearest window that the end cut (mu held); 0 when none
- * is left. */
+ * issued its last epoch), finish the nearest window that the stream still owes a consumer
+ * (mu held); 0 when none is left. */
 static uint64_t
 cut_window_left(const tsock_producer *p, uint64_t position)
 {
-    uint64_t end = p->overtime ? p->stream_end : position, nearest = 0;
+    uint64_t end = stream_end_position(p, position), nearest = 0;
     for (int i = 0; i < TSOCK__PRODUCER_MAX_CONSUMERS; i++) {
         uint64_t to = cut_window_end(p, &p->consumers[i], end, position);
         if (to > position && (!nearest || to - position < nearest))
@@ -357,14 +374,15 @@ cut_window_left(const tsock_producer *p, uint64_t position)
     return nearest;
 }
 
-/* Whether a consumer paused mid-epoch is still connected (mu held): a finite stream does not
- * end without the rest of its epoch, which it reads once it resumes. */
+/* Whether a paused consumer that the stream still owes epochs is connected (mu held): a
+ * finite stream does not end without them; it reads them once it resumes. */
 static int
-owed_paused(const tsock_producer *p)
+owed_paused(const tsock_producer *p, uint64_t position)
 {
+    uint64_t end = stream_end_position(p, position);
     for (int i = 0; i < TSOCK__PRODUCER_MAX_CONSUMERS; i++) {
         const struct tsock__consumer_rec *c = &p->consumers[i];
-        if (c->active && c->paused && c->owed)
+        if (c->active && c->paused && epochs_owed(p, c, end) > 0)
             return 1;
     }
     return 0;
@@ -377,16 +395,16 @@ at_stream_end(tsock_producer *p)
     return p->use_sampler && (p->overtime || tsock__sampler_exhausted(&p->sampler));
 }
 
-/* With the sampler's last epoch issued, whether the stream is over: no consumer's window was
- * cut by its end, or overtime has finished every such window, and no consumer paused
- * mid-epoch waits to come back (docs/semantics.md, "When a finite stream ends": the producer
- * finishes a window rather than end a consumer's epoch short, or leave a group's ranks with
- * different batch counts). mu held. */
+/* With the sampler's last epoch issued, whether the stream is over: overtime has served every
+ * window the stream owes a consumer, and no paused consumer it still owes epochs waits to
+ * come back (docs/semantics.md, "When a finite stream ends": the producer finishes a window
+ * rather than end a consumer's epoch short, leave a group's ranks with different batch counts,
+ * or let a pause cost a job an epoch). mu held. */
 static int
 stream_over_locked(tsock_producer *p)
 {
-    return at_stream_end(p) &&
-           cut_window_left(p, tsock__sampler_stream_position(&p->sampler)) == 0 && !owed_paused(p);
+    uint64_t position = tsock__sampler_stream_position(&p->sampler);
+    return at_stream_end(p) && cut_window_left(p, position) == 0 && !owed_paused(p, position);
 }
 
 static int
@@ -400,17 +418,18 @@ stream_over(tsock_producer *p)
     return over;
 }
 
-/* At the stream's end with nothing to publish: the stream is over (TSOCK_E_END), or a consumer
- * paused mid-epoch keeps it open, and this waits, until `deadline`, for it to resume or leave
- * (-ETIMEDOUT, as a wait for a free slot would). 0: there is something to publish, or the end
- * is not reached. mu held. */
+/* At the stream's end with nothing to publish: the stream is over (TSOCK_E_END), or a paused
+ * consumer it still owes epochs keeps it open, and this waits, until `deadline`, for it to
+ * resume or leave (-ETIMEDOUT, as a wait for a free slot would). 0: there is something to
+ * publish, or the end is not reached. mu held. */
 static int
 wait_at_stream_end(tsock_producer *p, uint64_t deadline)
 {
     for (;;) {
-        if (!at_stream_end(p) || cut_window_left(p, tsock__sampler_stream_position(&p->sampler)))
+        uint64_t position = tsock__sampler_stream_position(&p->sampler);
+        if (!at_stream_end(p) || cut_window_left(p, position))
             return 0;
-        if (!owed_paused(p))
+        if (!owed_paused(p, position))
             return TSOCK_E_END;
         if (p->state != TSOCK__P_RUNNING)
             return TSOCK_E_STATE;
@@ -441,7 +460,7 @@ plan_slot(tsock_producer *p, struct tsock_slot *s)
     s->ids = p->slot_ids + (size_t)s->index * p->batch_size;
     uint32_t max = p->batch_size;
     if (p->overtime || tsock__sampler_exhausted(&p->sampler)) {
-        /* Overtime: the next epoch's first samples, up to the nearest cut window's end, for
+        /* Overtime: the next epochs' first samples, up to the nearest owed window's end, for
          * the consumers whose windows they finish (take_holders). The sampler's segments kept
          * the set each of them missed at its window's start (keep_consumer_phases). */
         pthread_mutex_lock(&p->mu);
@@ -454,7 +473,7 @@ plan_slot(tsock_producer *p, struct tsock_slot *s)
          * back after the end runs past the first one. */
         if (left && tsock__sampler_exhausted(&p->sampler))
             p->sampler.epochs++;
-        int over = left == 0 && !owed_paused(p);
+        int over = left == 0 && !owed_paused(p, s->position);
         pthread_mutex_unlock(&p->mu);
         if (left == 0) /* what kept the stream open changed since acquire looked */
             return over ? TSOCK_E_END : -ETIMEDOUT;
@@ -586,6 +605,8 @@ take_holders(tsock_producer *p, uint64_t position)
         mask |= (uint64_t)1 << i;
         if (c->window_start == TSOCK__NO_WINDOW)
             c->window_start = position;
+        if (c->first_window == TSOCK__NO_WINDOW)
+            c->first_window = position;
     }
     return mask;
 }

@@ -38,10 +38,11 @@ struct tsock__consumer_rec {
     char name[TSOCK_MAX_NAME + 1];
     uint64_t batches, samples, released;
     int paused; /* between epochs: not given new batches */
-    /* Its last PAUSE came mid-epoch (TSOCK__PAUSE_MID_EPOCH), until its next PAUSE: it wants
-     * the rest of that epoch, so a finite stream waits for it while it is paused and finishes
-     * the window it starts when it comes back, even after the stream's end (producer_api.c). */
-    int owed;
+    /* For a finite stream's end (producer_api.c, epochs_owed): where its first window started
+     * (TSOCK__NO_WINDOW before its first batch), and how many of its windows it finished
+     * before its current one started, as its PAUSEs said. */
+    uint64_t first_window;
+    uint64_t windows_done;
     int want_ids;          /* its BATCHes carry their sample ids (a checkpointable consumer) */
     uint64_t window_start; /* stream position of its current window, or TSOCK__NO_WINDOW */
     uint64_t rate_mark_ns, rate_mark_released; /* start of the current rate window */

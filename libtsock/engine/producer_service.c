@@ -237,6 +237,7 @@ admit(tsock_producer *p, const struct tsock__peer_id *from, const struct tsock__
     memcpy(c->name, h->name, sizeof c->name);
     c->rate_mark_ns = tsock__now_ns();
     c->window_start = TSOCK__NO_WINDOW;
+    c->first_window = TSOCK__NO_WINDOW;
     p->consumer_count++;
     tsock__channel_watch(p->channel, index, from);
     pthread_cond_broadcast(&p->cond);
@@ -328,8 +329,20 @@ forget_unannounced(tsock_producer *p, int index)
     }
 }
 
-/* PAUSE: the consumer finished an epoch and is busy elsewhere, or stopped reading mid-epoch
- * (then it is owed the rest of that epoch); its window and phase end here.
+/* The windows a pausing consumer finished since its current one started: those it read past
+ * (read_to, counting what it skips before its next epoch). An epoch it paused in the middle
+ * of is not finished: it takes the rest from the window it starts on resuming. */
+static void
+count_windows_done(const tsock_producer *p, struct tsock__consumer_rec *c, uint64_t read_to)
+{
+    if (!p->use_sampler || c->window_start == TSOCK__NO_WINDOW || read_to == TSOCK__PAUSE_NOWHERE ||
+        read_to <= c->window_start)
+        return;
+    c->windows_done += (read_to - c->window_start) / p->sampler_samples;
+}
+
+/* PAUSE: the consumer finished an epoch and is busy elsewhere, or stopped reading mid-epoch;
+ * its window and phase end here, and what it read says how many windows it finished.
  * RESUME: it comes back; its next batch starts a new window. */
 static void
 on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock__msg *m)
@@ -342,7 +355,7 @@ on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const s
     struct tsock__consumer_rec *c = &p->consumers[index];
     if (m->type == TSOCK__MSG_PAUSE) {
         forget_unannounced(p, index);
-        c->owed = (m->u.pause.flags & TSOCK__PAUSE_MID_EPOCH) != 0;
+        count_windows_done(p, c, m->u.pause.read_to);
     }
     c->window_start = TSOCK__NO_WINDOW;
     c->paused = m->type == TSOCK__MSG_PAUSE;

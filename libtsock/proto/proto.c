@@ -254,7 +254,7 @@ check_msg(const struct tsock__msg *msg)
     case TSOCK__MSG_GROUP_FAILED: return check_group_failed(&msg->u.group_failed);
     case TSOCK__MSG_BATCH: return check_batch(&msg->u.batch);
     case TSOCK__MSG_RELEASE: return msg->u.release.slot < TSOCK__WIRE_MAX_SLOTS ? 0 : -1;
-    case TSOCK__MSG_PAUSE: return (msg->u.pause.flags & ~TSOCK__PAUSE_MID_EPOCH) ? -1 : 0;
+    case TSOCK__MSG_PAUSE: /* any position */
     case TSOCK__MSG_HEARTBEAT:
     case TSOCK__MSG_BYE:
     case TSOCK__MSG_RESUME:
@@ -368,7 +368,7 @@ put_body(struct tsock__wire_writer *w, const struct tsock__msg *msg)
         tsock__wire_put_le(w, msg->u.release.slot, 4);
         tsock__wire_put_le(w, msg->u.release.seq, 8);
         break;
-    case TSOCK__MSG_PAUSE: tsock__wire_put_le(w, msg->u.pause.flags, 4); break;
+    case TSOCK__MSG_PAUSE: tsock__wire_put_le(w, msg->u.pause.read_to, 8); break;
     case TSOCK__MSG_SHUTDOWN:
         tsock__wire_put_le(w, msg->u.shutdown.reason, 4);
         tsock__wire_put_le(w, msg->u.shutdown.epochs, 8);
@@ -528,7 +528,7 @@ get_body(struct tsock__wire_reader *r, struct tsock__msg *msg)
         msg->u.release.slot = (uint32_t)tsock__wire_get_le(r, 4);
         msg->u.release.seq = tsock__wire_get_le(r, 8);
         break;
-    case TSOCK__MSG_PAUSE: msg->u.pause.flags = (uint32_t)tsock__wire_get_le(r, 4); break;
+    case TSOCK__MSG_PAUSE: msg->u.pause.read_to = tsock__wire_get_le(r, 8); break;
     case TSOCK__MSG_HEARTBEAT:
     case TSOCK__MSG_BYE:
     case TSOCK__MSG_RESUME:

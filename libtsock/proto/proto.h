@@ -18,7 +18,7 @@
  * 3: HELLO's flag TSOCK__HELLO_WANT_IDS; BATCH may carry its sample ids (TSOCK__BATCH_HAS_IDS);
  *    HELLO may declare a data-parallel group (TSOCK__HELLO_HAS_GROUP); WELCOME carries the
  *    dataset size and the producer's node split; REJECT carries a sentence; GROUP_FAILED;
- *    PAUSE carries flags (TSOCK__PAUSE_MID_EPOCH).
+ *    PAUSE carries how far the consumer read (read_to).
  *    (Version 3 is unreleased this cycle, so all of this is one version.) */
 #define TSOCK__PROTO_VERSION 3
 #define TSOCK__PROTO_HEADER_SIZE 12
@@ -169,13 +169,14 @@ struct tsock__msg_release {
     uint64_t seq;
 };
 
-/* PAUSE flag: the consumer stopped reading in the middle of an epoch and will want the rest of
- * it when it comes back (engine/consumer_leave.c), so a finite stream does not end while it is
- * paused (engine/producer_api.c, stream_over). Without it: paused between epochs. */
-#define TSOCK__PAUSE_MID_EPOCH 1u
+/* PAUSE's read_to when the consumer read nothing of its current window. */
+#define TSOCK__PAUSE_NOWHERE UINT64_MAX
 
+/* PAUSE: how far along the stream the consumer has read (counting what it will skip before its
+ * next epoch), so that the producer knows how many of its windows it completed: a finite
+ * stream owes it the rest (engine/producer_api.c, epochs_owed). */
 struct tsock__msg_pause {
-    uint32_t flags; /* TSOCK__PAUSE_MID_EPOCH; other bits reserved, 0 */
+    uint64_t read_to; /* a stream position, or TSOCK__PAUSE_NOWHERE */
 };
 
 struct tsock__msg_shutdown {

@@ -343,9 +343,9 @@ valid(const char *dir)
     put(dir, "bye.bin", &m);
     m.type = TSOCK__MSG_PAUSE;
     put(dir, "pause.bin", &m);
-    m.u.pause.flags = TSOCK__PAUSE_MID_EPOCH;
-    put(dir, "pause-mid-epoch.bin", &m);
-    m.u.pause.flags = 0;
+    m.u.pause.read_to = TSOCK__PAUSE_NOWHERE;
+    put(dir, "pause-nowhere.bin", &m);
+    memset(&m, 0, sizeof m);
     m.type = TSOCK__MSG_RESUME;
     put(dir, "resume.bin", &m);
     m.type = TSOCK__MSG_RESUMED;
@@ -438,9 +438,9 @@ malformed(const char *dir)
     memset(&m, 0, sizeof m);
     m.type = TSOCK__MSG_PAUSE;
     n = encode(&m, buf);
-    store_le(buf + 12, 6, 4); /* an undefined flag */
-    emit(dir, "bad-pause-flags.bin", buf, n);
-    store_le(buf + 8, 0, 4); /* its flags missing */
+    store_le(buf + 8, 4, 4); /* its position cut short */
+    emit(dir, "bad-pause-short.bin", buf, TSOCK__PROTO_HEADER_SIZE + 4);
+    store_le(buf + 8, 0, 4); /* its position missing */
     emit(dir, "bad-pause-body.bin", buf, TSOCK__PROTO_HEADER_SIZE);
     m.type = TSOCK__MSG_RESUMED;
     n = encode(&m, buf);

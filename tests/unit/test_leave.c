@@ -206,12 +206,13 @@ read_to_end(void *arg)
     return NULL;
 }
 
-/* A finite stream (2 epochs) whose end comes while consumer A is paused in the middle of its
- * last epoch, B reading on: the producer waits for A (PAUSE's MID_EPOCH) instead of ending the
- * stream, and finishes the window A starts when it resumes, after the end. Before, the stream
- * ended with B's last window and A's next read returned TSOCK_E_END, its epoch short. */
+/* A finite stream (2 epochs) whose end comes while consumer A is paused, in the middle of its
+ * last epoch or before it, B reading on: the producer waits for A (PAUSE says how far it read:
+ * the stream still owes it an epoch) instead of ending the stream, and serves the window A
+ * starts when it resumes, after the end. Before, the stream ended with B's last window and A's
+ * next read returned TSOCK_E_END: its last epoch short, or missing. */
 static void
-test_finite_stream_paused_at_end(void)
+test_finite_stream_paused_at_end(int mid_epoch)
 {
     pthread_t thread, reader;
     tsock_producer *p = id_producer_start_epochs("leave", 1, 2, &thread);
@@ -232,7 +233,7 @@ test_finite_stream_paused_at_end(void)
     CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), 0);
     CHECK_EQ(epoch, 0);
     memset(seen, 0, sizeof seen);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < (mid_epoch ? 3 : 0); i++) {
         tsock_batch *batch;
         CHECK_EQ(tsock_consumer_next(a, 20000, &batch), 0);
         CHECK_EQ(tsock_batch_epoch(batch), 1);
@@ -259,6 +260,51 @@ test_finite_stream_paused_at_end(void)
     CHECK_EQ(atomic_load(&rb.samples), 2 * SAMPLES);
     tsock_consumer_destroy(a);
     tsock_consumer_destroy(b);
+    id_producer_stop(p, &thread);
+}
+
+/* A consumer alone on a finite stream (2 epochs) that pauses in the middle of its epochs again
+ * and again, by tsock_consumer_pause and, with a short grace, by stopping: each pause restarts
+ * its window where the stream is, so its epochs end later in the stream than the stream's own,
+ * and the last of them would start after the end. It reads exactly two whole epochs all the
+ * same, then TSOCK_E_END (before, its second epoch was missing or short). */
+static void
+test_finite_stream_many_pauses(int explicit_pause)
+{
+    pthread_t thread;
+    tsock_producer *p = id_producer_start_epochs("leave", 1, 2, &thread);
+    tsock_consumer *a = NULL;
+    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
+    tsock_consumer_set_epoch_grace(a, explicit_pause ? 30000 : 20);
+    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
+    for (uint64_t e = 0; e < 2; e++) {
+        unsigned char seen[SAMPLES] = {0};
+        int end = 0;
+        for (int i = 0; !end; i++) {
+            tsock_batch *b;
+            int err = tsock_consumer_next(a, 20000, &b);
+            CHECK_EQ(err, 0);
+            if (err)
+                break;
+            CHECK_EQ(tsock_batch_epoch(b), e);
+            CHECK_EQ(tsock_batch_index_in_epoch(b), (uint64_t)i);
+            const int64_t *ids = tsock_batch_tensor_data(b, 0);
+            for (uint32_t j = 0; j < tsock_batch_samples(b); j++)
+                CHECK_EQ(seen[ids[j]]++, 0);
+            end = tsock_batch_is_epoch_end(b);
+            tsock_consumer_release(a, b);
+            if (i % 5 == 2 && !end) { /* a pause in the middle of the epoch */
+                if (explicit_pause)
+                    CHECK_EQ(tsock_consumer_pause(a), 0);
+                usleep(explicit_pause ? 10 * 1000 : 150 * 1000);
+            }
+        }
+        for (int i = 0; i < SAMPLES; i++)
+            CHECK_EQ(seen[i], 1);
+    }
+    tsock_batch *b;
+    CHECK_EQ(tsock_consumer_next(a, 20000, &b), TSOCK_E_END);
+    tsock_consumer_destroy(a);
     id_producer_stop(p, &thread);
 }
 
@@ -409,7 +455,10 @@ main(void)
     test_end_epoch();
     test_finite_stream(1);
     test_finite_stream(0);
-    test_finite_stream_paused_at_end();
+    test_finite_stream_paused_at_end(1);
+    test_finite_stream_paused_at_end(0);
+    test_finite_stream_many_pauses(1);
+    test_finite_stream_many_pauses(0);
     test_paused_not_counted();
     return CHECK_DONE();
 }

@@ -249,7 +249,7 @@ spec_encode(const struct tsock__msg *m, struct wire *w)
         w_le(w, m->u.shutdown.reason, 4);
         w_le(w, m->u.shutdown.epochs, 8);
         break;
-    case TSOCK__MSG_PAUSE: w_le(w, m->u.pause.flags, 4); break;
+    case TSOCK__MSG_PAUSE: w_le(w, m->u.pause.read_to, 8); break;
     case TSOCK__MSG_STATS_REQUEST: w_le(w, m->u.stats_request.request_id, 8); break;
     case TSOCK__MSG_CONSUMER_STATS:
         w_le(w, m->u.consumer_stats.batches, 8);
@@ -549,7 +549,9 @@ valid_messages(struct tsock__msg *out)
     make(&out[n++], TSOCK__MSG_BYE);
     make(&out[n++], TSOCK__MSG_PAUSE);
     make(&out[n], TSOCK__MSG_PAUSE);
-    out[n++].u.pause.flags = TSOCK__PAUSE_MID_EPOCH;
+    out[n++].u.pause.read_to = 3 * 1000 + 9 * 32;
+    make(&out[n], TSOCK__MSG_PAUSE);
+    out[n++].u.pause.read_to = TSOCK__PAUSE_NOWHERE;
     make(&out[n++], TSOCK__MSG_RESUME);
     make(&out[n++], TSOCK__MSG_RESUMED);
     make(&out[n], TSOCK__MSG_SHUTDOWN);
@@ -710,7 +712,8 @@ test_golden(void)
     static const uint8_t bye[] = {'T', 'S', 'C', 'K', 3, 0, 7, 0, 0, 0, 0, 0};
     static const uint8_t shutdown[] = {'T', 'S', 'C', 'K', 3, 0, 8, 0, 12, 0, 0, 0,
                                        2,   0,   0,   0,   3, 0, 0, 0, 0,  0, 0, 0};
-    static const uint8_t pause[] = {'T', 'S', 'C', 'K', 3, 0, 9, 0, 4, 0, 0, 0, 1, 0, 0, 0};
+    static const uint8_t pause[] = {'T', 'S', 'C',  'K',  3,    0, 9, 0, 8, 0,
+                                    0,   0,   0x30, 0x20, 0x10, 0, 0, 0, 0, 0};
     static const uint8_t resume[] = {'T', 'S', 'C', 'K', 3, 0, 10, 0, 0, 0, 0, 0};
     static const uint8_t resumed[] = {'T', 'S', 'C', 'K', 3, 0, 11, 0, 0, 0, 0, 0};
     static const uint8_t welcome[] = {
@@ -771,7 +774,7 @@ test_golden(void)
     m.u.shutdown.epochs = 3;
     expect_golden(&m, shutdown, sizeof shutdown);
     make(&m, TSOCK__MSG_PAUSE);
-    m.u.pause.flags = TSOCK__PAUSE_MID_EPOCH;
+    m.u.pause.read_to = 0x102030;
     expect_golden(&m, pause, sizeof pause);
     make(&m, TSOCK__MSG_RESUME);
     expect_golden(&m, resume, sizeof resume);
@@ -889,22 +892,18 @@ test_header(void)
         CHECK_EQ(tsock__msg_encode(&d, scratch, sizeof scratch), -EINVAL);
     }
 
-    /* PAUSE's body is its flags, of which only MID_EPOCH is defined: any other bit, a short
-     * body or a missing one is refused. */
+    /* PAUSE's body is the position the consumer read to, 8 bytes: a short or missing one is
+     * refused. */
     make(&m, TSOCK__MSG_PAUSE);
-    m.u.pause.flags = TSOCK__PAUSE_MID_EPOCH;
+    m.u.pause.read_to = 1234;
     n = tsock__msg_encode(&m, buf, sizeof buf);
-    CHECK_EQ(n, 16);
-    CHECK_EQ(decode_exact(buf, 16, &d), 0);
-    CHECK_EQ(d.u.pause.flags, TSOCK__PAUSE_MID_EPOCH);
-    store_le(buf + 12, 2, 4);
-    CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
-    m.u.pause.flags = 0x80000000u;
-    CHECK_EQ(tsock__msg_encode(&m, buf, sizeof buf), -EINVAL);
+    CHECK_EQ(n, 20);
+    CHECK_EQ(decode_exact(buf, 20, &d), 0);
+    CHECK_EQ(d.u.pause.read_to, 1234);
     store_le(buf + 8, 0, 4);
     CHECK_EQ(decode_exact(buf, 12, &d), TSOCK_E_PROTOCOL);
-    store_le(buf + 8, 2, 4);
-    CHECK_EQ(decode_exact(buf, 14, &d), TSOCK_E_PROTOCOL);
+    store_le(buf + 8, 4, 4);
+    CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
 
     /* HEARTBEAT, BYE, RESUME and RESUMED have empty bodies: the header alone is the whole
      * frame, and any body at all (zeros, or another message's body under this type) is
