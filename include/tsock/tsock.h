@@ -370,13 +370,13 @@ TSOCK_API void tsock_producer_cancel(tsock_producer *p);
  * valid until published) and returns 0. Returns -ETIMEDOUT, TSOCK_E_END when the stream is over
  * (tsock_producer_stream_ended), TSOCK_E_CANCELLED (tsock_producer_cancel), or TSOCK_E_STATE
  * when a slot is already being filled. At a finite stream's end, while a paused consumer that
- * the stream still owes windows keeps it open, it blocks the same way, until that consumer
- * resumes (a slot for its windows) or leaves (TSOCK_E_END). */
+ * the stream still owes epochs keeps it open, it blocks the same way, until that consumer
+ * resumes (a slot for its epochs) or leaves (TSOCK_E_END). */
 TSOCK_API int tsock_producer_acquire(tsock_producer *p, int timeout_ms, tsock_slot **slot);
 
 /* With a sampler: 1 when the stream is over (so the next tsock_producer_acquire returns
  * TSOCK_E_END at once): the sampler has issued its last epoch, every consumer window that its
- * end cut is finished, and no paused consumer that it still owes windows waits to come back
+ * end cut is finished, and no paused consumer that it still owes epochs waits to come back
  * (docs/semantics.md, "When a finite stream ends": a pause costs a consumer no epoch); else 0;
  * always 0 without a sampler or with endless epochs. Lets a loop that waits for consumers
  * before acquiring stop when there is nothing left to serve. Caller's thread only. */

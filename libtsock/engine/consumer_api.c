@@ -182,6 +182,7 @@ tsock_consumer_start(tsock_consumer *c, int timeout_ms)
     }
     pthread_mutex_lock(&c->mu);
     tsock__resume_start(c);
+    tsock__leave_on_session(c);
     /* Under mu: the service thread reads both to pause a job that never reads
      * (consumer_leave.c). */
     c->ready_to_read = 1;
@@ -252,7 +253,8 @@ recover(tsock_consumer *c, int err)
     int rc = tsock__session_reopen(c, c->reconnect_ms);
     pthread_mutex_lock(&c->mu);
     tsock__epoch_plan_cut(&c->plan);
-    tsock__group_reset(c); /* a new session: a new group, whose window starts afresh */
+    tsock__leave_on_session(c); /* the new producer record counts from here */
+    tsock__group_reset(c);      /* a new session: a new group, whose window starts afresh */
     return rc < 0 ? rc : 1;
 }
 

@@ -212,10 +212,10 @@ struct tsock_consumer {
     struct tsock__consumer_group group;
 
     /* Leaving an epoch early (consumer_leave.c). */
-    int leave_ids;          /* ids asked for (HELLO IDS_IF_ABLE) and sent: mid-epoch pauses work */
-    int pause_unsent;       /* paused by the caller: the service thread sends PAUSE */
-    int left_mid_epoch;     /* paused inside an epoch: RESUMED arms the epoch's filter */
-    uint64_t pause_read_to; /* tsock__leave_read_to when it paused: the next PAUSE says it */
+    int leave_ids;       /* ids asked for (HELLO IDS_IF_ABLE) and sent: mid-epoch pauses work */
+    int pause_unsent;    /* paused by the caller: the service thread sends PAUSE */
+    int left_mid_epoch;  /* paused inside an epoch: RESUMED arms the epoch's filter */
+    uint64_t epoch_base; /* plan.epoch when this session began (tsock__leave_epochs_done) */
     uint64_t leave_returned_ns; /* when next last returned a batch (0: none in this epoch) */
     uint64_t leave_step_max_ns; /* the slowest step so far, halved at each epoch end */
     uint64_t idle_since_ns;     /* when next last returned (or start): for a job not reading */
@@ -389,12 +389,13 @@ int tsock__leave_unread_due(const tsock_consumer *c, uint64_t now);
 /* Service thread: milliseconds until tsock__leave_due or _unread_due may hold (-1: not while
  * things stay). */
 int tsock__leave_wait_ms(const tsock_consumer *c, uint64_t now);
-/* Before any pause gives its queue back (mu held): the stream position the consumer has read
- * to, that is what it took of the queue's head batch, or where the next batch starts when the
- * queue is empty, plus what it skips before its next epoch (the rest of a resumed window,
- * drop_last's tail); TSOCK__PAUSE_NOWHERE when it read nothing of its current window. PAUSE
- * carries it: the producer counts the consumer's finished windows from it. */
-uint64_t tsock__leave_read_to(const tsock_consumer *c);
+/* The epochs the consumer finished, or gave up (tsock_consumer_end_epoch), in this session:
+ * PAUSE and RESUME carry it, so that a finite stream owes it the rest of the epochs its join
+ * gave it (a pause must not cost one). mu held, or the service thread. */
+uint64_t tsock__leave_epochs_done(const tsock_consumer *c);
+/* Where this session's count starts: after start (and a restored position), and after a
+ * reconnect has cut the epoch. mu held. */
+void tsock__leave_on_session(tsock_consumer *c);
 /* Service thread, at RESUMED: a consumer paused mid-epoch takes the rest of that epoch. */
 void tsock__leave_on_resumed(tsock_consumer *c);
 /* Caller's thread, in next: its call, and the batch it returns (NULL: none). */

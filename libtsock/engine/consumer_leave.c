@@ -153,14 +153,15 @@ tsock__leave_note_return(tsock_consumer *c, const tsock_batch *b, uint64_t now)
 }
 
 uint64_t
-tsock__leave_read_to(const tsock_consumer *c)
+tsock__leave_epochs_done(const tsock_consumer *c)
 {
-    uint32_t offset = 0;
-    const struct tsock__hold_batch *h = tsock__hold_table_head(&c->holds, &offset);
-    uint64_t at = h ? h->position + offset : c->expect_position;
-    if (at == TSOCK__ANY_POSITION)
-        return TSOCK__PAUSE_NOWHERE;
-    return at + c->plan.skip;
+    return c->plan.epoch > c->epoch_base ? c->plan.epoch - c->epoch_base : 0;
+}
+
+void
+tsock__leave_on_session(tsock_consumer *c)
+{
+    c->epoch_base = c->plan.epoch;
 }
 
 /* Pauses now, on the caller's thread (mu held): from here on every BATCH is given back as it
@@ -168,7 +169,6 @@ tsock__leave_read_to(const tsock_consumer *c)
 static void
 pause_now(tsock_consumer *c, int mid_epoch)
 {
-    c->pause_read_to = tsock__leave_read_to(c);
     tsock__consumer_drop_queue(c);
     if (!mid_epoch)
         c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */

@@ -29,8 +29,8 @@ send_msg(tsock_consumer *c, int type)
         memcpy(m.u.hello.name, c->name, sizeof m.u.hello.name);
         tsock__group_fill_hello(c, &m.u.hello);
     }
-    if (type == TSOCK__MSG_PAUSE) /* what a finite stream still owes us (consumer_leave.c) */
-        m.u.pause.read_to = c->pause_read_to;
+    if (type == TSOCK__MSG_PAUSE || type == TSOCK__MSG_RESUME) /* what a finite stream owes */
+        m.u.pause.epochs = tsock__leave_epochs_done(c);
     int err = tsock__channel_send(c->channel, 0, &m);
     if (err < 0 && err != -EAGAIN)
         tsock__log(TSOCK_LOG_WARN, "sending %s failed: %s", tsock__msg_type_name(type),
@@ -282,8 +282,9 @@ on_shutdown(void *ctx, const struct tsock__peer_id *from, int peer, const struct
                    "started with (tsock-producer --epochs N; 0, the default, serves until "
                    "stopped)",
                    (unsigned long long)m->u.shutdown.epochs);
-        /* A producer waits for a consumer paused mid-epoch (PAUSE's MID_EPOCH) unless the
-         * pause reached it after it had decided the end: said, never silent. */
+        /* A producer waits for a paused consumer it still owes epochs (PAUSE says how many it
+         * finished) unless the pause reached it after it had decided the end: said, never
+         * silent. */
         if (c->left_mid_epoch && c->phase == TSOCK__PHASE_PAUSED)
             tsock__log(TSOCK_LOG_WARN,
                        "the stream ended while this consumer was paused in the middle of epoch "
@@ -393,7 +394,6 @@ pause_if_lingering(tsock_consumer *c, uint64_t now)
         return;
     if (!c->between_epochs && !tsock__leave_unread_due(c, now)) {
         if (tsock__leave_due(c, now)) { /* stopped reading mid-epoch (consumer_leave.c) */
-            c->pause_read_to = tsock__leave_read_to(c);
             tsock__consumer_drop_queue(c);
             c->phase = TSOCK__PHASE_PAUSED;
             tsock__leave_paused(c);
@@ -403,7 +403,6 @@ pause_if_lingering(tsock_consumer *c, uint64_t now)
     }
     if (c->between_epochs && now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
         return;
-    c->pause_read_to = tsock__leave_read_to(c);
     tsock__consumer_drop_queue(c);
     c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */
     c->phase = TSOCK__PHASE_PAUSED;

@@ -321,35 +321,45 @@ keep_consumer_phases(tsock_producer *p)
     tsock__sampler_keep_segments(&p->sampler, phases, n);
 }
 
-/* The windows a finite stream ending at `end` still owes consumer record c: one for each of
- * its windows that starts before the end, counted from its first as if it had never paused (a
- * pause moves its windows along the stream: it must not cost it one), less those it finished
- * before its current one started. A consumer that has had no batch yet is owed none. */
+/* The epochs a finite stream ending at `end` still owes consumer record c: one for each of its
+ * windows that starts before the end, counted from its first as if it had never paused (a
+ * pause moves its windows along the stream: it must not cost it one), less the epochs it
+ * finished or gave up (its last PAUSE or RESUME said how many). A consumer that has had no
+ * batch yet is owed none. Each window from its current one's start is one epoch: after a
+ * mid-epoch pause it takes the rest of that epoch from the first. */
 static uint64_t
 epochs_owed(const tsock_producer *p, const struct tsock__consumer_rec *c, uint64_t end)
 {
     if (c->first_window == TSOCK__NO_WINDOW || end <= c->first_window)
         return 0;
     uint64_t n = p->sampler_samples, windows = (end - c->first_window + n - 1) / n;
-    return windows > c->windows_done ? windows - c->windows_done : 0;
+    return windows > c->epochs_done ? windows - c->epochs_done : 0;
 }
 
 /* Where the last window that a finite stream ending at `end` owes consumer record c ends, or 0
  * when it owes none; `position` is where the stream is. Its windows are `sampler_samples`
  * consecutive samples from its window start: where it joined, resumed after a pause, or
  * restored a checkpoint (docs/semantics.md, "When a finite stream ends"); one that resumed
- * starts its window at the next batch. A paused consumer has no window (owed_paused). */
+ * starts its window at the next batch. It is owed the window that the end cut, so that no
+ * epoch ends short, and the epochs its join gave it. A paused consumer has no window
+ * (owed_paused). */
 static uint64_t
-cut_window_end(const tsock_producer *p, const struct tsock__consumer_rec *c, uint64_t end,
-               uint64_t position)
+owed_window_end(const tsock_producer *p, const struct tsock__consumer_rec *c, uint64_t end,
+                uint64_t position)
 {
     if (!served(c))
         return 0;
+    uint64_t n = p->sampler_samples, to = 0;
+    if (c->window_start != TSOCK__NO_WINDOW && end > c->window_start) {
+        uint64_t into = (end - c->window_start) % n;
+        if (into)
+            to = end + (n - into);
+    }
     uint64_t owed = epochs_owed(p, c, end);
-    if (owed == 0)
-        return 0;
     uint64_t start = c->window_start == TSOCK__NO_WINDOW ? position : c->window_start;
-    return start + owed * p->sampler_samples;
+    if (owed && start + owed * n > to)
+        to = start + owed * n;
+    return to;
 }
 
 /* Where the stream ended (the sampler issued its last epoch) or ends now (mu held). */
@@ -363,11 +373,11 @@ stream_end_position(const tsock_producer *p, uint64_t position)
  * issued its last epoch), finish the nearest window that the stream still owes a consumer
  * (mu held); 0 when none is left. */
 static uint64_t
-cut_window_left(const tsock_producer *p, uint64_t position)
+owed_window_left(const tsock_producer *p, uint64_t position)
 {
     uint64_t end = stream_end_position(p, position), nearest = 0;
     for (int i = 0; i < TSOCK__PRODUCER_MAX_CONSUMERS; i++) {
-        uint64_t to = cut_window_end(p, &p->consumers[i], end, position);
+        uint64_t to = owed_window_end(p, &p->consumers[i], end, position);
         if (to > position && (!nearest || to - position < nearest))
             nearest = to - position;
     }
@@ -404,7 +414,7 @@ static int
 stream_over_locked(tsock_producer *p)
 {
     uint64_t position = tsock__sampler_stream_position(&p->sampler);
-    return at_stream_end(p) && cut_window_left(p, position) == 0 && !owed_paused(p, position);
+    return at_stream_end(p) && owed_window_left(p, position) == 0 && !owed_paused(p, position);
 }
 
 static int
@@ -427,7 +437,7 @@ wait_at_stream_end(tsock_producer *p, uint64_t deadline)
 {
     for (;;) {
         uint64_t position = tsock__sampler_stream_position(&p->sampler);
-        if (!at_stream_end(p) || cut_window_left(p, position))
+        if (!at_stream_end(p) || owed_window_left(p, position))
             return 0;
         if (!owed_paused(p, position))
             return TSOCK_E_END;
@@ -464,7 +474,7 @@ plan_slot(tsock_producer *p, struct tsock_slot *s)
          * the consumers whose windows they finish (take_holders). The sampler's segments kept
          * the set each of them missed at its window's start (keep_consumer_phases). */
         pthread_mutex_lock(&p->mu);
-        uint64_t left = cut_window_left(p, s->position);
+        uint64_t left = owed_window_left(p, s->position);
         if (left && !p->overtime) {
             p->overtime = 1;
             p->stream_end = s->position;
@@ -600,7 +610,7 @@ take_holders(tsock_producer *p, uint64_t position)
         if (!served(c))
             continue;
         /* Overtime goes only to the consumers whose window it finishes. */
-        if (p->overtime && cut_window_end(p, c, p->stream_end, position) <= position)
+        if (p->overtime && owed_window_end(p, c, p->stream_end, position) <= position)
             continue;
         mask |= (uint64_t)1 << i;
         if (c->window_start == TSOCK__NO_WINDOW)

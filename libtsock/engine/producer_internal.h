@@ -39,10 +39,10 @@ struct tsock__consumer_rec {
     uint64_t batches, samples, released;
     int paused; /* between epochs: not given new batches */
     /* For a finite stream's end (producer_api.c, epochs_owed): where its first window started
-     * (TSOCK__NO_WINDOW before its first batch), and how many of its windows it finished
-     * before its current one started, as its PAUSEs said. */
+     * (TSOCK__NO_WINDOW before its first batch), and the epochs it finished (or gave up), as
+     * its last PAUSE or RESUME said. */
     uint64_t first_window;
-    uint64_t windows_done;
+    uint64_t epochs_done;
     int want_ids;          /* its BATCHes carry their sample ids (a checkpointable consumer) */
     uint64_t window_start; /* stream position of its current window, or TSOCK__NO_WINDOW */
     uint64_t rate_mark_ns, rate_mark_released; /* start of the current rate window */

@@ -329,21 +329,9 @@ forget_unannounced(tsock_producer *p, int index)
     }
 }
 
-/* The windows a pausing consumer finished since its current one started: those it read past
- * (read_to, counting what it skips before its next epoch). An epoch it paused in the middle
- * of is not finished: it takes the rest from the window it starts on resuming. */
-static void
-count_windows_done(const tsock_producer *p, struct tsock__consumer_rec *c, uint64_t read_to)
-{
-    if (!p->use_sampler || c->window_start == TSOCK__NO_WINDOW || read_to == TSOCK__PAUSE_NOWHERE ||
-        read_to <= c->window_start)
-        return;
-    c->windows_done += (read_to - c->window_start) / p->sampler_samples;
-}
-
 /* PAUSE: the consumer finished an epoch and is busy elsewhere, or stopped reading mid-epoch;
- * its window and phase end here, and what it read says how many windows it finished.
- * RESUME: it comes back; its next batch starts a new window. */
+ * its window and phase end here. RESUME: it comes back; its next batch starts a new window.
+ * Both say how many epochs it finished (or gave up), which a finite stream's end counts. */
 static void
 on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const struct tsock__msg *m)
 {
@@ -353,10 +341,9 @@ on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const s
     if (!known(p, from, index, m->type) || index < 0 || index >= MAX_CONSUMERS)
         return;
     struct tsock__consumer_rec *c = &p->consumers[index];
-    if (m->type == TSOCK__MSG_PAUSE) {
+    if (m->type == TSOCK__MSG_PAUSE)
         forget_unannounced(p, index);
-        count_windows_done(p, c, m->u.pause.read_to);
-    }
+    c->epochs_done = m->u.pause.epochs;
     c->window_start = TSOCK__NO_WINDOW;
     c->paused = m->type == TSOCK__MSG_PAUSE;
     /* Either changes what a producer waiting at a finite stream's end waits for. */

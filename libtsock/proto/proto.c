@@ -254,10 +254,10 @@ check_msg(const struct tsock__msg *msg)
     case TSOCK__MSG_GROUP_FAILED: return check_group_failed(&msg->u.group_failed);
     case TSOCK__MSG_BATCH: return check_batch(&msg->u.batch);
     case TSOCK__MSG_RELEASE: return msg->u.release.slot < TSOCK__WIRE_MAX_SLOTS ? 0 : -1;
-    case TSOCK__MSG_PAUSE: /* any position */
+    case TSOCK__MSG_PAUSE: /* any count of epochs */
+    case TSOCK__MSG_RESUME:
     case TSOCK__MSG_HEARTBEAT:
     case TSOCK__MSG_BYE:
-    case TSOCK__MSG_RESUME:
     case TSOCK__MSG_RESUMED:
     case TSOCK__MSG_STATS_REQUEST: /* any request id */
     case TSOCK__MSG_CONSUMER_STATS: /* any figures: they are only displayed */ return 0;
@@ -368,14 +368,15 @@ put_body(struct tsock__wire_writer *w, const struct tsock__msg *msg)
         tsock__wire_put_le(w, msg->u.release.slot, 4);
         tsock__wire_put_le(w, msg->u.release.seq, 8);
         break;
-    case TSOCK__MSG_PAUSE: tsock__wire_put_le(w, msg->u.pause.read_to, 8); break;
+    case TSOCK__MSG_PAUSE:
+    case TSOCK__MSG_RESUME: tsock__wire_put_le(w, msg->u.pause.epochs, 8); break;
     case TSOCK__MSG_SHUTDOWN:
         tsock__wire_put_le(w, msg->u.shutdown.reason, 4);
         tsock__wire_put_le(w, msg->u.shutdown.epochs, 8);
         break;
     case TSOCK__MSG_STATS_REQUEST: tsock__wire_put_le(w, msg->u.stats_request.request_id, 8); break;
     case TSOCK__MSG_CONSUMER_STATS: tsock__wire_put_own_stats(w, &msg->u.consumer_stats); break;
-    default: /* HEARTBEAT, BYE, RESUME, RESUMED: empty body */ break;
+    default: /* HEARTBEAT, BYE, RESUMED: empty body */ break;
     }
 }
 
@@ -528,10 +529,10 @@ get_body(struct tsock__wire_reader *r, struct tsock__msg *msg)
         msg->u.release.slot = (uint32_t)tsock__wire_get_le(r, 4);
         msg->u.release.seq = tsock__wire_get_le(r, 8);
         break;
-    case TSOCK__MSG_PAUSE: msg->u.pause.read_to = tsock__wire_get_le(r, 8); break;
+    case TSOCK__MSG_PAUSE:
+    case TSOCK__MSG_RESUME: msg->u.pause.epochs = tsock__wire_get_le(r, 8); break;
     case TSOCK__MSG_HEARTBEAT:
     case TSOCK__MSG_BYE:
-    case TSOCK__MSG_RESUME:
     case TSOCK__MSG_RESUMED: break;
     case TSOCK__MSG_SHUTDOWN:
         msg->u.shutdown.reason = (uint32_t)tsock__wire_get_le(r, 4);
@@ -555,7 +556,8 @@ body_struct_size(int type)
     case TSOCK__MSG_REJECT: return sizeof(struct tsock__msg_reject);
     case TSOCK__MSG_BATCH: return sizeof(struct tsock__msg_batch);
     case TSOCK__MSG_RELEASE: return sizeof(struct tsock__msg_release);
-    case TSOCK__MSG_PAUSE: return sizeof(struct tsock__msg_pause);
+    case TSOCK__MSG_PAUSE:
+    case TSOCK__MSG_RESUME: return sizeof(struct tsock__msg_pause);
     case TSOCK__MSG_SHUTDOWN: return sizeof(struct tsock__msg_shutdown);
     case TSOCK__MSG_STATS_REQUEST: return sizeof(struct tsock__msg_stats_request);
     case TSOCK__MSG_CONSUMER_STATS: return sizeof(struct tsock__msg_consumer_stats);

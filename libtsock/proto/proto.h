@@ -18,7 +18,7 @@
  * 3: HELLO's flag TSOCK__HELLO_WANT_IDS; BATCH may carry its sample ids (TSOCK__BATCH_HAS_IDS);
  *    HELLO may declare a data-parallel group (TSOCK__HELLO_HAS_GROUP); WELCOME carries the
  *    dataset size and the producer's node split; REJECT carries a sentence; GROUP_FAILED;
- *    PAUSE carries how far the consumer read (read_to).
+ *    PAUSE and RESUME carry the epochs the consumer finished.
  *    (Version 3 is unreleased this cycle, so all of this is one version.) */
 #define TSOCK__PROTO_VERSION 3
 #define TSOCK__PROTO_HEADER_SIZE 12
@@ -169,14 +169,11 @@ struct tsock__msg_release {
     uint64_t seq;
 };
 
-/* PAUSE's read_to when the consumer read nothing of its current window. */
-#define TSOCK__PAUSE_NOWHERE UINT64_MAX
-
-/* PAUSE: how far along the stream the consumer has read (counting what it will skip before its
- * next epoch), so that the producer knows how many of its windows it completed: a finite
- * stream owes it the rest (engine/producer_api.c, epochs_owed). */
+/* PAUSE and RESUME: the epochs the consumer finished, or gave up (tsock_consumer_end_epoch),
+ * since it joined: a finite stream owes it the rest of the windows its join gave it
+ * (engine/producer_api.c, epochs_owed). */
 struct tsock__msg_pause {
-    uint64_t read_to; /* a stream position, or TSOCK__PAUSE_NOWHERE */
+    uint64_t epochs;
 };
 
 struct tsock__msg_shutdown {
@@ -219,7 +216,7 @@ struct tsock__msg {
         struct tsock__msg_reject reject;
         struct tsock__msg_batch batch;
         struct tsock__msg_release release;
-        struct tsock__msg_pause pause;
+        struct tsock__msg_pause pause; /* PAUSE and RESUME */
         struct tsock__msg_shutdown shutdown;
         struct tsock__msg_stats_request stats_request;
         struct tsock__msg_consumer_stats consumer_stats;

@@ -342,12 +342,11 @@ valid(const char *dir)
     m.type = TSOCK__MSG_BYE;
     put(dir, "bye.bin", &m);
     m.type = TSOCK__MSG_PAUSE;
+    m.u.pause.epochs = 2;
     put(dir, "pause.bin", &m);
-    m.u.pause.read_to = TSOCK__PAUSE_NOWHERE;
-    put(dir, "pause-nowhere.bin", &m);
-    memset(&m, 0, sizeof m);
     m.type = TSOCK__MSG_RESUME;
     put(dir, "resume.bin", &m);
+    memset(&m, 0, sizeof m);
     m.type = TSOCK__MSG_RESUMED;
     put(dir, "resumed.bin", &m);
 
@@ -438,9 +437,9 @@ malformed(const char *dir)
     memset(&m, 0, sizeof m);
     m.type = TSOCK__MSG_PAUSE;
     n = encode(&m, buf);
-    store_le(buf + 8, 4, 4); /* its position cut short */
+    store_le(buf + 8, 4, 4); /* its count of epochs cut short */
     emit(dir, "bad-pause-short.bin", buf, TSOCK__PROTO_HEADER_SIZE + 4);
-    store_le(buf + 8, 0, 4); /* its position missing */
+    store_le(buf + 8, 0, 4); /* its count missing */
     emit(dir, "bad-pause-body.bin", buf, TSOCK__PROTO_HEADER_SIZE);
     m.type = TSOCK__MSG_RESUMED;
     n = encode(&m, buf);

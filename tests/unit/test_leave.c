@@ -308,6 +308,42 @@ test_finite_stream_many_pauses(int explicit_pause)
     id_producer_stop(p, &thread);
 }
 
+/* A consumer alone on a finite stream (2 epochs) that gives up the rest of its first epoch
+ * (Python's break, then a new iterator: tsock_consumer_pause, then tsock_consumer_end_epoch):
+ * its next epoch starts where the stream is, so the stream's end cuts the one after it, which
+ * is finished all the same: epochs 1 and 2 whole, then TSOCK_E_END, never a short epoch. */
+static void
+test_finite_stream_end_epoch(void)
+{
+    pthread_t thread;
+    tsock_producer *p = id_producer_start_epochs("leave", 1, 2, &thread);
+    tsock_consumer *a = NULL;
+    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
+    tsock_consumer_set_epoch_grace(a, 30000);
+    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
+    for (int i = 0; i < 3; i++) {
+        tsock_batch *b;
+        CHECK_EQ(tsock_consumer_next(a, 20000, &b), 0);
+        tsock_consumer_release(a, b);
+    }
+    CHECK_EQ(tsock_consumer_pause(a), 0);
+    usleep(50 * 1000);
+    CHECK_EQ(tsock_consumer_end_epoch(a), 0);
+    for (uint64_t e = 1; e <= 2; e++) {
+        unsigned char seen[SAMPLES] = {0};
+        uint64_t epoch = 99, first_index = 99;
+        CHECK_EQ(read_epoch(a, seen, &epoch, &first_index, 20000), 0);
+        CHECK_EQ(epoch, e);
+        CHECK_EQ(first_index, 0);
+        for (int i = 0; i < SAMPLES; i++)
+            CHECK_EQ(seen[i], 1);
+    }
+    tsock_batch *b;
+    CHECK_EQ(tsock_consumer_next(a, 20000, &b), TSOCK_E_END);
+    tsock_consumer_destroy(a);
+    id_producer_stop(p, &thread);
+}
+
 /* One consumer's first read, on its own thread. */
 struct first_read {
     tsock_consumer *c;
@@ -459,6 +495,7 @@ main(void)
     test_finite_stream_paused_at_end(0);
     test_finite_stream_many_pauses(1);
     test_finite_stream_many_pauses(0);
+    test_finite_stream_end_epoch();
     test_paused_not_counted();
     return CHECK_DONE();
 }

@@ -249,7 +249,8 @@ spec_encode(const struct tsock__msg *m, struct wire *w)
         w_le(w, m->u.shutdown.reason, 4);
         w_le(w, m->u.shutdown.epochs, 8);
         break;
-    case TSOCK__MSG_PAUSE: w_le(w, m->u.pause.read_to, 8); break;
+    case TSOCK__MSG_PAUSE:
+    case TSOCK__MSG_RESUME: w_le(w, m->u.pause.epochs, 8); break;
     case TSOCK__MSG_STATS_REQUEST: w_le(w, m->u.stats_request.request_id, 8); break;
     case TSOCK__MSG_CONSUMER_STATS:
         w_le(w, m->u.consumer_stats.batches, 8);
@@ -257,7 +258,7 @@ spec_encode(const struct tsock__msg *m, struct wire *w)
         w_le(w, m->u.consumer_stats.epochs, 8);
         w_le(w, m->u.consumer_stats.wait_ns, 8);
         break;
-    default: /* HEARTBEAT, BYE, RESUME, RESUMED: empty bodies */ break;
+    default: /* HEARTBEAT, BYE, RESUMED: empty bodies */ break;
     }
     store_le(w->b + 8, w->n - 12, 4);
 }
@@ -549,10 +550,12 @@ valid_messages(struct tsock__msg *out)
     make(&out[n++], TSOCK__MSG_BYE);
     make(&out[n++], TSOCK__MSG_PAUSE);
     make(&out[n], TSOCK__MSG_PAUSE);
-    out[n++].u.pause.read_to = 3 * 1000 + 9 * 32;
+    out[n++].u.pause.epochs = 3;
     make(&out[n], TSOCK__MSG_PAUSE);
-    out[n++].u.pause.read_to = TSOCK__PAUSE_NOWHERE;
+    out[n++].u.pause.epochs = UINT64_MAX;
     make(&out[n++], TSOCK__MSG_RESUME);
+    make(&out[n], TSOCK__MSG_RESUME);
+    out[n++].u.pause.epochs = 90;
     make(&out[n++], TSOCK__MSG_RESUMED);
     make(&out[n], TSOCK__MSG_SHUTDOWN);
     out[n].u.shutdown.epochs = 90;
@@ -714,7 +717,8 @@ test_golden(void)
                                        2,   0,   0,   0,   3, 0, 0, 0, 0,  0, 0, 0};
     static const uint8_t pause[] = {'T', 'S', 'C',  'K',  3,    0, 9, 0, 8, 0,
                                     0,   0,   0x30, 0x20, 0x10, 0, 0, 0, 0, 0};
-    static const uint8_t resume[] = {'T', 'S', 'C', 'K', 3, 0, 10, 0, 0, 0, 0, 0};
+    static const uint8_t resume[] = {'T', 'S', 'C', 'K', 3, 0, 10, 0, 8, 0,
+                                     0,   0,   7,   0,   0, 0, 0,  0, 0, 0};
     static const uint8_t resumed[] = {'T', 'S', 'C', 'K', 3, 0, 11, 0, 0, 0, 0, 0};
     static const uint8_t welcome[] = {
         'T',  'S',  'C',  'K',  0x03, 0x00, 0x02, 0x00, 0x64, 0x00, 0x00, 0x00, /* header */
@@ -774,9 +778,10 @@ test_golden(void)
     m.u.shutdown.epochs = 3;
     expect_golden(&m, shutdown, sizeof shutdown);
     make(&m, TSOCK__MSG_PAUSE);
-    m.u.pause.read_to = 0x102030;
+    m.u.pause.epochs = 0x102030;
     expect_golden(&m, pause, sizeof pause);
     make(&m, TSOCK__MSG_RESUME);
+    m.u.pause.epochs = 7;
     expect_golden(&m, resume, sizeof resume);
     make(&m, TSOCK__MSG_RESUMED);
     expect_golden(&m, resumed, sizeof resumed);
@@ -892,24 +897,27 @@ test_header(void)
         CHECK_EQ(tsock__msg_encode(&d, scratch, sizeof scratch), -EINVAL);
     }
 
-    /* PAUSE's body is the position the consumer read to, 8 bytes: a short or missing one is
-     * refused. */
-    make(&m, TSOCK__MSG_PAUSE);
-    m.u.pause.read_to = 1234;
-    n = tsock__msg_encode(&m, buf, sizeof buf);
-    CHECK_EQ(n, 20);
-    CHECK_EQ(decode_exact(buf, 20, &d), 0);
-    CHECK_EQ(d.u.pause.read_to, 1234);
-    store_le(buf + 8, 0, 4);
-    CHECK_EQ(decode_exact(buf, 12, &d), TSOCK_E_PROTOCOL);
-    store_le(buf + 8, 4, 4);
-    CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
+    /* PAUSE's and RESUME's body is the consumer's count of epochs, 8 bytes: a short or missing
+     * one is refused. */
+    static const int counted[] = {TSOCK__MSG_PAUSE, TSOCK__MSG_RESUME};
+    for (size_t i = 0; i < 2; i++) {
+        make(&m, counted[i]);
+        m.u.pause.epochs = 1234;
+        n = tsock__msg_encode(&m, buf, sizeof buf);
+        CHECK_EQ(n, 20);
+        CHECK_EQ(decode_exact(buf, 20, &d), 0);
+        CHECK_EQ(d.type, counted[i]);
+        CHECK_EQ(d.u.pause.epochs, 1234);
+        store_le(buf + 8, 0, 4);
+        CHECK_EQ(decode_exact(buf, 12, &d), TSOCK_E_PROTOCOL);
+        store_le(buf + 8, 4, 4);
+        CHECK_EQ(decode_exact(buf, 16, &d), TSOCK_E_PROTOCOL);
+    }
 
-    /* HEARTBEAT, BYE, RESUME and RESUMED have empty bodies: the header alone is the whole
-     * frame, and any body at all (zeros, or another message's body under this type) is
-     * refused, whether the header counts it or not. */
-    static const int empty[] = {TSOCK__MSG_HEARTBEAT, TSOCK__MSG_BYE, TSOCK__MSG_RESUME,
-                                TSOCK__MSG_RESUMED};
+    /* HEARTBEAT, BYE and RESUMED have empty bodies: the header alone is the whole frame, and
+     * any body at all (zeros, or another message's body under this type) is refused, whether
+     * the header counts it or not. */
+    static const int empty[] = {TSOCK__MSG_HEARTBEAT, TSOCK__MSG_BYE, TSOCK__MSG_RESUMED};
     static const uint32_t bodies[] = {1, 4, 8, 12, 44};
     for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++) {
         make(&m, empty[i]);
