@@ -137,6 +137,17 @@ scenario(uint32_t batch, int k, int explicit_pause, int checkpointing)
     id_producer_stop(p, &thread);
 }
 
+/* A consumer of the last producer started, with that epoch grace, started. */
+static tsock_consumer *
+joined(int grace_ms)
+{
+    tsock_consumer *c = NULL;
+    CHECK_EQ(tsock_consumer_create(&c, id_endpoint), 0);
+    tsock_consumer_set_epoch_grace(c, grace_ms);
+    CHECK_EQ(tsock_consumer_start(c, 5000), 0);
+    return c;
+}
+
 /* A finite stream (2 epochs) and a consumer that leaves mid-epoch, alone on the producer: while
  * it is paused nothing is published (before: the producer published for nobody and used up the
  * stream), and its window restarts where it resumed, so the stream's end cuts its last epoch;
@@ -147,13 +158,9 @@ test_finite_stream(int explicit_pause)
 {
     pthread_t thread;
     tsock_producer *p = id_producer_start_epochs("leave", 1, 2, &thread);
-    tsock_consumer *a = NULL;
-    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
-    /* Long enough that a loaded machine's stalls do not pause A again while it reads on: each
-     * pause moves A's later epochs further along the stream, and a window that starts after
-     * the stream's end is not served (docs/semantics.md, "When a finite stream ends"). */
-    tsock_consumer_set_epoch_grace(a, 250);
-    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
+    /* Long enough that a loaded machine's stalls do not pause A again while it reads on: this
+     * test is about one pause (test_finite_stream_many_pauses is about many). */
+    tsock_consumer *a = joined(250);
     unsigned char seen[SAMPLES] = {0};
     for (int i = 0; i < 3; i++) {
         tsock_batch *b;
@@ -216,13 +223,7 @@ test_finite_stream_paused_at_end(int mid_epoch)
 {
     pthread_t thread, reader;
     tsock_producer *p = id_producer_start_epochs("leave", 1, 2, &thread);
-    tsock_consumer *a = NULL, *b = NULL;
-    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
-    CHECK_EQ(tsock_consumer_create(&b, id_endpoint), 0);
-    tsock_consumer_set_epoch_grace(a, 30000); /* A pauses when told, not on a stall */
-    tsock_consumer_set_epoch_grace(b, 30000);
-    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
-    CHECK_EQ(tsock_consumer_start(b, 5000), 0);
+    tsock_consumer *a = joined(30000), *b = joined(30000); /* pauses when told, not on stalls */
     CHECK_EQ(tsock_producer_wait_consumers(p, 2, 5000), 2);
 
     /* Both read epoch 0 (B on its thread, to the stream's end); A three batches of epoch 1. */
@@ -273,10 +274,7 @@ test_finite_stream_many_pauses(int explicit_pause)
 {
     pthread_t thread;
     tsock_producer *p = id_producer_start_epochs("leave", 1, 2, &thread);
-    tsock_consumer *a = NULL;
-    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
-    tsock_consumer_set_epoch_grace(a, explicit_pause ? 30000 : 20);
-    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
+    tsock_consumer *a = joined(explicit_pause ? 30000 : 20);
     for (uint64_t e = 0; e < 2; e++) {
         unsigned char seen[SAMPLES] = {0};
         int end = 0;
@@ -317,10 +315,7 @@ test_finite_stream_end_epoch(void)
 {
     pthread_t thread;
     tsock_producer *p = id_producer_start_epochs("leave", 1, 2, &thread);
-    tsock_consumer *a = NULL;
-    CHECK_EQ(tsock_consumer_create(&a, id_endpoint), 0);
-    tsock_consumer_set_epoch_grace(a, 30000);
-    CHECK_EQ(tsock_consumer_start(a, 5000), 0);
+    tsock_consumer *a = joined(30000);
     for (int i = 0; i < 3; i++) {
         tsock_batch *b;
         CHECK_EQ(tsock_consumer_next(a, 20000, &b), 0);
