@@ -29,6 +29,14 @@ struct steady {
     int err;
 };
 
+/* Every sample of an epoch was seen exactly once. */
+static void
+check_whole(const unsigned char *seen)
+{
+    for (int i = 0; i < SAMPLES; i++)
+        CHECK_EQ(seen[i], 1);
+}
+
 /* Reads one epoch of c into seen[]; returns 0 or the error, checking exactness. */
 static int
 read_epoch(tsock_consumer *c, unsigned char *seen, uint64_t *epoch, uint64_t *first_index,
@@ -69,8 +77,7 @@ steady_run(void *arg)
         unsigned char seen[SAMPLES] = {0};
         s->err = read_epoch(b, seen, NULL, NULL, B_TIMEOUT_MS);
         if (s->err == 0) {
-            for (int i = 0; i < SAMPLES; i++)
-                CHECK_EQ(seen[i], 1);
+            check_whole(seen);
             s->epochs_done++;
         }
     }
@@ -124,17 +131,25 @@ scenario(uint32_t batch, int k, int explicit_pause, int checkpointing)
     CHECK_EQ(read_epoch(a, seen, &epoch, &first_index, 20000), 0);
     CHECK_EQ(epoch, 0);
     CHECK_EQ(first_index, index);
-    for (int i = 0; i < SAMPLES; i++)
-        CHECK_EQ(seen[i], 1);
+    check_whole(seen);
     /* Then a normal exact epoch. */
     unsigned char next_seen[SAMPLES] = {0};
     CHECK_EQ(read_epoch(a, next_seen, &epoch, &first_index, 20000), 0);
     CHECK_EQ(epoch, 1);
     CHECK_EQ(first_index, 0);
-    for (int i = 0; i < SAMPLES; i++)
-        CHECK_EQ(next_seen[i], 1);
+    check_whole(next_seen);
     tsock_consumer_destroy(a);
     id_producer_stop(p, &thread);
+}
+
+/* A consumer alone on its producer: its stream has ended; both go. */
+static void
+end_alone(tsock_consumer *a, tsock_producer *p, pthread_t *thread)
+{
+    tsock_batch *b;
+    CHECK_EQ(tsock_consumer_next(a, 20000, &b), TSOCK_E_END);
+    tsock_consumer_destroy(a);
+    id_producer_stop(p, thread);
 }
 
 /* A consumer of the last producer started, with that epoch grace, started. */
@@ -179,13 +194,11 @@ test_finite_stream(int explicit_pause)
     uint64_t epoch = 99;
     CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), 0);
     CHECK_EQ(epoch, 0);
-    for (int i = 0; i < SAMPLES; i++)
-        CHECK_EQ(seen[i], 1);
+    check_whole(seen);
     memset(seen, 0, sizeof seen);
     CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), 0);
     CHECK_EQ(epoch, 1);
-    for (int i = 0; i < SAMPLES; i++)
-        CHECK_EQ(seen[i], 1);
+    check_whole(seen);
     memset(seen, 0, sizeof seen);
     CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), TSOCK_E_END);
     tsock_consumer_destroy(a);
@@ -253,8 +266,7 @@ test_finite_stream_paused_at_end(int mid_epoch)
     /* A's epoch 1 goes on with exactly what it lacked, then the stream ends for both. */
     CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), 0);
     CHECK_EQ(epoch, 1);
-    for (int i = 0; i < SAMPLES; i++)
-        CHECK_EQ(seen[i], 1);
+    check_whole(seen);
     CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), TSOCK_E_END);
     pthread_join(reader, NULL);
     CHECK_EQ(atomic_load(&rb.err), TSOCK_E_END);
@@ -297,13 +309,9 @@ test_finite_stream_many_pauses(int explicit_pause)
                 usleep(explicit_pause ? 10 * 1000 : 150 * 1000);
             }
         }
-        for (int i = 0; i < SAMPLES; i++)
-            CHECK_EQ(seen[i], 1);
+        check_whole(seen);
     }
-    tsock_batch *b;
-    CHECK_EQ(tsock_consumer_next(a, 20000, &b), TSOCK_E_END);
-    tsock_consumer_destroy(a);
-    id_producer_stop(p, &thread);
+    end_alone(a, p, &thread);
 }
 
 /* A consumer alone on a finite stream (2 epochs) that gives up the rest of its first epoch
@@ -330,13 +338,9 @@ test_finite_stream_end_epoch(void)
         CHECK_EQ(read_epoch(a, seen, &epoch, &first_index, 20000), 0);
         CHECK_EQ(epoch, e);
         CHECK_EQ(first_index, 0);
-        for (int i = 0; i < SAMPLES; i++)
-            CHECK_EQ(seen[i], 1);
+        check_whole(seen);
     }
-    tsock_batch *b;
-    CHECK_EQ(tsock_consumer_next(a, 20000, &b), TSOCK_E_END);
-    tsock_consumer_destroy(a);
-    id_producer_stop(p, &thread);
+    end_alone(a, p, &thread);
 }
 
 /* One consumer's first read, on its own thread. */
@@ -430,8 +434,7 @@ test_end_epoch(void)
     CHECK_EQ(read_epoch(a, seen, &epoch, &first_index, 20000), 0);
     CHECK_EQ(epoch, 1);
     CHECK_EQ(first_index, 0);
-    for (int i = 0; i < SAMPLES; i++)
-        CHECK_EQ(seen[i], 1);
+    check_whole(seen);
     tsock_consumer_destroy(a);
     id_producer_stop(p, &thread);
 
