@@ -37,14 +37,14 @@ struct tsock__consumer_rec {
     uint32_t pid;
     char name[TSOCK_MAX_NAME + 1];
     uint64_t batches, samples, released;
-    int paused; /* between epochs: not given new batches */
+    int paused;            /* between epochs or mid-epoch: not given new batches */
+    int want_ids;          /* its BATCHes carry their sample ids (a checkpointable consumer) */
+    uint64_t window_start; /* stream position of its current window, or TSOCK__NO_WINDOW */
     /* For a finite stream's end (producer_api.c, epochs_owed): where its first window started
      * (TSOCK__NO_WINDOW before its first batch), and the epochs it finished (or gave up), as
      * its last PAUSE or RESUME said. */
     uint64_t first_window;
     uint64_t epochs_done;
-    int want_ids;          /* its BATCHes carry their sample ids (a checkpointable consumer) */
-    uint64_t window_start; /* stream position of its current window, or TSOCK__NO_WINDOW */
     uint64_t rate_mark_ns, rate_mark_released; /* start of the current rate window */
     uint64_t rate_milli;                       /* released per second x 1000, last window */
     int reported;                              /* `own` holds a CONSUMER_STATS */
