@@ -601,8 +601,9 @@ TSOCK_API int tsock_consumer_set_epoch_grace(tsock_consumer *c, int grace_ms);
  *
  * tsock_consumer_pause: the caller will not read for a while; pause now, mid-epoch or between
  * epochs (the epoch grace is not waited for). Nothing the caller holds is released: release
- * held batches as usual. After the consumer heard of the stream's end (or of an error) there
- * is nothing to pause: the batches queued, the stream's last, stay for next to return. Any
+ * held batches as usual. The batches announced and not taken go back once the producer
+ * confirms the pause; after the stream's end, which the producer may have decided first, they
+ * are the stream's last and stay for next to return. Any
  * thread but a signal handler. Returns 0 (also when paused already, or after the end);
  * TSOCK_E_STATE before start; -ENOTSUP mid-epoch for a consumer that cannot pause there (above);
  * -EBUSY mid-epoch while a batch is half gathered (a next that timed out: call next again). */

@@ -215,6 +215,7 @@ struct tsock_consumer {
     int leave_ids;       /* ids asked for (HELLO IDS_IF_ABLE) and sent: mid-epoch pauses work */
     int pause_unsent;    /* paused by the caller: the service thread sends PAUSE */
     int left_mid_epoch;  /* paused inside an epoch: RESUMED arms the epoch's filter */
+    int pause_unacked;   /* PAUSE sent, PAUSED not yet received: the queue is kept till then */
     uint64_t epoch_base; /* plan.epoch when this session began (tsock__leave_epochs_done) */
     uint64_t leave_returned_ns; /* when next last returned a batch (0: none in this epoch) */
     uint64_t leave_step_max_ns; /* the slowest step so far, halved at each epoch end */
@@ -396,6 +397,14 @@ uint64_t tsock__leave_epochs_done(const tsock_consumer *c);
 /* Where this session's count starts: after start (and a restored position), and after a
  * reconnect has cut the epoch. mu held. */
 void tsock__leave_on_session(tsock_consumer *c);
+/* mu held: the consumer pauses (phase PAUSED); its queue stays until the producer answers
+ * PAUSED. */
+void tsock__leave_pausing(tsock_consumer *c);
+/* Service thread, at PAUSED: the pause holds; what is queued goes back. */
+void tsock__leave_on_paused(tsock_consumer *c);
+/* Service thread, at SHUTDOWN END: a pause the producer did not answer never happened (it had
+ * decided the end first); the queue, the stream's last batches, is read as before. */
+void tsock__leave_on_end(tsock_consumer *c);
 /* Service thread, at RESUMED: a consumer paused mid-epoch takes the rest of that epoch. */
 void tsock__leave_on_resumed(tsock_consumer *c);
 /* Caller's thread, in next: its call, and the batch it returns (NULL: none). */

@@ -2,9 +2,11 @@
  *
  * A consumer that stops calling next in the middle of an epoch would keep the batches sent to
  * it, and the producer, which refills a slot only once every holder gave it back, would stop
- * for everybody. So it pauses as it does between epochs: it gives back what was announced and
- * not taken and sends PAUSE (its window ends there for the producer). Coming back, it must
- * receive exactly the samples of its epoch it had not received. It cannot tell from stream
+ * for everybody. So it pauses as it does between epochs: it sends PAUSE (its window ends there
+ * for the producer) and, once the producer answers PAUSED, gives back what was announced and
+ * not taken. Not before: a producer that had already decided a finite stream's end ignores
+ * the PAUSE, and what is queued is then the stream's last, for the caller to read. Coming back, it
+ * must receive exactly the samples of its epoch it had not received. It cannot tell from stream
  * positions which ids those are (the producer's permutations depend on join points), so it
  * does what a restored checkpoint does (consumer_resume.c): it keeps the ids of the samples
  * delivered in the epoch, and after RESUMED takes the rest from its new window (n
@@ -164,18 +166,48 @@ tsock__leave_on_session(tsock_consumer *c)
     c->epoch_base = c->plan.epoch;
 }
 
-/* Pauses now, on the caller's thread (mu held): from here on every BATCH is given back as it
- * comes, and the service thread sends PAUSE on its next pass (before any RESUME). */
+/* Pauses now, on the caller's thread (mu held): the service thread sends PAUSE on its next
+ * pass (before any RESUME), and the queue goes back once the producer answers PAUSED
+ * (tsock__leave_on_paused). */
 static void
 pause_now(tsock_consumer *c, int mid_epoch)
 {
-    tsock__consumer_drop_queue(c);
-    if (!mid_epoch)
-        c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */
     c->left_mid_epoch = mid_epoch;
-    c->phase = TSOCK__PHASE_PAUSED;
+    tsock__leave_pausing(c);
     c->pause_unsent = 1;
     tsock__channel_wake(c->channel);
+}
+
+void
+tsock__leave_pausing(tsock_consumer *c)
+{
+    c->phase = TSOCK__PHASE_PAUSED;
+    c->pause_unacked = 1;
+}
+
+void
+tsock__leave_on_paused(tsock_consumer *c)
+{
+    if (!c->pause_unacked)
+        return;
+    c->pause_unacked = 0;
+    tsock__consumer_drop_queue(c);
+    if (!c->left_mid_epoch)
+        c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */
+}
+
+void
+tsock__leave_on_end(tsock_consumer *c)
+{
+    if (!c->pause_unacked)
+        return;
+    /* The producer had decided the end before our PAUSE reached it: it ignored the PAUSE, and
+     * what is queued is the stream's last. The pause never happened. */
+    c->pause_unacked = 0;
+    c->pause_unsent = 0;
+    c->resume_sent = 0;
+    c->left_mid_epoch = 0;
+    c->phase = TSOCK__PHASE_ACTIVE;
 }
 
 /* What may be paused or ended: a started solo consumer of a producer with a sampler. */

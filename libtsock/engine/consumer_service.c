@@ -164,8 +164,10 @@ on_batch(void *ctx, const struct tsock__peer_id *from, int peer, const struct ts
         protocol_error(c, "BATCH larger than a slot, or before WELCOME");
         return;
     }
-    if (c->phase != TSOCK__PHASE_ACTIVE) {
-        release_now(c, b); /* sent before the producer saw our PAUSE: not ours to read */
+    /* Sent before the producer saw our PAUSE: not ours to read, unless the producer may have
+     * decided the stream's end first (no PAUSED yet: kept until we know, consumer_leave.c). */
+    if (c->phase != TSOCK__PHASE_ACTIVE && !c->pause_unacked) {
+        release_now(c, b);
         return;
     }
     if (c->terminal_error == TSOCK_E_GROUP_LOST || c->terminal_error == TSOCK_E_GROUP_INCOMPLETE) {
@@ -260,6 +262,12 @@ on_group_failed(void *ctx, const struct tsock__peer_id *from, int peer, const st
 }
 
 static void
+on_paused(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
+{
+    tsock__leave_on_paused(ctx);
+}
+
+static void
 on_resumed(void *ctx, const struct tsock__peer_id *from, int peer, const struct tsock__msg *m)
 {
     tsock_consumer *c = ctx;
@@ -291,6 +299,7 @@ on_shutdown(void *ctx, const struct tsock__peer_id *from, int peer, const struct
                        "%llu: that epoch ends short (%llu of %llu samples)",
                        (unsigned long long)c->plan.epoch, (unsigned long long)c->plan.done,
                        (unsigned long long)c->plan.n);
+        tsock__leave_on_end(c);
         fail(c, TSOCK_E_END); /* the batches queued are the stream's last: still read them */
         return;
     }
@@ -369,6 +378,7 @@ tsock__consumer_handlers(tsock_consumer *c, struct tsock__channel_handlers *h)
     h->on[TSOCK__MSG_RESUMED] = on_resumed;
     h->on[TSOCK__MSG_SHUTDOWN] = on_shutdown;
     h->on[TSOCK__MSG_GROUP_FAILED] = on_group_failed;
+    h->on[TSOCK__MSG_PAUSED] = on_paused;
     h->on_unexpected = on_unexpected;
     h->on_malformed = on_malformed;
     h->on_beat = on_beat;
@@ -394,18 +404,15 @@ pause_if_lingering(tsock_consumer *c, uint64_t now)
         return;
     if (!c->between_epochs && !tsock__leave_unread_due(c, now)) {
         if (tsock__leave_due(c, now)) { /* stopped reading mid-epoch (consumer_leave.c) */
-            tsock__consumer_drop_queue(c);
-            c->phase = TSOCK__PHASE_PAUSED;
             tsock__leave_paused(c);
+            tsock__leave_pausing(c);
             send_msg(c, TSOCK__MSG_PAUSE);
         }
         return;
     }
     if (c->between_epochs && now - c->epoch_ended_ns < (uint64_t)c->grace_ms * 1000000u)
         return;
-    tsock__consumer_drop_queue(c);
-    c->plan.skip = 0; /* the next epoch starts fresh wherever the stream is */
-    c->phase = TSOCK__PHASE_PAUSED;
+    tsock__leave_pausing(c);
     send_msg(c, TSOCK__MSG_PAUSE);
 }
 

@@ -414,7 +414,9 @@ static int
 stream_over_locked(tsock_producer *p)
 {
     uint64_t position = tsock__sampler_stream_position(&p->sampler);
-    return at_stream_end(p) && owed_window_left(p, position) == 0 && !owed_paused(p, position);
+    if (at_stream_end(p) && owed_window_left(p, position) == 0 && !owed_paused(p, position))
+        p->end_decided = 1;
+    return p->end_decided;
 }
 
 static int
@@ -439,8 +441,10 @@ wait_at_stream_end(tsock_producer *p, uint64_t deadline)
         uint64_t position = tsock__sampler_stream_position(&p->sampler);
         if (!at_stream_end(p) || owed_window_left(p, position))
             return 0;
-        if (!owed_paused(p, position))
+        if (!owed_paused(p, position)) {
+            p->end_decided = 1;
             return TSOCK_E_END;
+        }
         if (p->state != TSOCK__P_RUNNING)
             return TSOCK_E_STATE;
         if (atomic_load(&p->cancel) || tsock__cond_wait_until(&p->cond, &p->mu, deadline) != 0)
@@ -484,6 +488,8 @@ plan_slot(tsock_producer *p, struct tsock_slot *s)
         if (left && tsock__sampler_exhausted(&p->sampler))
             p->sampler.epochs++;
         int over = left == 0 && !owed_paused(p, s->position);
+        if (over)
+            p->end_decided = 1;
         pthread_mutex_unlock(&p->mu);
         if (left == 0) /* what kept the stream open changed since acquire looked */
             return over ? TSOCK_E_END : -ETIMEDOUT;

@@ -118,6 +118,9 @@ struct tsock_producer {
      * for their consumers only (producer_api.c, plan_slot). */
     int overtime;
     uint64_t stream_end;
+    /* The stream's end is decided (acquire returned TSOCK_E_END; mu): a PAUSE that comes now is
+     * ignored, unanswered, so that its consumer keeps the stream's last batches. */
+    int end_decided;
     /* slot_count * batch_size ids the sampler drew: sample ids, or with node shares positions
      * in this node's share. BATCH carries these to checkpointing consumers (each below
      * WELCOME's samples), so their saved states are over what this producer serves. */

@@ -341,6 +341,10 @@ on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const s
     if (!known(p, from, index, m->type) || index < 0 || index >= MAX_CONSUMERS)
         return;
     struct tsock__consumer_rec *c = &p->consumers[index];
+    /* After the end was decided, a PAUSE goes unanswered and changes nothing: without PAUSED the
+     * consumer keeps its queue, the stream's last batches, and SHUTDOWN tells it the end. */
+    if (m->type == TSOCK__MSG_PAUSE && p->end_decided)
+        return;
     if (m->type == TSOCK__MSG_PAUSE)
         forget_unannounced(p, index);
     c->epochs_done = m->u.pause.epochs;
@@ -348,11 +352,9 @@ on_pause_resume(void *ctx, const struct tsock__peer_id *from, int index, const s
     c->paused = m->type == TSOCK__MSG_PAUSE;
     /* Either changes what a producer waiting at a finite stream's end waits for. */
     pthread_cond_broadcast(&p->cond);
-    if (m->type == TSOCK__MSG_RESUME) {
-        struct tsock__msg resumed;
-        resumed.type = TSOCK__MSG_RESUMED;
-        send_to(p, index, &resumed);
-    }
+    struct tsock__msg answer;
+    answer.type = m->type == TSOCK__MSG_PAUSE ? TSOCK__MSG_PAUSED : TSOCK__MSG_RESUMED;
+    send_to(p, index, &answer);
 }
 
 static void

@@ -259,6 +259,7 @@ check_msg(const struct tsock__msg *msg)
     case TSOCK__MSG_HEARTBEAT:
     case TSOCK__MSG_BYE:
     case TSOCK__MSG_RESUMED:
+    case TSOCK__MSG_PAUSED:
     case TSOCK__MSG_STATS_REQUEST: /* any request id */
     case TSOCK__MSG_CONSUMER_STATS: /* any figures: they are only displayed */ return 0;
     case TSOCK__MSG_SHUTDOWN:
@@ -376,7 +377,7 @@ put_body(struct tsock__wire_writer *w, const struct tsock__msg *msg)
         break;
     case TSOCK__MSG_STATS_REQUEST: tsock__wire_put_le(w, msg->u.stats_request.request_id, 8); break;
     case TSOCK__MSG_CONSUMER_STATS: tsock__wire_put_own_stats(w, &msg->u.consumer_stats); break;
-    default: /* HEARTBEAT, BYE, RESUMED: empty body */ break;
+    default: /* HEARTBEAT, BYE, RESUMED, PAUSED: empty body */ break;
     }
 }
 
@@ -533,7 +534,8 @@ get_body(struct tsock__wire_reader *r, struct tsock__msg *msg)
     case TSOCK__MSG_RESUME: msg->u.pause.epochs = tsock__wire_get_le(r, 8); break;
     case TSOCK__MSG_HEARTBEAT:
     case TSOCK__MSG_BYE:
-    case TSOCK__MSG_RESUMED: break;
+    case TSOCK__MSG_RESUMED:
+    case TSOCK__MSG_PAUSED: break;
     case TSOCK__MSG_SHUTDOWN:
         msg->u.shutdown.reason = (uint32_t)tsock__wire_get_le(r, 4);
         msg->u.shutdown.epochs = tsock__wire_get_le(r, 8);
@@ -601,11 +603,23 @@ tsock__msg_decode(const uint8_t *buf, size_t size, struct tsock__msg *msg)
 const char *
 tsock__msg_type_name(int type)
 {
-    static const char *const names[] = {
-        "?",           "HELLO",     "WELCOME",       "REJECT",      "BATCH",
-        "RELEASE",     "HEARTBEAT", "BYE",           "SHUTDOWN",    "PAUSE",
-        "RESUME",      "RESUMED",   "STATS_REQUEST", "STATS_REPLY", "CONSUMER_STATS",
-        "GROUP_FAILED"};
+    static const char *const names[] = {"?",
+                                        "HELLO",
+                                        "WELCOME",
+                                        "REJECT",
+                                        "BATCH",
+                                        "RELEASE",
+                                        "HEARTBEAT",
+                                        "BYE",
+                                        "SHUTDOWN",
+                                        "PAUSE",
+                                        "RESUME",
+                                        "RESUMED",
+                                        "STATS_REQUEST",
+                                        "STATS_REPLY",
+                                        "CONSUMER_STATS",
+                                        "GROUP_FAILED",
+                                        "PAUSED"};
     _Static_assert(sizeof names / sizeof names[0] == TSOCK__MSG_TYPE_LAST + 1,
                    "every message type has a name");
 

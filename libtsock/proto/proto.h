@@ -18,7 +18,7 @@
  * 3: HELLO's flag TSOCK__HELLO_WANT_IDS; BATCH may carry its sample ids (TSOCK__BATCH_HAS_IDS);
  *    HELLO may declare a data-parallel group (TSOCK__HELLO_HAS_GROUP); WELCOME carries the
  *    dataset size and the producer's node split; REJECT carries a sentence; GROUP_FAILED;
- *    PAUSE and RESUME carry the epochs the consumer finished.
+ *    PAUSE and RESUME carry the epochs the consumer finished; PAUSED answers PAUSE.
  *    (Version 3 is unreleased this cycle, so all of this is one version.) */
 #define TSOCK__PROTO_VERSION 3
 #define TSOCK__PROTO_HEADER_SIZE 12
@@ -60,9 +60,10 @@ enum tsock__msg_type {
     TSOCK__MSG_STATS_REQUEST = 12,  /* any peer -> producer: send me your figures */
     TSOCK__MSG_STATS_REPLY = 13,    /* producer -> that peer: the figures (own codec, below) */
     TSOCK__MSG_CONSUMER_STATS = 14, /* consumer -> producer: my own figures, every heartbeat */
-    TSOCK__MSG_GROUP_FAILED = 15    /* producer -> group rank: the group is over, and why */
+    TSOCK__MSG_GROUP_FAILED = 15,   /* producer -> group rank: the group is over, and why */
+    TSOCK__MSG_PAUSED = 16          /* producer -> consumer: your PAUSE holds, give back now */
 };
-#define TSOCK__MSG_TYPE_LAST TSOCK__MSG_GROUP_FAILED
+#define TSOCK__MSG_TYPE_LAST TSOCK__MSG_PAUSED
 
 /* Reasons carried by SHUTDOWN. */
 enum tsock__shutdown_reason {

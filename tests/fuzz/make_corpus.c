@@ -349,6 +349,8 @@ valid(const char *dir)
     memset(&m, 0, sizeof m);
     m.type = TSOCK__MSG_RESUMED;
     put(dir, "resumed.bin", &m);
+    m.type = TSOCK__MSG_PAUSED;
+    put(dir, "paused.bin", &m);
 
     memset(&m, 0, sizeof m);
     m.type = TSOCK__MSG_SHUTDOWN;

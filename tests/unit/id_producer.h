@@ -19,6 +19,10 @@
 
 static char id_endpoint[256];
 static atomic_int id_producer_stopping;
+/* Set once acquire said the stream ended; finishing then waits id_producer_finish_delay_ms (a
+ * test's window between the producer's decision and the consumers hearing of it). */
+static atomic_int id_producer_end_seen;
+static int id_producer_finish_delay_ms;
 
 /* Publishes while a consumer is there, until id_producer_stop. */
 static void *
@@ -31,6 +35,9 @@ id_producer_run(void *arg)
         tsock_slot *slot;
         int err = tsock_producer_acquire(p, 50, &slot);
         if (err == TSOCK_E_END) { /* a finite stream's end: its consumers hear of it */
+            atomic_store(&id_producer_end_seen, 1);
+            if (id_producer_finish_delay_ms > 0)
+                usleep((useconds_t)id_producer_finish_delay_ms * 1000);
             tsock_producer_finish(p);
             break;
         }
@@ -68,6 +75,7 @@ id_producer_start_epochs(const char *tag, int sampler, uint64_t epochs, pthread_
         CHECK_EQ(tsock_producer_set_sampler(p, SAMPLES, 11, epochs), 0);
     CHECK_EQ(tsock_producer_start(p), 0);
     atomic_store(&id_producer_stopping, 0);
+    atomic_store(&id_producer_end_seen, 0);
     if (thread)
         pthread_create(thread, NULL, id_producer_run, p);
     return p;

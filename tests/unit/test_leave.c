@@ -343,6 +343,43 @@ test_finite_stream_end_epoch(void)
     end_alone(a, p, &thread);
 }
 
+/* A consumer that pauses mid-epoch after its producer decided the stream's end, before it
+ * hears of it, with the stream's last batches in its queue: the producer leaves that PAUSE
+ * unanswered, so the consumer keeps them and reads its epoch whole, then TSOCK_E_END. Before,
+ * the pause gave the queue back at once and the epoch ended short. */
+static void
+test_pause_after_end_decided(void)
+{
+    pthread_t thread;
+    id_producer_finish_delay_ms = 400; /* the decision, and SHUTDOWN 400 ms later */
+    tsock_producer *p = id_producer_start_epochs("leave", 1, 2, &thread);
+    tsock_consumer *a = joined(30000);
+    unsigned char seen[SAMPLES] = {0};
+    uint64_t epoch = 99;
+    CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), 0);
+    memset(seen, 0, sizeof seen);
+    /* Epoch 1 up to its last SLOTS batches, which the producer then publishes: the last one
+     * ends the stream, and the decision comes at its next acquire. */
+    uint64_t batches = (SAMPLES + BATCH - 1) / BATCH;
+    for (uint64_t i = 0; i + SLOTS < batches; i++) {
+        tsock_batch *b;
+        CHECK_EQ(tsock_consumer_next(a, 20000, &b), 0);
+        const int64_t *ids = tsock_batch_tensor_data(b, 0);
+        for (uint32_t j = 0; j < tsock_batch_samples(b); j++)
+            CHECK_EQ(seen[ids[j]]++, 0);
+        tsock_consumer_release(a, b);
+    }
+    for (int k = 0; k < 500 && !atomic_load(&id_producer_end_seen); k++)
+        usleep(10 * 1000);
+    CHECK(atomic_load(&id_producer_end_seen));
+    CHECK_EQ(tsock_consumer_pause(a), 0);
+    CHECK_EQ(read_epoch(a, seen, &epoch, NULL, 20000), 0);
+    CHECK_EQ(epoch, 1);
+    check_whole(seen);
+    id_producer_finish_delay_ms = 0;
+    end_alone(a, p, &thread);
+}
+
 /* One consumer's first read, on its own thread. */
 struct first_read {
     tsock_consumer *c;
@@ -494,6 +531,7 @@ main(void)
     test_finite_stream_many_pauses(1);
     test_finite_stream_many_pauses(0);
     test_finite_stream_end_epoch();
+    test_pause_after_end_decided();
     test_paused_not_counted();
     return CHECK_DONE();
 }

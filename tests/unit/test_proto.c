@@ -556,6 +556,7 @@ valid_messages(struct tsock__msg *out)
     make(&out[n++], TSOCK__MSG_RESUME);
     make(&out[n], TSOCK__MSG_RESUME);
     out[n++].u.pause.epochs = 90;
+    make(&out[n++], TSOCK__MSG_PAUSED);
     make(&out[n++], TSOCK__MSG_RESUMED);
     make(&out[n], TSOCK__MSG_SHUTDOWN);
     out[n].u.shutdown.epochs = 90;
@@ -917,7 +918,8 @@ test_header(void)
     /* HEARTBEAT, BYE and RESUMED have empty bodies: the header alone is the whole frame, and
      * any body at all (zeros, or another message's body under this type) is refused, whether
      * the header counts it or not. */
-    static const int empty[] = {TSOCK__MSG_HEARTBEAT, TSOCK__MSG_BYE, TSOCK__MSG_RESUMED};
+    static const int empty[] = {TSOCK__MSG_HEARTBEAT, TSOCK__MSG_BYE, TSOCK__MSG_RESUMED,
+                                TSOCK__MSG_PAUSED};
     static const uint32_t bodies[] = {1, 4, 8, 12, 44};
     for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++) {
         make(&m, empty[i]);
@@ -1801,7 +1803,9 @@ test_type_names(void)
     CHECK(strcmp(tsock__msg_type_name(14), "CONSUMER_STATS") == 0);
     CHECK_EQ(TSOCK__MSG_GROUP_FAILED, 15);
     CHECK(strcmp(tsock__msg_type_name(15), "GROUP_FAILED") == 0);
-    CHECK(strcmp(tsock__msg_type_name(16), "?") == 0);
+    CHECK_EQ(TSOCK__MSG_PAUSED, 16);
+    CHECK(strcmp(tsock__msg_type_name(16), "PAUSED") == 0);
+    CHECK(strcmp(tsock__msg_type_name(17), "?") == 0);
     CHECK(strcmp(tsock__msg_type_name(-1), "?") == 0);
 }
 
