@@ -81,6 +81,7 @@ tsock__session_open(tsock_consumer *c, int timeout_ms)
 {
     c->generation++;
     c->phase = TSOCK__PHASE_ACTIVE;
+    c->pause_unacked = 0; /* a PAUSE to an earlier producer is answered by nobody */
     c->expect_position = TSOCK__ANY_POSITION;
     int err = connect_channel(c);
     if (err == 0)
