@@ -283,9 +283,15 @@ typedef enum tsock_pipeline_stat_key {
     TSOCK_PIPELINE_DRIVER_CPU_NS = 20,   /* the driving thread's CPU in tsock_pipeline_load:
                                             its reads plus handing out and waiting for the
                                             batch (the serial part of a load) */
-    TSOCK_PIPELINE_RESTART_WINDOWS = 21  /* of TSOCK_PIPELINE_DECODED_CPU, the JPEGs decoded
+    TSOCK_PIPELINE_RESTART_WINDOWS = 21, /* of TSOCK_PIPELINE_DECODED_CPU, the JPEGs decoded
                                             from the restart intervals under their crop only
                                             (files with restart markers; docs/pipeline.md) */
+    TSOCK_PIPELINE_OWN_ENTROPY = 22,     /* of TSOCK_PIPELINE_DECODED_CPU, the JPEGs whose
+                                            Huffman data tsock's own decoder turned into
+                                            coefficients (libjpeg did the rest) */
+    TSOCK_PIPELINE_ENTROPY_REDONE = 23   /* JPEGs whose Huffman data tsock's decoder gave
+                                            back (corrupt or unusual: docs/pipeline.md),
+                                            decoded again from the start by libjpeg alone */
 } tsock_pipeline_stat_key;
 
 /* Reads one statistic into *value. Returns 0, or -EINVAL for an unknown key. Any thread

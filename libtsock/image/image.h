@@ -145,6 +145,7 @@ void tsock__decoder_set_limits(struct tsock__decoder *d, uint64_t max_pixels, in
 #define TSOCK__DECODE_NO_PARTIAL 2   /* decode every column and the rows from the top */
 #define TSOCK__DECODE_NO_AVX2 4      /* resample with SSE2 / plain C even where AVX2 is there */
 #define TSOCK__DECODE_NO_RESTARTS 8  /* never decode a JPEG from its restart intervals */
+#define TSOCK__DECODE_NO_OWN_ENTROPY 16 /* leave a JPEG's Huffman data to libjpeg's decoder */
 void tsock__decoder_set_flags(struct tsock__decoder *d, int flags);
 
 /* The resampling filter of every resize: PIL's antialiased bilinear (the default) or, with
@@ -170,6 +171,11 @@ struct tsock__decode_report {
      * leaves out the entropy decoding of what lies above and beside it (see Partial decoding
      * below); rows_read still counts from the image's top row. */
     int restart_window;
+    /* 1 when tsock's own Huffman decoder (entropy.c) turned the JPEG's entropy-coded data into
+     * coefficients, 0 when libjpeg's did. entropy_redone: tsock's decoder met data a valid
+     * stream cannot hold, and the image was decoded again, all of it by libjpeg. */
+    int own_entropy;
+    int entropy_redone;
     /* Monotonic time of this decode inside the codec (libjpeg: entropy decoding, IDCT,
      * upsampling, YCbCr-to-RGB; libpng) and inside tsock's own passes (CMYK conversion,
      * resampling, the window's rows), in ns. Only their ratio is meant to be used: the

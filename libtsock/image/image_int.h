@@ -2,7 +2,8 @@
  *
  * Calls between the files go one way: decoder.c (checks, dispatch) -> jpeg.c, png.c (codec
  * back ends) -> resize_plan.c (the resize plan they follow) -> resize.c (resampler, scratch
- * buffers); probe.c is called by decoder.c and jpeg.c and calls none of them. */
+ * buffers); probe.c is called by decoder.c and jpeg.c and calls none of them; jpeg.c alone
+ * calls restart.c (entry points) and entropy.c (tsock's Huffman decoder, entropy.h). */
 #ifndef TSOCK_IMAGE_INT_H
 #define TSOCK_IMAGE_INT_H
 

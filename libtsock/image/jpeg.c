@@ -25,6 +25,7 @@
 #include <jpeglib.h>
 
 #include "core/core.h"
+#include "image/entropy.h"
 #include "image/image_int.h"
 
 /* Columns decoded beyond each side of what the resampler reads. libjpeg-turbo's cropped decode
@@ -74,9 +75,23 @@ struct tsock__jpeg {
     unsigned eof_row;                     /* the iMCU row being read when it did */
     struct tsock__restart_index restarts; /* the file's entry points (open_window) */
     struct tsock__buf window;             /* the JPEG of the window's intervals */
+    struct tsock__entropy *entropy;       /* tsock's Huffman decoder (entropy.c) */
+    int entropy_off;                      /* this decode leaves the Huffman data to libjpeg */
+    int entropy_failed;                   /* tsock's decoder met data it does not decode */
 };
 
 static const JOCTET fake_eoi[2] = {0xFF, JPEG_EOI};
+
+/* tsock's Huffman decoder met data that a valid stream cannot hold: the decode is abandoned
+ * and run again with libjpeg's decoder (tsock__jpeg_decode), whose warnings and recovery then
+ * apply exactly as they would have. */
+static void
+on_entropy_fail(j_decompress_ptr cinfo)
+{
+    struct tsock__jpeg *j = cinfo->client_data;
+    j->entropy_failed = 1;
+    longjmp(j->jmp, 1);
+}
 
 static void
 on_error_exit(j_common_ptr cinfo)
@@ -190,6 +205,7 @@ tsock__jpeg_free(void *jpeg)
         jpeg_destroy_decompress(&j->cinfo);
     tsock__restart_index_free(&j->restarts);
     tsock__buf_free(&j->window);
+    tsock__entropy_destroy(j->entropy);
     free(j);
 }
 
@@ -408,6 +424,9 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
     }
     col0 = o.x + (int)x0; /* the whole image's column where the codec's lines start */
     d->report.decoded_w = (int)xw;
+    /* A file that may be truncated keeps libjpeg's decoder, which decides how far it is valid. */
+    if (!suspect && !j->entropy_off && !(d->flags & TSOCK__DECODE_NO_OWN_ENTROPY))
+        d->report.own_entropy = tsock__entropy_attach(j->entropy, cinfo, on_entropy_fail);
 
     /* Where the rows go. Horizontal pass first: each needed line is resampled as it arrives
      * and only the out_w-wide result is kept. Vertical first: the needed lines themselves are
@@ -515,9 +534,10 @@ run(struct tsock__decoder *d, struct tsock__jpeg *j, const uint8_t *data, size_t
     j->eof = 0;
     j->eof_scan = 0;
     j->eof_row = 0;
+    j->entropy_failed = 0;
 
     if (setjmp(j->jmp)) {
-        r = map_error(j);
+        r = j->entropy_failed ? -EAGAIN : map_error(j);
         if (j->created)
             jpeg_destroy_decompress(&j->cinfo);
         j->created = 0;
@@ -556,10 +576,20 @@ tsock__jpeg_decode(struct tsock__decoder *d, const uint8_t *data, size_t size,
                    const struct tsock__image_info *info, const struct tsock__resize_spec *spec,
                    uint8_t *out)
 {
-    if (!d->jpeg) {
-        d->jpeg = calloc(1, sizeof(struct tsock__jpeg));
-        if (!d->jpeg)
-            return -ENOMEM;
+    struct tsock__jpeg *j = d->jpeg;
+    int r;
+
+    if (!j && !(j = d->jpeg = calloc(1, sizeof(struct tsock__jpeg))))
+        return -ENOMEM;
+    if (!j->entropy && !(j->entropy = tsock__entropy_create()))
+        return -ENOMEM;
+    j->entropy_off = 0;
+    r = run(d, j, data, size, info, spec, out);
+    if (r == -EAGAIN) { /* tsock's Huffman decoder gave the data back: libjpeg decodes it all */
+        d->report.entropy_redone = 1;
+        d->report.own_entropy = 0;
+        j->entropy_off = 1;
+        r = run(d, j, data, size, info, spec, out);
     }
-    return run(d, d->jpeg, data, size, info, spec, out);
+    return r;
 }

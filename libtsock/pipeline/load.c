@@ -97,6 +97,22 @@ count_decode(struct worker *w, uint64_t cpu_ns)
     atomic_fetch_add_explicit(&pl->st_resample_cpu_ns, resample, memory_order_relaxed);
 }
 
+/* Counts which paths the decode took (statistics: docs/pipeline.md). A redone decode counts
+ * whether or not it then succeeded: it cost a second decode either way. */
+static void
+count_codec_paths(struct tsock_pipeline *pl, const struct tsock__decode_report *rep, int r)
+{
+    if (rep->entropy_redone)
+        atomic_fetch_add_explicit(&pl->st_entropy_redone, 1, memory_order_relaxed);
+    if (r != 0)
+        return;
+    atomic_fetch_add_explicit(&pl->st_decoded_cpu, 1, memory_order_relaxed);
+    if (rep->restart_window)
+        atomic_fetch_add_explicit(&pl->st_restart_windows, 1, memory_order_relaxed);
+    if (rep->own_entropy)
+        atomic_fetch_add_explicit(&pl->st_own_entropy, 1, memory_order_relaxed);
+}
+
 /* Decodes and augments one file into `out` with the random stream of (epoch, rng_id). */
 static int
 decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t epoch, uint64_t rng_id,
@@ -119,11 +135,7 @@ decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t epoch, 
                               out);
     }
     count_decode(w, thread_cpu_ns() - t0);
-    if (r == 0) {
-        atomic_fetch_add_explicit(&w->pl->st_decoded_cpu, 1, memory_order_relaxed);
-        if (tsock__decoder_report(w->decoder)->restart_window)
-            atomic_fetch_add_explicit(&w->pl->st_restart_windows, 1, memory_order_relaxed);
-    }
+    count_codec_paths(w->pl, tsock__decoder_report(w->decoder), r);
     return r;
 }
 

@@ -407,6 +407,8 @@ tsock_pipeline_stat(const tsock_pipeline *pl, int key, uint64_t *value)
     case TSOCK_PIPELINE_RESAMPLE_CPU_NS: *value = atomic_load(&pl->st_resample_cpu_ns); break;
     case TSOCK_PIPELINE_DRIVER_CPU_NS: *value = atomic_load(&pl->st_driver_cpu_ns); break;
     case TSOCK_PIPELINE_RESTART_WINDOWS: *value = atomic_load(&pl->st_restart_windows); break;
+    case TSOCK_PIPELINE_OWN_ENTROPY: *value = atomic_load(&pl->st_own_entropy); break;
+    case TSOCK_PIPELINE_ENTROPY_REDONE: *value = atomic_load(&pl->st_entropy_redone); break;
     default: return -EINVAL;
     }
     return 0;

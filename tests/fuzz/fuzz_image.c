@@ -7,7 +7,10 @@
  *  - the probe's answer is consistent (positive sizes, a header inside the data);
  *  - partial decoding is exact: the same crop decoded with and without partial decoding gives
  *    the same return code and, on success, the same bytes;
- *  - so are the AVX2 resampling passes: without them (SSE2 and plain C) the bytes are the same.
+ *  - so are the AVX2 resampling passes: without them (SSE2 and plain C) the bytes are the same;
+ *  - so is tsock's own Huffman decoder (entropy.c): with libjpeg's alone
+ *    (TSOCK__DECODE_NO_OWN_ENTROPY), partial and whole, the return code and bytes are the same
+ *    (tsock's decoder must decode valid data exactly and give anything else back to libjpeg).
  * Decompression bombs: the decoder refuses images over 4096 x 4096 pixels (-EFBIG) before
  * libjpeg or libpng allocate anything for them; the default limit in the library is PIL's.
  *
@@ -74,6 +77,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (r == -EFBIG)
         return 0;
     tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE | TSOCK__DECODE_NO_PARTIAL);
+    r2 = tsock__decode_crop_resize(d, data, size, &crop, OUT_W, OUT_H, 1, b);
+    if (r2 != r || (r == 0 && memcmp(a, b, sizeof a) != 0))
+        abort();
+    /* libjpeg's Huffman decoder gives tsock's bytes, with the partial decode and without. */
+    tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE | TSOCK__DECODE_NO_OWN_ENTROPY);
+    r2 = tsock__decode_crop_resize(d, data, size, &crop, OUT_W, OUT_H, 1, b);
+    if (r2 != r || (r == 0 && memcmp(a, b, sizeof a) != 0))
+        abort();
+    tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE | TSOCK__DECODE_NO_PARTIAL |
+                                    TSOCK__DECODE_NO_OWN_ENTROPY);
     r2 = tsock__decode_crop_resize(d, data, size, &crop, OUT_W, OUT_H, 1, b);
     if (r2 != r || (r == 0 && memcmp(a, b, sizeof a) != 0))
         abort();

@@ -5,8 +5,9 @@
  * do not follow their header, truncated files and layouts without usable entry points are
  * decoded the ordinary way, with the same bytes.
  *
- * Inputs are encoded here with libjpeg's compressor (restart_interval / restart_in_rows), from
- * synthetic pictures and from the photographs under /usr/share/backgrounds. */
+ * Inputs are encoded here with libjpeg's compressor (test_jpeg.h: restart_interval /
+ * restart_in_rows), from synthetic pictures and from the photographs under
+ * /usr/share/backgrounds. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,78 +22,7 @@
 #include "image/image.h"
 #include "image/image_int.h"
 #include "photos.h"
-
-enum layout { L_420, L_422, L_444, L_411, L_GRAY, L_CMYK, L_COUNT };
-static const char *const layout_name[L_COUNT] = {"420", "422", "444", "411", "gray", "cmyk"};
-
-/* A picture with edges, gradients and grain: every block has something to code. */
-static uint8_t *
-picture(int w, int h, int comps, uint32_t seed)
-{
-    uint8_t *p = malloc((size_t)w * h * comps);
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++)
-            for (int c = 0; c < comps; c++) {
-                uint32_t grain = (uint32_t)(tsock__mix64(((uint64_t)seed << 40) ^
-                                                         ((uint64_t)y << 20) ^ (uint64_t)x) >>
-                                            58);
-                int v =
-                    (x * (3 + c) + y * (5 - c)) / 4 + (((x / 23) ^ (y / 17)) & 1) * 60 + (int)grain;
-                p[((size_t)y * w + x) * comps + c] = (uint8_t)(v & 255);
-            }
-    return p;
-}
-
-/* libjpeg's compressor with restart markers: every `interval` MCUs, or every `rows` MCU rows
- * when rows > 0. Returns the JPEG in an exactly sized block (AddressSanitizer sees overreads). */
-static uint8_t *
-encode(const uint8_t *pix, int w, int h, enum layout l, int interval, int rows, size_t *size)
-{
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr err;
-    unsigned char *buf = NULL;
-    unsigned long n = 0;
-    int comps = l == L_GRAY ? 1 : l == L_CMYK ? 4 : 3;
-
-    c.err = jpeg_std_error(&err);
-    jpeg_create_compress(&c);
-    jpeg_mem_dest(&c, &buf, &n);
-    c.image_width = (JDIMENSION)w;
-    c.image_height = (JDIMENSION)h;
-    c.input_components = comps;
-    c.in_color_space = comps == 1 ? JCS_GRAYSCALE : comps == 4 ? JCS_CMYK : JCS_RGB;
-    jpeg_set_defaults(&c); /* CMYK is written as YCCK, with an Adobe marker */
-    jpeg_set_quality(&c, 88, TRUE);
-    if (comps == 3) {
-        static const int hv[4][2] = {{2, 2}, {2, 1}, {1, 1}, {4, 1}};
-        c.comp_info[0].h_samp_factor = hv[l][0];
-        c.comp_info[0].v_samp_factor = hv[l][1];
-    }
-    c.restart_interval = (unsigned)interval;
-    c.restart_in_rows = rows;
-    jpeg_start_compress(&c, TRUE);
-    while (c.next_scanline < c.image_height) {
-        JSAMPROW row = (JSAMPROW)(pix + (size_t)c.next_scanline * w * comps);
-        jpeg_write_scanlines(&c, &row, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
-    uint8_t *out = malloc(n);
-    memcpy(out, buf, n);
-    free(buf);
-    *size = n;
-    return out;
-}
-
-static uint8_t *
-encode_picture(int w, int h, enum layout l, int interval, int rows, uint32_t seed, size_t *size)
-{
-    int comps = l == L_GRAY ? 1 : l == L_CMYK ? 4 : 3;
-    uint8_t *pix = picture(w, h, comps, seed);
-    uint8_t *jpeg = encode(pix, w, h, l, interval, rows, size);
-    free(pix);
-    return jpeg;
-}
+#include "test_jpeg.h"
 
 /* Decodes `box` resized to ow x oh three ways: by default (restart window where it can), the
  * ordinary partial decode, and every row and column. The three must be the same bytes.
@@ -352,7 +282,7 @@ test_photos(struct tsock__decoder *d)
         uint8_t *pix = photo_pixels(ph.path[i], &w, &h);
         if (!pix)
             continue;
-        uint8_t *jpeg = encode(pix, w, h, L_420, 1, 0, &n);
+        uint8_t *jpeg = encode(pix, w, h, L_420, 1, 0, 0, &n);
         free(pix);
         files++;
         for (uint64_t k = 0; k < 12; k++, decodes++) {

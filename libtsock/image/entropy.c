@@ -1,0 +1,564 @@
+/* tsock's own Huffman decoder for sequential JPEG scans (see entropy.h for why and how it
+ * plugs into libjpeg-turbo).
+ *
+ * The decoding follows ITU-T T.81 Annex F.2.2: a DC difference (a category, then that many
+ * extra bits), then AC coefficients as (run, size) symbols, each followed by size extra bits,
+ * until EOB; ZRL (run 15, size 0) skips 16 zeros. Coefficients go to the block in natural
+ * order, not dequantized, as libjpeg's decoder leaves them for its IDCT.
+ *
+ * Where the time goes in a Huffman decoder is the per-symbol work, so:
+ *  - the bits sit left-aligned in a 64-bit register, refilled 8 bytes at a time whenever the
+ *    next 8 bytes hold no 0xFF (no stuffed byte, no marker), else byte by byte;
+ *  - a code of up to LOOKUP_BITS bits is found with one table lookup, longer ones by comparing
+ *    against each length's limit (canonical codes of one length are consecutive);
+ *  - for AC tables, a second lookup gives run, total length and value at once when the code
+ *    and its extra bits fit in LOOKUP_BITS: the commonest coefficients cost one lookup;
+ *  - with a restart marker after every MCU (tsock-mkdataset --restart-interval 1), an MCU and
+ *    the next are decoded together from their two intervals (decode_pair).
+ *
+ * Untrusted data: every read is bounded by the data's end; past it, and past a marker, zero
+ * bits are fed and counted, and an MCU that used any of them fails. A restart interval must
+ * end at its marker with less than a byte of padding left. Anything else a valid stream
+ * cannot hold fails too (see entropy.h: the caller decodes the image again with libjpeg). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "image/entropy.h"
+
+/* libjpeg's entropy decoder interface (struct jpeg_entropy_decoder), which jpeglib.h leaves
+ * incomplete: from the installed library's own jpegint.h where there is one (Debian installs
+ * it), so that the layout is the library's. Without it, libjpeg-turbo 2 and earlier have had
+ * the same three members since libjpeg 6b; later versions may add members, so there tsock's
+ * decoder is not used (the statistics' own_entropy stays 0). */
+#if defined(__has_include) && __has_include(<jpegint.h>)
+#include <jpegint.h>
+#define ENTROPY_HOOK 1
+#else
+struct jpeg_entropy_decoder {
+    void (*start_pass)(j_decompress_ptr cinfo);
+    boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
+    boolean insufficient_data;
+};
+#if defined(LIBJPEG_TURBO_VERSION_NUMBER) && LIBJPEG_TURBO_VERSION_NUMBER < 3000000
+#define ENTROPY_HOOK 1
+#else
+#define ENTROPY_HOOK 0
+#endif
+#endif
+
+/* The per-symbol helpers work on a bit register passed by address: only when they are all
+ * inlined does the register stay in machine registers (GCC leaves ac_step out of line at -O2
+ * otherwise, and the decode then reads and writes the register in memory at every symbol). */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+#define LOOKUP_BITS 10
+#define LOOKUP_SIZE (1 << LOOKUP_BITS)
+
+/* Zigzag position k -> natural (row-major) position in the 8 x 8 block (T.81, figure A.6). */
+static const uint8_t natural_order[64] = {
+    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40, 48,
+    41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23,
+    30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
+
+/* An AC coefficient whose code and extra bits fit in LOOKUP_BITS: `length` bits in all
+ * (0: not in the table), `run` zeros before it, its value. */
+struct ac_entry {
+    int16_t value;
+    uint8_t run;
+    uint8_t length;
+};
+
+/* One Huffman table, ready for decoding. */
+struct table {
+    int built;               /* the fields below hold the table of bits/values */
+    uint8_t bits[17];        /* the DHT segment's counts per code length (the cache key) */
+    uint8_t values[256];     /* and its symbols */
+    int count;               /* symbols */
+    uint16_t lookup[LOOKUP_SIZE]; /* next LOOKUP_BITS bits -> (length << 8) | symbol; 0: longer */
+    uint32_t limit[17]; /* codes of length l, left-aligned to 16 bits, are all below limit[l] */
+    int offset[17];     /* the code c of length l is values[c + offset[l]] */
+    struct ac_entry ac[LOOKUP_SIZE]; /* AC tables only */
+};
+
+/* The bit register: `nbits` bits, left-aligned in `bits`, from the data at `p` on. `fake` of
+ * them (the last) are zeros fed after the data ended or reached a marker. */
+struct bitreader {
+    uint64_t bits;
+    int nbits, fake;
+    const uint8_t *p, *end;
+};
+
+struct tsock__entropy {
+    struct jpeg_entropy_decoder pub; /* first: libjpeg calls through cinfo->entropy */
+    void (*fail)(j_decompress_ptr cinfo);
+    struct bitreader br;
+    int restarts_to_go; /* MCUs left in this restart interval */
+    int next_restart;   /* the RSTn expected at its end: 0..7 */
+    int dc_pred[MAX_COMPS_IN_SCAN];
+    int blocks; /* in an MCU, and per block its tables and component */
+    const struct table *dc_of[D_MAX_BLOCKS_IN_MCU], *ac_of[D_MAX_BLOCKS_IN_MCU];
+    int comp_of[D_MAX_BLOCKS_IN_MCU];
+    /* With a restart marker after every MCU, MCUs are decoded two at a time (decode_pair):
+     * the second one's coefficients wait here for the call that asks for it. */
+    int held;
+    JBLOCK held_blocks[D_MAX_BLOCKS_IN_MCU];
+    struct table dc[NUM_HUFF_TBLS], ac[NUM_HUFF_TBLS];
+};
+
+/* ---- bits ---- */
+
+static int
+has_ff_byte(uint64_t w)
+{
+    uint64_t v = ~w; /* a 0xFF byte of w is a zero byte of v */
+    return ((v - 0x0101010101010101ull) & ~v & 0x8080808080808080ull) != 0;
+}
+
+static uint64_t
+load_be64(const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return __builtin_bswap64(w);
+}
+
+static void
+push_byte(struct bitreader *br, unsigned byte)
+{
+    br->bits |= (uint64_t)byte << (56 - br->nbits);
+    br->nbits += 8;
+}
+
+/* Byte by byte, for the bytes around a 0xFF and the data's end: an FF 00 pair is one FF data
+ * byte; an FF before anything else is a marker, which is left unread (p stays on it). Takes
+ * and returns the register by value: a decoder whose register's address is never taken keeps
+ * it in machine registers, and this path is rare. */
+static __attribute__((noinline)) struct bitreader
+refill_slow(struct bitreader br)
+{
+    while (br.nbits <= 56) {
+        if (br.p < br.end && br.p[0] != 0xFF) {
+            push_byte(&br, *br.p++);
+        } else if (br.p + 1 < br.end && br.p[1] == 0x00) {
+            push_byte(&br, 0xFF);
+            br.p += 2;
+        } else { /* a marker, or no data left */
+            push_byte(&br, 0);
+            br.fake += 8;
+        }
+    }
+    return br;
+}
+
+/* At least 32 bits in the register: a code (16 bits at most) and its extra bits (15). */
+ALWAYS_INLINE void
+fill(struct bitreader *br)
+{
+    if (br->nbits >= 32)
+        return;
+    if (br->end - br->p >= 8) {
+        uint64_t w = load_be64(br->p);
+        if (!has_ff_byte(w)) {
+            int take = (64 - br->nbits) >> 3; /* whole bytes that fit: 4 to 8 */
+            br->bits |= (w >> (64 - 8 * take)) << (64 - 8 * take - br->nbits);
+            br->nbits += 8 * take;
+            br->p += take;
+            return;
+        }
+    }
+    *br = refill_slow(*br);
+}
+
+ALWAYS_INLINE unsigned
+peek(const struct bitreader *br, int n)
+{
+    return (unsigned)(br->bits >> (64 - n));
+}
+
+ALWAYS_INLINE void
+drop(struct bitreader *br, int n)
+{
+    br->bits <<= n;
+    br->nbits -= n;
+}
+
+/* The next s (1..15) bits as a signed value (T.81, figure F.12). */
+ALWAYS_INLINE int
+take_signed(struct bitreader *br, int s)
+{
+    int v = (int)peek(br, s);
+    drop(br, s);
+    return v < (1 << (s - 1)) ? v - (1 << s) + 1 : v;
+}
+
+/* The next symbol of table t, or -1 for a code the table does not hold. */
+ALWAYS_INLINE int
+symbol(struct bitreader *br, const struct table *t)
+{
+    unsigned e = t->lookup[peek(br, LOOKUP_BITS)];
+    if (e) {
+        drop(br, (int)(e >> 8));
+        return (int)(e & 0xFF);
+    }
+    uint32_t c = (uint32_t)(br->bits >> 48);
+    int l = LOOKUP_BITS + 1;
+    while (l <= 16 && c >= t->limit[l])
+        l++;
+    if (l > 16)
+        return -1;
+    int i = (int)(c >> (16 - l)) + t->offset[l];
+    if (i < 0 || i >= t->count)
+        return -1;
+    drop(br, l);
+    return t->values[i];
+}
+
+/* ---- tables ---- */
+
+static void
+build_ac_entries(struct table *t)
+{
+    for (unsigned p = 0; p < LOOKUP_SIZE; p++) {
+        unsigned e = t->lookup[p];
+        int len = (int)(e >> 8), r = (int)(e & 0xFF) >> 4, s = (int)(e & 15);
+        t->ac[p].length = 0;
+        if (!e || s == 0 || len + s > LOOKUP_BITS)
+            continue;
+        int v = (int)(p >> (LOOKUP_BITS - len - s)) & ((1 << s) - 1);
+        t->ac[p].value = (int16_t)(v < (1 << (s - 1)) ? v - (1 << s) + 1 : v);
+        t->ac[p].run = (uint8_t)r;
+        t->ac[p].length = (uint8_t)(len + s);
+    }
+}
+
+/* The canonical code of a DHT table (T.81, Annex C): codes of each length are consecutive,
+ * and the first of the next length is one past the last, doubled. Returns 0, or -1 for a
+ * table libjpeg would refuse as well (more than 256 symbols, codes that overflow their
+ * length, a DC category over 15). */
+static int
+build_table(struct table *t, const JHUFF_TBL *h, int is_dc)
+{
+    int count = 0;
+    for (int l = 1; l <= 16; l++)
+        count += h->bits[l];
+    if (count > 256)
+        return -1;
+    if (t->built && t->count == count && memcmp(t->bits, h->bits, sizeof t->bits) == 0 &&
+        memcmp(t->values, h->huffval, (size_t)count) == 0)
+        return 0; /* the last image's table: most files share theirs */
+    t->built = 0;
+    memset(t->lookup, 0, sizeof t->lookup);
+    unsigned code = 0;
+    int k = 0;
+    for (int l = 1; l <= 16; l++) {
+        t->offset[l] = k - (int)code;
+        for (int i = 0; i < h->bits[l]; i++, k++, code++) {
+            if (is_dc && h->huffval[k] > 15)
+                return -1;
+            if (l <= LOOKUP_BITS)
+                for (unsigned f = code << (LOOKUP_BITS - l); f < (code + 1) << (LOOKUP_BITS - l);
+                     f++)
+                    t->lookup[f] = (uint16_t)((l << 8) | h->huffval[k]);
+        }
+        if (h->bits[l] && code >= (1u << l))
+            return -1;
+        t->limit[l] = code << (16 - l);
+        code <<= 1;
+    }
+    memcpy(t->bits, h->bits, sizeof t->bits);
+    memcpy(t->values, h->huffval, (size_t)count);
+    t->count = count;
+    if (!is_dc)
+        build_ac_entries(t);
+    t->built = 1;
+    return 0;
+}
+
+/* ---- decoding ---- */
+
+/* One AC symbol of a block (T.81, figure F.13): a coefficient after its run of zeros, 16 zeros
+ * (ZRL) or the end of the block (EOB, which sets *k to 64). Returns 0 on data a valid stream
+ * cannot hold. The register holds at least 32 bits. */
+ALWAYS_INLINE int
+ac_step(struct bitreader *br, const struct table *ac, JCOEF *block, int *k)
+{
+    const struct ac_entry *f = &ac->ac[peek(br, LOOKUP_BITS)];
+    if (f->length) { /* the commonest case: code and extra bits in one lookup */
+        *k += f->run;
+        if (*k > 63)
+            return 0;
+        if (block)
+            block[natural_order[*k]] = f->value;
+        drop(br, f->length);
+        ++*k;
+        return 1;
+    }
+    int rs = symbol(br, ac);
+    if (rs < 0)
+        return 0;
+    int r = rs >> 4, s = rs & 15;
+    if (s) {
+        *k += r;
+        if (*k > 63)
+            return 0;
+        int v = take_signed(br, s);
+        if (block)
+            block[natural_order[*k]] = (JCOEF)v;
+        ++*k;
+    } else {
+        *k = r == 15 ? *k + 16 : 64; /* ZRL, EOB */
+    }
+    return 1;
+}
+
+/* A block's DC coefficient: the difference to the component's last one (`pred`). */
+ALWAYS_INLINE int
+dc_step(struct bitreader *br, const struct table *dc, JCOEF *block, int *pred)
+{
+    int s = symbol(br, dc);
+    if (s < 0)
+        return 0;
+    /* libjpeg's sum, which wraps on corrupt data (unsigned here: no undefined overflow) */
+    *pred = (int)((unsigned)*pred + (unsigned)(s ? take_signed(br, s) : 0));
+    if (block)
+        block[0] = (JCOEF)*pred;
+    return 1;
+}
+
+/* One block's coefficients into `block` (zeroed by libjpeg; NULL: decoded and dropped).
+ * Returns 0 on data a valid stream cannot hold. */
+ALWAYS_INLINE int
+decode_block(struct bitreader *br, const struct table *dc, const struct table *ac, JCOEF *block,
+             int *pred)
+{
+    fill(br);
+    if (!dc_step(br, dc, block, pred))
+        return 0;
+    for (int k = 1; k < 64;) {
+        fill(br);
+        if (!ac_step(br, ac, block, &k))
+            return 0;
+    }
+    return 1;
+}
+
+/* The same block of two MCUs from two restart intervals, a symbol of each in turn, then the
+ * rest of the longer one. Each symbol's decode waits on the one before it in its stream (its
+ * length says where the next starts), so one stream alone leaves the core mostly waiting on
+ * table loads; two independent ones keep it busy with the other's work meanwhile. (Running
+ * the two MCUs' symbol sequences side by side across block boundaries leaves a shorter tail
+ * but mispredicts a branch at every block end of either, and measured slower.) */
+ALWAYS_INLINE int
+decode_block_pair(struct bitreader *a, struct bitreader *b, const struct table *dc,
+                  const struct table *ac, JCOEF *block_a, JCOEF *block_b, int *pred_a,
+                  int *pred_b)
+{
+    fill(a);
+    fill(b);
+    if (!dc_step(a, dc, block_a, pred_a) || !dc_step(b, dc, block_b, pred_b))
+        return 0;
+    int ka = 1, kb = 1;
+    while (ka < 64 && kb < 64) {
+        fill(a);
+        fill(b);
+        if (!ac_step(a, ac, block_a, &ka) || !ac_step(b, ac, block_b, &kb))
+            return 0;
+    }
+    while (ka < 64) {
+        fill(a);
+        if (!ac_step(a, ac, block_a, &ka))
+            return 0;
+    }
+    while (kb < 64) {
+        fill(b);
+        if (!ac_step(b, ac, block_b, &kb))
+            return 0;
+    }
+    return 1;
+}
+
+/* Moves past the RSTn marker that ends a restart interval, where libjpeg would: the
+ * interval's data must be used up but for its padding (under 8 bits). */
+static void
+next_interval(struct tsock__entropy *e, j_decompress_ptr cinfo)
+{
+    struct bitreader *br = &e->br;
+    const uint8_t *p = br->p;
+
+    if (br->nbits - br->fake >= 8 || p >= br->end || *p != 0xFF)
+        e->fail(cinfo);
+    while (p < br->end && *p == 0xFF) /* fill bytes may come before a marker */
+        p++;
+    if (p >= br->end || *p != JPEG_RST0 + e->next_restart)
+        e->fail(cinfo);
+    br->p = p + 1;
+    br->bits = 0;
+    br->nbits = br->fake = 0;
+    e->next_restart = (e->next_restart + 1) & 7;
+    e->restarts_to_go = cinfo->restart_interval;
+    memset(e->dc_pred, 0, sizeof e->dc_pred);
+}
+
+/* The next marker at or after p: returns the 0xFF that starts it (fill bytes included) and
+ * sets *code to its code and *after to the byte after it; NULL when the data holds none. */
+static const uint8_t *
+find_marker(const uint8_t *p, const uint8_t *end, int *code, const uint8_t **after)
+{
+    while (p < end) {
+        const uint8_t *ff = memchr(p, 0xFF, (size_t)(end - p)), *q;
+        if (!ff)
+            return NULL;
+        for (q = ff + 1; q < end && *q == 0xFF; q++)
+            ;
+        if (q >= end)
+            return NULL;
+        if (*q != 0x00) {
+            *code = *q;
+            *after = q + 1;
+            return ff;
+        }
+        p = q + 1; /* FF 00: a data byte */
+    }
+    return NULL;
+}
+
+/* Decodes the MCU that starts the current restart interval together with the next one, which
+ * starts after the interval's marker: two independent bit streams (see decode_block_pair).
+ * Only with an interval of one MCU, so that every call starts an interval with an empty
+ * register. Returns 0 when there is no next interval (the scan's last MCU). */
+static int
+decode_pair(struct tsock__entropy *e, j_decompress_ptr cinfo, JBLOCKROW *mcu)
+{
+    const uint8_t *next;
+    int code, pred_b[MAX_COMPS_IN_SCAN] = {0};
+    const uint8_t *marker = find_marker(e->br.p, e->br.end, &code, &next);
+
+    if (!marker || code == JPEG_EOI)
+        return 0;
+    if (code != JPEG_RST0 + e->next_restart)
+        e->fail(cinfo);
+    struct bitreader a = e->br, b = {0, 0, 0, next, e->br.end};
+    memset(e->held_blocks, 0, (size_t)e->blocks * sizeof(JBLOCK));
+    for (int k = 0; k < e->blocks; k++) {
+        int c = e->comp_of[k];
+        if (!decode_block_pair(&a, &b, e->dc_of[k], e->ac_of[k], mcu ? mcu[k][0] : NULL,
+                               e->held_blocks[k], &e->dc_pred[c], &pred_b[c]))
+            e->fail(cinfo);
+    }
+    /* Neither used bits beyond its data, and the first ended at its marker, as
+     * next_interval checks the second's end at the next call. */
+    if (a.nbits < a.fake || b.nbits < b.fake || a.p != marker || a.nbits - a.fake >= 8)
+        e->fail(cinfo);
+    e->br = b;
+    e->next_restart = (e->next_restart + 1) & 7;
+    e->held = 1; /* restarts_to_go stays 0: the held MCU used up its interval */
+    return 1;
+}
+
+static boolean
+decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *mcu)
+{
+    struct tsock__entropy *e = (struct tsock__entropy *)cinfo->entropy;
+
+    if (e->held) { /* decoded with the MCU before it */
+        for (int k = 0; mcu && k < e->blocks; k++)
+            memcpy(mcu[k][0], e->held_blocks[k], sizeof(JBLOCK));
+        e->held = 0;
+        return TRUE;
+    }
+    if (cinfo->restart_interval) {
+        if (e->restarts_to_go == 0)
+            next_interval(e, cinfo);
+        e->restarts_to_go--;
+        if (cinfo->restart_interval == 1 && decode_pair(e, cinfo, mcu))
+            return TRUE;
+    }
+    struct bitreader br = e->br; /* a local copy stays in registers */
+    for (int k = 0; k < e->blocks; k++) {
+        if (!decode_block(&br, e->dc_of[k], e->ac_of[k], mcu ? mcu[k][0] : NULL,
+                          &e->dc_pred[e->comp_of[k]]))
+            e->fail(cinfo);
+    }
+    if (br.nbits < br.fake) /* the MCU used bits that are not in the data */
+        e->fail(cinfo);
+    e->br = br;
+    return TRUE;
+}
+
+/* libjpeg calls start_pass at the start of each scan; the decoder is attached to a file of one
+ * scan after it began, so a call means something this decoder does not handle. */
+static void
+start_pass(j_decompress_ptr cinfo)
+{
+    struct tsock__entropy *e = (struct tsock__entropy *)cinfo->entropy;
+    e->fail(cinfo);
+}
+
+struct tsock__entropy *
+tsock__entropy_create(void)
+{
+    return calloc(1, sizeof(struct tsock__entropy));
+}
+
+void
+tsock__entropy_destroy(struct tsock__entropy *e)
+{
+    free(e);
+}
+
+/* Whether the scan is a single sequential Huffman scan of every component. */
+static int
+scan_supported(j_decompress_ptr cinfo)
+{
+    return !cinfo->progressive_mode && !cinfo->arith_code && cinfo->data_precision == 8 &&
+           !jpeg_has_multiple_scans(cinfo) && cinfo->comps_in_scan == cinfo->num_components &&
+           cinfo->blocks_in_MCU > 0 && cinfo->blocks_in_MCU <= D_MAX_BLOCKS_IN_MCU &&
+           cinfo->Ss == 0 && cinfo->Se == DCTSIZE2 - 1 && cinfo->Ah == 0 && cinfo->Al == 0 &&
+           cinfo->unread_marker == 0 && cinfo->src && cinfo->src->next_input_byte;
+}
+
+/* The tables of each block of an MCU. Returns 0, or -1 when one is missing or invalid. */
+static int
+map_blocks(struct tsock__entropy *e, j_decompress_ptr cinfo)
+{
+    e->blocks = cinfo->blocks_in_MCU;
+    for (int b = 0; b < e->blocks; b++) {
+        int ci = cinfo->MCU_membership[b];
+        if (ci < 0 || ci >= cinfo->comps_in_scan)
+            return -1;
+        const jpeg_component_info *c = cinfo->cur_comp_info[ci];
+        int dn = c->dc_tbl_no, an = c->ac_tbl_no;
+        if (dn < 0 || dn >= NUM_HUFF_TBLS || an < 0 || an >= NUM_HUFF_TBLS ||
+            !cinfo->dc_huff_tbl_ptrs[dn] || !cinfo->ac_huff_tbl_ptrs[an] ||
+            build_table(&e->dc[dn], cinfo->dc_huff_tbl_ptrs[dn], 1) != 0 ||
+            build_table(&e->ac[an], cinfo->ac_huff_tbl_ptrs[an], 0) != 0)
+            return -1;
+        e->dc_of[b] = &e->dc[dn];
+        e->ac_of[b] = &e->ac[an];
+        e->comp_of[b] = ci;
+    }
+    return 0;
+}
+
+int
+tsock__entropy_attach(struct tsock__entropy *e, j_decompress_ptr cinfo,
+                      void (*fail)(j_decompress_ptr cinfo))
+{
+    if (!ENTROPY_HOOK || !scan_supported(cinfo) || map_blocks(e, cinfo) != 0)
+        return 0;
+    e->fail = fail;
+    e->br.bits = 0;
+    e->br.nbits = e->br.fake = 0;
+    e->br.p = cinfo->src->next_input_byte;
+    e->br.end = e->br.p + cinfo->src->bytes_in_buffer;
+    e->restarts_to_go = (int)cinfo->restart_interval;
+    e->next_restart = 0;
+    e->held = 0;
+    memset(e->dc_pred, 0, sizeof e->dc_pred);
+    e->pub.start_pass = start_pass;
+    e->pub.decode_mcu = decode_mcu;
+    e->pub.insufficient_data = FALSE;
+    cinfo->entropy = &e->pub;
+    return 1;
+}

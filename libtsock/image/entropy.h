@@ -1,0 +1,44 @@
+/* tsock's own Huffman decoder for sequential JPEG scans, in libjpeg-turbo's place (entropy.c).
+ *
+ * libjpeg-turbo decodes every MCU through one method, cinfo->entropy->decode_mcu (declared in
+ * its internal jpegint.h; entropy.c repeats the three-member struct): the coefficient
+ * controller calls it for each MCU it decodes, and jpeg_skip_scanlines for each MCU it skips. Replacing that method after
+ * jpeg_start_decompress leaves everything else as it was (IDCT, upsampling, colour, cropping,
+ * skipping) and changes only how the Huffman data becomes coefficients. Two reasons to:
+ *  - libjpeg-turbo's fast Huffman path is off for any file with restart markers (jdhuff.c
+ *    turns it off whenever there is a restart interval), so a decode from restart intervals
+ *    (restart.c) runs its general bit-at-a-time path for every symbol;
+ *  - its fast path looks up 8 bits at a time and reads a coefficient's extra bits separately,
+ *    where one lookup of 10 bits here gives run, length and value together for most of them;
+ *  - with a marker after every MCU, each MCU is a bit stream of its own, and two decoded side
+ *    by side keep the core busy where one leaves it waiting on its table loads.
+ *
+ * Valid data decodes to libjpeg's coefficients exactly (the Huffman code is a bijection); the
+ * rest of the decode is libjpeg's, so the pixels are libjpeg's. Corrupt data is not decoded
+ * here at all: at the first thing a valid stream cannot contain (a code no table holds, a
+ * run past the block's end, a restart marker out of place, data that ends or reaches a marker
+ * early) the decoder calls `fail`, which must not return; the caller then decodes the image
+ * again with libjpeg's own decoder, so every warning and every recovery is libjpeg's. */
+#ifndef TSOCK_IMAGE_ENTROPY_H
+#define TSOCK_IMAGE_ENTROPY_H
+
+#include <stdio.h> /* jpeglib.h needs FILE and size_t */
+
+#include <jpeglib.h>
+
+struct tsock__entropy;
+
+/* The decoder's tables and state, kept across images so that the tables of the last image
+ * are rebuilt only when a file's differ. NULL on failure to allocate. */
+struct tsock__entropy *tsock__entropy_create(void);
+void tsock__entropy_destroy(struct tsock__entropy *e);
+
+/* Takes over decode_mcu of `cinfo`, which jpeg_start_decompress has set up and which has not
+ * decoded any MCU yet, when its scan is one this decoder reads: sequential Huffman coding of
+ * 8-bit samples in a single scan of every component. Reads the data from cinfo->src, which
+ * must hold all of it. `fail` is called, with cinfo, on data that is not valid. Returns 1 when
+ * attached, 0 when the scan is left to libjpeg. */
+int tsock__entropy_attach(struct tsock__entropy *e, j_decompress_ptr cinfo,
+                          void (*fail)(j_decompress_ptr cinfo));
+
+#endif

@@ -1,0 +1,333 @@
+/* tsock's own Huffman decoder (libtsock/image/entropy.c) against libjpeg's: every decode is
+ * run twice, by default (tsock's decoder where it applies) and with
+ * TSOCK__DECODE_NO_OWN_ENTROPY (libjpeg's alone), and the two must give the same return code
+ * and the same bytes.
+ *
+ * Covered: every chroma layout; no restart markers, a marker after every MCU (where MCUs are
+ * decoded two at a time: even and odd MCU counts, so that the last one is decoded alone), every
+ * 2 MCUs, every 3 (no restart window), every MCU row; standard and optimized Huffman tables
+ * (codes longer than the decoder's lookup); crops that skip rows (jpeg_skip_scanlines hands
+ * tsock's decoder MCUs to drop) and columns, DCT scaling; a decoder reused across files with
+ * different tables. Damage: bits flipped all over the entropy-coded data, markers out of
+ * sequence, a byte too many before a marker, fill bytes before markers (legal: tsock's
+ * decoder keeps them), and truncation.
+ * Wherever tsock's decoder gives the data back, the image is decoded again by libjpeg alone
+ * (report.entropy_redone), so the bytes are libjpeg's. Photographs: the train and val presets. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <turbojpeg.h>
+
+#include "check.h"
+#include "core/core.h"
+#include "image/image.h"
+#include "image/image_int.h"
+#include "photos.h"
+#include "test_jpeg.h"
+
+/* What the decodes of one test saw. */
+struct tally {
+    int decodes, own, redone, differ;
+};
+
+/* Decodes box -> ow x oh with tsock's decoder and with libjpeg's; both must agree. */
+static void
+both_ways(struct tsock__decoder *d, const uint8_t *jpeg, size_t n, const struct tsock__box *box,
+          int ow, int oh, int flags, struct tally *t)
+{
+    size_t len = (size_t)ow * oh * 3;
+    uint8_t *a = malloc(len), *b = malloc(len);
+
+    tsock__decoder_set_flags(d, flags);
+    int ra = tsock__decode_crop_resize(d, jpeg, n, box, ow, oh, 0, a);
+    const struct tsock__decode_report *rep = tsock__decoder_report(d);
+    t->decodes++;
+    t->own += rep->own_entropy;
+    t->redone += rep->entropy_redone;
+    CHECK(!(rep->own_entropy && rep->entropy_redone));
+    tsock__decoder_set_flags(d, flags | TSOCK__DECODE_NO_OWN_ENTROPY);
+    int rb = tsock__decode_crop_resize(d, jpeg, n, box, ow, oh, 0, b);
+    CHECK_EQ(tsock__decoder_report(d)->own_entropy, 0);
+    CHECK_EQ(ra, rb);
+    if (ra == 0 && rb == 0 && memcmp(a, b, len) != 0) {
+        t->differ++;
+        fprintf(stderr, "box %d,%d %dx%d -> %dx%d flags %d: tsock's Huffman decoder differs\n",
+                box ? box->x : 0, box ? box->y : 0, box ? box->w : 0, box ? box->h : 0, ow, oh,
+                flags);
+    }
+    tsock__decoder_set_flags(d, 0);
+    free(a);
+    free(b);
+}
+
+/* Every layout and marker spacing, standard and optimized tables, on pictures of an even and
+ * an odd number of MCUs, with crops that skip rows and columns, scale, or take everything. */
+static void
+test_layouts(struct tsock__decoder *d)
+{
+    static const struct {
+        int interval, rows;
+    } spacing[] = {{0, 0}, {1, 0}, {2, 0}, {3, 0}, {0, 1}};
+    static const int dims[2][2] = {{411, 333}, {256, 128}};
+    static const int flags[3] = {0, TSOCK__DECODE_NO_PARTIAL, TSOCK__DECODE_NO_RESTARTS};
+    struct tally t = {0};
+
+    for (int l = 0; l < L_COUNT; l++)
+        for (size_t s = 0; s < sizeof spacing / sizeof *spacing; s++)
+            for (int opt = 0; opt < 2; opt++)
+                for (int z = 0; z < 2; z++) {
+                    int w = dims[z][0], h = dims[z][1];
+                    int comps = l == L_GRAY ? 1 : l == L_CMYK ? 4 : 3;
+                    uint8_t *pix = picture(w, h, comps, (uint32_t)(l * 31 + (int)s * 7 + z));
+                    size_t n;
+                    uint8_t *jpeg = encode(pix, w, h, (enum layout)l, spacing[s].interval,
+                                           spacing[s].rows, opt, &n);
+                    const struct tsock__box boxes[4] = {
+                        {w / 2, h / 2, w / 2, h / 2},  /* skips rows and columns */
+                        {0, h / 3, w, h / 3},          /* skips rows */
+                        {w / 5, 0, w / 3, h},          /* skips columns */
+                        {0, 0, w, h}};                 /* everything; 1/2 scale to 60 x 40 */
+                    static const int sizes[4][2] = {{37, 29}, {224, 224}, {50, 120}, {60, 40}};
+                    for (int b = 0; b < 4; b++)
+                        both_ways(d, jpeg, n, &boxes[b], sizes[b][0], sizes[b][1],
+                                  flags[(b + (int)s) % 3], &t);
+                    free(jpeg);
+                    free(pix);
+                }
+    fprintf(stderr, "layouts: %d decodes, %d by tsock's Huffman decoder, %d redone, %d differ\n",
+            t.decodes, t.own, t.redone, t.differ);
+    CHECK_EQ(t.differ, 0);
+    CHECK_EQ(t.redone, 0);
+    CHECK_EQ(t.own, t.decodes); /* every file here is sequential Huffman, and whole */
+}
+
+/* A progressive JPEG is left to libjpeg; so is a truncated one (its decode must find out how
+ * far it is valid, which is libjpeg's to say). */
+static void
+test_left_to_libjpeg(struct tsock__decoder *d)
+{
+    tjhandle tj = tjInitCompress();
+    uint8_t *pix = picture(96, 80, 3, 5);
+    unsigned char *buf = NULL;
+    unsigned long len = 0;
+    struct tally t = {0};
+    const struct tsock__box box = {10, 20, 60, 50};
+
+    CHECK_EQ(tjCompress2(tj, pix, 96, 0, 80, TJPF_RGB, &buf, &len, TJSAMP_420, 90,
+                         TJFLAG_PROGRESSIVE),
+             0);
+    both_ways(d, buf, len, &box, 32, 32, 0, &t);
+    CHECK_EQ(t.own, 0);
+    tjFree(buf);
+    tjDestroy(tj);
+
+    size_t n;
+    uint8_t *jpeg = encode(pix, 96, 80, L_420, 1, 0, 0, &n);
+    both_ways(d, jpeg, n - n / 4, &box, 32, 32, 0, &t);
+    both_ways(d, jpeg, n - n / 4, NULL, 32, 32, TSOCK__DECODE_NO_PARTIAL, &t);
+    CHECK_EQ(t.own, 0);
+    CHECK_EQ(t.differ, 0);
+    free(jpeg);
+    free(pix);
+}
+
+/* The offset of the k-th RSTn marker (0-based) after `from`. */
+static size_t
+marker_at(const uint8_t *jpeg, size_t n, size_t from, int k)
+{
+    for (size_t i = from; i + 1 < n; i++)
+        if (jpeg[i] == 0xFF && jpeg[i + 1] >= 0xD0 && jpeg[i + 1] <= 0xD7 && k-- == 0)
+            return i;
+    CHECK(0);
+    return 0;
+}
+
+/* Bits flipped at positions all over the entropy-coded data, one file per position, in files
+ * with and without restart markers: whatever each decoder makes of them, the two agree, and
+ * tsock's decoder gives most of them back. */
+static void
+test_flipped_bits(struct tsock__decoder *d)
+{
+    struct tally t = {0};
+    const struct tsock__box box = {40, 30, 120, 100};
+
+    for (int interval = 0; interval <= 1; interval++) {
+        uint8_t *pix = picture(208, 160, 3, 9);
+        size_t n;
+        uint8_t *jpeg = encode(pix, 208, 160, L_420, interval, 0, 0, &n);
+        struct tsock__image_info info;
+        CHECK_EQ(tsock__image_probe(jpeg, n, &info), 0);
+        uint8_t *bad = malloc(n);
+        size_t data = info.header_size, span = n - 2 - data;
+        for (int k = 0; k < 60; k++) {
+            size_t at = data + span * (size_t)k / 60;
+            memcpy(bad, jpeg, n);
+            if (bad[at] == 0xFF || (at > 0 && bad[at - 1] == 0xFF))
+                continue; /* leave markers and stuffing alone: that is the next test's */
+            bad[at] ^= (uint8_t)(1u << (k % 8));
+            both_ways(d, bad, n, &box, 48, 40, 0, &t);
+            both_ways(d, bad, n, NULL, 48, 40, TSOCK__DECODE_NO_PARTIAL, &t);
+        }
+        free(bad);
+        free(jpeg);
+        free(pix);
+    }
+    fprintf(stderr, "flipped bits: %d decodes, %d by tsock's decoder, %d redone, %d differ\n",
+            t.decodes, t.own, t.redone, t.differ);
+    CHECK_EQ(t.differ, 0);
+    CHECK(t.redone > 0);
+}
+
+/* Markers: out of sequence, or a marker that does not belong in a scan, make tsock's decoder
+ * give the data back; fill bytes before markers are legal and it keeps them. */
+static void
+test_markers(struct tsock__decoder *d)
+{
+    uint8_t *pix = picture(208, 160, 3, 13);
+    size_t n;
+    uint8_t *jpeg = encode(pix, 208, 160, L_420, 1, 0, 0, &n);
+    struct tsock__image_info info;
+    CHECK_EQ(tsock__image_probe(jpeg, n, &info), 0);
+    uint8_t *bad = malloc(n + 64);
+    struct tally t = {0};
+
+    /* RSTn out of sequence, early (before the window) and late (under it). */
+    for (int k = 3; k <= 90; k += 87) {
+        size_t m = marker_at(jpeg, n, info.header_size, k);
+        memcpy(bad, jpeg, n);
+        bad[m + 1] = (uint8_t)(0xD0 + ((bad[m + 1] - 0xD0 + 3) & 7));
+        both_ways(d, bad, n, NULL, 48, 40, TSOCK__DECODE_NO_PARTIAL, &t);
+        bad[m + 1] = 0xC4; /* DHT inside the scan */
+        both_ways(d, bad, n, NULL, 48, 40, TSOCK__DECODE_NO_PARTIAL, &t);
+    }
+    /* A byte of data too many at an interval's end: libjpeg skips it with a warning. */
+    for (int k = 5; k <= 90; k += 85) {
+        size_t m = marker_at(jpeg, n, info.header_size, k);
+        memcpy(bad, jpeg, m);
+        bad[m] = 0x5A;
+        memcpy(bad + m + 1, jpeg + m, n - m);
+        both_ways(d, bad, n + 1, NULL, 48, 40, TSOCK__DECODE_NO_PARTIAL, &t);
+    }
+    CHECK_EQ(t.redone, t.decodes);
+    CHECK_EQ(t.differ, 0);
+
+    /* Three fill bytes before every fifth marker. */
+    struct tally f = {0};
+    size_t o = 0, from = 0;
+    for (int k = 0; k < 16; k++) {
+        size_t at = marker_at(jpeg, n, info.header_size, k * 5);
+        memcpy(bad + o, jpeg + from, at - from);
+        o += at - from;
+        memset(bad + o, 0xFF, 3);
+        o += 3;
+        from = at;
+    }
+    memcpy(bad + o, jpeg + from, n - from);
+    o += n - from;
+    both_ways(d, bad, o, NULL, 48, 40, TSOCK__DECODE_NO_PARTIAL, &f);
+    CHECK_EQ(f.own, 1);
+    CHECK_EQ(f.differ, 0);
+    free(bad);
+    free(jpeg);
+    free(pix);
+}
+
+/* One decoder across files whose Huffman tables differ (standard, then optimized for each
+ * picture, then standard again): the tables kept from the last file must not be reused for a
+ * file whose tables differ. */
+static void
+test_tables_change(struct tsock__decoder *d)
+{
+    struct tally t = {0};
+    for (int i = 0; i < 6; i++) {
+        uint8_t *pix = picture(160, 120, 3, (uint32_t)(100 + i));
+        size_t n;
+        uint8_t *jpeg = encode(pix, 160, 120, L_420, i % 2, 0, i % 3 == 1, &n);
+        both_ways(d, jpeg, n, NULL, 64, 48, TSOCK__DECODE_NO_PARTIAL, &t);
+        free(jpeg);
+        free(pix);
+    }
+    CHECK_EQ(t.own, t.decodes);
+    CHECK_EQ(t.differ, 0);
+}
+
+/* Photographs, as they are and with a marker after every MCU: the presets' bytes. */
+static void
+test_photos(struct tsock__decoder *d)
+{
+    struct test_photos ph;
+    CHECK(test_photos_collect(&ph) > 0);
+    struct tsock__train_params p = {224, 0.08, 1.0, 3.0 / 4, 4.0 / 3, 1};
+    uint8_t *a = malloc(224 * 224 * 3), *b = malloc(224 * 224 * 3);
+    int decodes = 0, own = 0, expect_own = 0, differ = 0;
+    for (int i = 0; i < ph.n && i < 3; i++) {
+        size_t n = 0;
+        uint8_t *orig = test_photos_read(ph.path[i], &n);
+        if (!orig)
+            continue;
+        for (int marked = 0; marked < 2; marked++) {
+            struct tsock__image_info info;
+            CHECK_EQ(tsock__image_probe(orig, n, &info), 0);
+            int sequential = info.sof_marker == 0xC0 || info.sof_marker == 0xC1;
+            for (uint64_t k = 0; k < 4; k++) {
+                for (int way = 0; way < 2; way++) {
+                    struct tsock__rng rng;
+                    tsock__rng_seed(&rng, tsock__mix64(k * 977 + (uint64_t)i));
+                    tsock__decoder_set_flags(d, way ? TSOCK__DECODE_NO_OWN_ENTROPY : 0);
+                    int r = k < 3 ? tsock__preset_train(d, orig, n, &rng, &p, way ? b : a, NULL,
+                                                        NULL)
+                                  : tsock__preset_val(d, orig, n, 256, 224, way ? b : a);
+                    CHECK_EQ(r, 0);
+                    if (!way)
+                        own += tsock__decoder_report(d)->own_entropy;
+                }
+                decodes++;
+                expect_own += sequential; /* progressive photographs are libjpeg's */
+                differ += memcmp(a, b, 224 * 224 * 3) != 0;
+            }
+            if (marked)
+                break;
+            /* The pixels at 1/4 scale (quicker), re-encoded with a marker after every MCU. */
+            int w, h, sub, cs;
+            tjhandle tj = tjInitDecompress();
+            tjscalingfactor quarter = {1, 4};
+            CHECK_EQ(tjDecompressHeader3(tj, orig, (unsigned long)n, &w, &h, &sub, &cs), 0);
+            w = TJSCALED(w, quarter);
+            h = TJSCALED(h, quarter);
+            uint8_t *pix = malloc((size_t)w * h * 3);
+            CHECK_EQ(tjDecompress2(tj, orig, (unsigned long)n, pix, w, 0, h, TJPF_RGB, 0), 0);
+            tjDestroy(tj);
+            free(orig);
+            orig = encode(pix, w, h, L_420, 1, 0, 0, &n);
+            free(pix);
+        }
+        free(orig);
+    }
+    fprintf(stderr, "photographs: %d decodes, %d by tsock's decoder (%d sequential), %d differ\n",
+            decodes, own, expect_own, differ);
+    CHECK(decodes > 0);
+    CHECK_EQ(own, expect_own);
+    CHECK_EQ(differ, 0);
+    test_photos_free(&ph);
+    free(a);
+    free(b);
+}
+
+int
+main(void)
+{
+    struct tsock__decoder *d;
+
+    CHECK_EQ(tsock__decoder_create(&d), 0);
+    test_layouts(d);
+    test_left_to_libjpeg(d);
+    test_flipped_bits(d);
+    test_markers(d);
+    test_tables_change(d);
+    test_photos(d);
+    tsock__decoder_destroy(d);
+    return CHECK_DONE();
+}
