@@ -61,9 +61,12 @@ static const uint8_t natural_order[64] = {
     41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23,
     30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
 
-/* An AC coefficient whose code and extra bits fit in LOOKUP_BITS: `length` bits in all
- * (0: not in the table), `run` zeros before it, its value. */
-struct ac_entry {
+/* What the next LOOKUP_BITS bits hold, when it is a whole symbol with its extra bits: `length`
+ * bits in all (0: not in the table). For an AC table, a coefficient of `value` after `run`
+ * zeros, or EOB (run RUN_EOB) or ZRL (run 15, value 0: the zero written is no change); for a
+ * DC table, the difference `value`. */
+#define RUN_EOB 64
+struct whole_entry {
     int16_t value;
     uint8_t run;
     uint8_t length;
@@ -78,7 +81,7 @@ struct table {
     uint16_t lookup[LOOKUP_SIZE]; /* next LOOKUP_BITS bits -> (length << 8) | symbol; 0: longer */
     uint32_t limit[17]; /* codes of length l, left-aligned to 16 bits, are all below limit[l] */
     int offset[17];     /* the code c of length l is values[c + offset[l]] */
-    struct ac_entry ac[LOOKUP_SIZE]; /* AC tables only */
+    struct whole_entry whole[LOOKUP_SIZE]; /* symbols with their extra bits (struct whole_entry) */
 };
 
 /* The bit register: `nbits` bits, left-aligned in `bits`, from the data at `p` on. `fake` of
@@ -108,11 +111,12 @@ struct tsock__entropy {
 
 /* ---- bits ---- */
 
-static int
-has_ff_byte(uint64_t w)
+/* Non-zero when a byte of w is 0xFF (a zero byte of ~w, found with the borrow trick). */
+static uint64_t
+ff_bytes(uint64_t w)
 {
-    uint64_t v = ~w; /* a 0xFF byte of w is a zero byte of v */
-    return ((v - 0x0101010101010101ull) & ~v & 0x8080808080808080ull) != 0;
+    uint64_t v = ~w;
+    return (v - 0x0101010101010101ull) & ~v & 0x8080808080808080ull;
 }
 
 static uint64_t
@@ -131,9 +135,10 @@ push_byte(struct bitreader *br, unsigned byte)
 }
 
 /* Byte by byte, for the bytes around a 0xFF and the data's end: an FF 00 pair is one FF data
- * byte; an FF before anything else is a marker, which is left unread (p stays on it). Takes
- * and returns the register by value: a decoder whose register's address is never taken keeps
- * it in machine registers, and this path is rare. */
+ * byte; an FF before anything else is a marker, which is left unread (p stays on it), and
+ * zero bits fill the register (counted in `fake`). Takes and returns the register by value:
+ * a decoder whose register's address is never taken keeps it in machine registers, and this
+ * path is rare (once per interval with restart markers). */
 static __attribute__((noinline)) struct bitreader
 refill_slow(struct bitreader br)
 {
@@ -143,31 +148,36 @@ refill_slow(struct bitreader br)
         } else if (br.p + 1 < br.end && br.p[1] == 0x00) {
             push_byte(&br, 0xFF);
             br.p += 2;
-        } else { /* a marker, or no data left */
-            push_byte(&br, 0);
-            br.fake += 8;
+        } else { /* a marker, or no data left: the register's low bits are already zero */
+            int zeros = (64 - br.nbits) & ~7;
+            br.nbits += zeros;
+            br.fake += zeros;
         }
     }
     return br;
 }
 
-/* At least 32 bits in the register: a code (16 bits at most) and its extra bits (15). */
+/* At least 32 bits in the register: a code (16 bits at most) and its extra bits (15).
+ *
+ * Wherever the next 8 bytes hold no 0xFF, they are ORed in below the register's bits without a
+ * test of how many are needed: the bytes that fit are counted, and the bits of the rest,
+ * beyond nbits, are the same bits a later refill ORs in again (Giesen's "variant 4"; the
+ * register then holds 56 to 63 bits). Only a window with a 0xFF (stuffing, a marker) or the
+ * data's last bytes take the byte-by-byte path. */
 ALWAYS_INLINE void
 fill(struct bitreader *br)
 {
-    if (br->nbits >= 32)
-        return;
     if (br->end - br->p >= 8) {
         uint64_t w = load_be64(br->p);
-        if (!has_ff_byte(w)) {
-            int take = (64 - br->nbits) >> 3; /* whole bytes that fit: 4 to 8 */
-            br->bits |= (w >> (64 - 8 * take)) << (64 - 8 * take - br->nbits);
-            br->nbits += 8 * take;
-            br->p += take;
+        if (!ff_bytes(w)) {
+            br->bits |= w >> br->nbits;
+            br->p += (63 - br->nbits) >> 3;
+            br->nbits |= 56;
             return;
         }
     }
-    *br = refill_slow(*br);
+    if (br->nbits < 32)
+        *br = refill_slow(*br);
 }
 
 ALWAYS_INLINE unsigned
@@ -216,19 +226,25 @@ symbol(struct bitreader *br, const struct table *t)
 
 /* ---- tables ---- */
 
+/* The `whole` table: every LOOKUP_BITS-bit prefix that holds a symbol and its extra bits. */
 static void
-build_ac_entries(struct table *t)
+build_whole(struct table *t, int is_dc)
 {
     for (unsigned p = 0; p < LOOKUP_SIZE; p++) {
         unsigned e = t->lookup[p];
-        int len = (int)(e >> 8), r = (int)(e & 0xFF) >> 4, s = (int)(e & 15);
-        t->ac[p].length = 0;
-        if (!e || s == 0 || len + s > LOOKUP_BITS)
+        int len = (int)(e >> 8), sym = (int)(e & 0xFF);
+        int r = is_dc ? 0 : sym >> 4, s = is_dc ? sym : sym & 15;
+        struct whole_entry *w = &t->whole[p];
+        w->length = 0;
+        if (!e || len + s > LOOKUP_BITS)
             continue;
-        int v = (int)(p >> (LOOKUP_BITS - len - s)) & ((1 << s) - 1);
-        t->ac[p].value = (int16_t)(v < (1 << (s - 1)) ? v - (1 << s) + 1 : v);
-        t->ac[p].run = (uint8_t)r;
-        t->ac[p].length = (uint8_t)(len + s);
+        w->value = 0;
+        w->run = (uint8_t)(!is_dc && s == 0 && r != 15 ? RUN_EOB : r);
+        w->length = (uint8_t)(len + s);
+        if (s) {
+            int v = (int)(p >> (LOOKUP_BITS - len - s)) & ((1 << s) - 1);
+            w->value = (int16_t)(v < (1 << (s - 1)) ? v - (1 << s) + 1 : v);
+        }
     }
 }
 
@@ -269,13 +285,24 @@ build_table(struct table *t, const JHUFF_TBL *h, int is_dc)
     memcpy(t->bits, h->bits, sizeof t->bits);
     memcpy(t->values, h->huffval, (size_t)count);
     t->count = count;
-    if (!is_dc)
-        build_ac_entries(t);
+    build_whole(t, is_dc);
     t->built = 1;
     return 0;
 }
 
 /* ---- decoding ---- */
+
+/* A whole-table entry that ran past the block's end: EOB, ZRL up to the end (libjpeg
+ * accepts both and writes nothing), or a coefficient beyond it (not valid). */
+static int
+past_end(struct bitreader *br, const struct whole_entry *f, int *k)
+{
+    if (f->run != RUN_EOB && (f->run != 15 || f->value != 0))
+        return 0;
+    drop(br, f->length);
+    *k = 64;
+    return 1;
+}
 
 /* One AC symbol of a block (T.81, figure F.13): a coefficient after its run of zeros, 16 zeros
  * (ZRL) or the end of the block (EOB, which sets *k to 64). Returns 0 on data a valid stream
@@ -283,11 +310,11 @@ build_table(struct table *t, const JHUFF_TBL *h, int is_dc)
 ALWAYS_INLINE int
 ac_step(struct bitreader *br, const struct table *ac, JCOEF *block, int *k)
 {
-    const struct ac_entry *f = &ac->ac[peek(br, LOOKUP_BITS)];
-    if (f->length) { /* the commonest case: code and extra bits in one lookup */
+    const struct whole_entry *f = &ac->whole[peek(br, LOOKUP_BITS)];
+    if (f->length) { /* the commonest case: a whole symbol in one lookup */
         *k += f->run;
-        if (*k > 63)
-            return 0;
+        if (*k > 63) /* EOB lands here too: it is no slower than a test of its own */
+            return past_end(br, f, k);
         if (block)
             block[natural_order[*k]] = f->value;
         drop(br, f->length);
@@ -316,11 +343,19 @@ ac_step(struct bitreader *br, const struct table *ac, JCOEF *block, int *k)
 ALWAYS_INLINE int
 dc_step(struct bitreader *br, const struct table *dc, JCOEF *block, int *pred)
 {
-    int s = symbol(br, dc);
-    if (s < 0)
-        return 0;
+    const struct whole_entry *f = &dc->whole[peek(br, LOOKUP_BITS)];
+    int diff;
+    if (f->length) {
+        diff = f->value;
+        drop(br, f->length);
+    } else {
+        int s = symbol(br, dc);
+        if (s < 0)
+            return 0;
+        diff = s ? take_signed(br, s) : 0;
+    }
     /* libjpeg's sum, which wraps on corrupt data (unsigned here: no undefined overflow) */
-    *pred = (int)((unsigned)*pred + (unsigned)(s ? take_signed(br, s) : 0));
+    *pred = (int)((unsigned)*pred + (unsigned)diff);
     if (block)
         block[0] = (JCOEF)*pred;
     return 1;
