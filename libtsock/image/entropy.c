@@ -11,10 +11,11 @@
  *    next 8 bytes hold no 0xFF (no stuffed byte, no marker), else byte by byte;
  *  - a code of up to LOOKUP_BITS bits is found with one table lookup, longer ones by comparing
  *    against each length's limit (canonical codes of one length are consecutive);
- *  - for AC tables, a second lookup gives run, total length and value at once when the code
- *    and its extra bits fit in LOOKUP_BITS: the commonest coefficients cost one lookup;
- *  - with a restart marker after every MCU (tsock-mkdataset --restart-interval 1), an MCU and
- *    the next are decoded together from their two intervals (decode_pair).
+ *  - a second table gives, for the next LOOKUP_BITS bits, a whole symbol with its extra bits
+ *    when they fit: an AC coefficient's run, value and length, EOB, ZRL, a DC difference. The
+ *    commonest symbols cost one lookup, and two of them one refill.
+ * Decoding two restart intervals side by side (independent bit streams, to overlap their
+ * table loads) was tried, and measured slower than one stream with two symbols per refill.
  *
  * Untrusted data: every read is bounded by the data's end; past it, and past a marker, zero
  * bits are fed and counted, and an MCU that used any of them fails. A restart interval must
@@ -102,10 +103,6 @@ struct tsock__entropy {
     int blocks; /* in an MCU, and per block its tables and component */
     const struct table *dc_of[D_MAX_BLOCKS_IN_MCU], *ac_of[D_MAX_BLOCKS_IN_MCU];
     int comp_of[D_MAX_BLOCKS_IN_MCU];
-    /* With a restart marker after every MCU, MCUs are decoded two at a time (decode_pair):
-     * the second one's coefficients wait here for the call that asks for it. */
-    int held;
-    JBLOCK held_blocks[D_MAX_BLOCKS_IN_MCU];
     struct table dc[NUM_HUFF_TBLS], ac[NUM_HUFF_TBLS];
 };
 
@@ -157,7 +154,8 @@ refill_slow(struct bitreader br)
     return br;
 }
 
-/* At least 32 bits in the register: a code (16 bits at most) and its extra bits (15).
+/* At least 41 bits in the register: a code (16 bits at most) and its extra bits (15), and
+ * after a symbol from the whole table (LOOKUP_BITS bits at most) room for another such pair.
  *
  * Wherever the next 8 bytes hold no 0xFF, they are ORed in below the register's bits without a
  * test of how many are needed: the bytes that fit are counted, and the bits of the rest,
@@ -176,7 +174,7 @@ fill(struct bitreader *br)
             return;
         }
     }
-    if (br->nbits < 32)
+    if (br->nbits < 41)
         *br = refill_slow(*br);
 }
 
@@ -301,12 +299,13 @@ past_end(struct bitreader *br, const struct whole_entry *f, int *k)
         return 0;
     drop(br, f->length);
     *k = 64;
-    return 1;
+    return 2;
 }
 
 /* One AC symbol of a block (T.81, figure F.13): a coefficient after its run of zeros, 16 zeros
- * (ZRL) or the end of the block (EOB, which sets *k to 64). Returns 0 on data a valid stream
- * cannot hold. The register holds at least 32 bits. */
+ * (ZRL) or the end of the block (EOB, which sets *k to 64). Returns 2 when the symbol came
+ * whole from the lookup (it used LOOKUP_BITS bits at most), 1 for a longer one, 0 on data a
+ * valid stream cannot hold. The register holds at least 31 bits. */
 ALWAYS_INLINE int
 ac_step(struct bitreader *br, const struct table *ac, JCOEF *block, int *k)
 {
@@ -319,7 +318,7 @@ ac_step(struct bitreader *br, const struct table *ac, JCOEF *block, int *k)
             block[natural_order[*k]] = f->value;
         drop(br, f->length);
         ++*k;
-        return 1;
+        return 2;
     }
     int rs = symbol(br, ac);
     if (rs < 0)
@@ -361,6 +360,22 @@ dc_step(struct bitreader *br, const struct table *dc, JCOEF *block, int *pred)
     return 1;
 }
 
+/* A block's AC symbols from k on, up to two per refill: a symbol from the whole table leaves
+ * at least 31 bits of the 41 that fill guarantees. */
+ALWAYS_INLINE int
+ac_symbols(struct bitreader *br, const struct table *ac, JCOEF *block, int k)
+{
+    while (k < 64) {
+        fill(br);
+        int r = ac_step(br, ac, block, &k);
+        if (r == 2 && k < 64)
+            r = ac_step(br, ac, block, &k);
+        if (!r)
+            return 0;
+    }
+    return 1;
+}
+
 /* One block's coefficients into `block` (zeroed by libjpeg; NULL: decoded and dropped).
  * Returns 0 on data a valid stream cannot hold. */
 ALWAYS_INLINE int
@@ -368,49 +383,7 @@ decode_block(struct bitreader *br, const struct table *dc, const struct table *a
              int *pred)
 {
     fill(br);
-    if (!dc_step(br, dc, block, pred))
-        return 0;
-    for (int k = 1; k < 64;) {
-        fill(br);
-        if (!ac_step(br, ac, block, &k))
-            return 0;
-    }
-    return 1;
-}
-
-/* The same block of two MCUs from two restart intervals, a symbol of each in turn, then the
- * rest of the longer one. Each symbol's decode waits on the one before it in its stream (its
- * length says where the next starts), so one stream alone leaves the core mostly waiting on
- * table loads; two independent ones keep it busy with the other's work meanwhile. (Running
- * the two MCUs' symbol sequences side by side across block boundaries leaves a shorter tail
- * but mispredicts a branch at every block end of either, and measured slower.) */
-ALWAYS_INLINE int
-decode_block_pair(struct bitreader *a, struct bitreader *b, const struct table *dc,
-                  const struct table *ac, JCOEF *block_a, JCOEF *block_b, int *pred_a,
-                  int *pred_b)
-{
-    fill(a);
-    fill(b);
-    if (!dc_step(a, dc, block_a, pred_a) || !dc_step(b, dc, block_b, pred_b))
-        return 0;
-    int ka = 1, kb = 1;
-    while (ka < 64 && kb < 64) {
-        fill(a);
-        fill(b);
-        if (!ac_step(a, ac, block_a, &ka) || !ac_step(b, ac, block_b, &kb))
-            return 0;
-    }
-    while (ka < 64) {
-        fill(a);
-        if (!ac_step(a, ac, block_a, &ka))
-            return 0;
-    }
-    while (kb < 64) {
-        fill(b);
-        if (!ac_step(b, ac, block_b, &kb))
-            return 0;
-    }
-    return 1;
+    return dc_step(br, dc, block, pred) && ac_symbols(br, ac, block, 1);
 }
 
 /* Moves past the RSTn marker that ends a restart interval, where libjpeg would: the
@@ -435,59 +408,15 @@ next_interval(struct tsock__entropy *e, j_decompress_ptr cinfo)
     memset(e->dc_pred, 0, sizeof e->dc_pred);
 }
 
-/* The next marker at or after p: returns the 0xFF that starts it (fill bytes included) and
- * sets *code to its code and *after to the byte after it; NULL when the data holds none. */
-static const uint8_t *
-find_marker(const uint8_t *p, const uint8_t *end, int *code, const uint8_t **after)
+/* The MCU's blocks: `blocks` holds them, or is NULL for an MCU decoded and dropped (the
+ * rows jpeg_skip_scanlines passes). Inlined twice, so that each copy knows which. */
+ALWAYS_INLINE int
+decode_blocks(struct tsock__entropy *e, struct bitreader *br, JBLOCKROW *blocks)
 {
-    while (p < end) {
-        const uint8_t *ff = memchr(p, 0xFF, (size_t)(end - p)), *q;
-        if (!ff)
-            return NULL;
-        for (q = ff + 1; q < end && *q == 0xFF; q++)
-            ;
-        if (q >= end)
-            return NULL;
-        if (*q != 0x00) {
-            *code = *q;
-            *after = q + 1;
-            return ff;
-        }
-        p = q + 1; /* FF 00: a data byte */
-    }
-    return NULL;
-}
-
-/* Decodes the MCU that starts the current restart interval together with the next one, which
- * starts after the interval's marker: two independent bit streams (see decode_block_pair).
- * Only with an interval of one MCU, so that every call starts an interval with an empty
- * register. Returns 0 when there is no next interval (the scan's last MCU). */
-static int
-decode_pair(struct tsock__entropy *e, j_decompress_ptr cinfo, JBLOCKROW *mcu)
-{
-    const uint8_t *next;
-    int code, pred_b[MAX_COMPS_IN_SCAN] = {0};
-    const uint8_t *marker = find_marker(e->br.p, e->br.end, &code, &next);
-
-    if (!marker || code == JPEG_EOI)
-        return 0;
-    if (code != JPEG_RST0 + e->next_restart)
-        e->fail(cinfo);
-    struct bitreader a = e->br, b = {0, 0, 0, next, e->br.end};
-    memset(e->held_blocks, 0, (size_t)e->blocks * sizeof(JBLOCK));
-    for (int k = 0; k < e->blocks; k++) {
-        int c = e->comp_of[k];
-        if (!decode_block_pair(&a, &b, e->dc_of[k], e->ac_of[k], mcu ? mcu[k][0] : NULL,
-                               e->held_blocks[k], &e->dc_pred[c], &pred_b[c]))
-            e->fail(cinfo);
-    }
-    /* Neither used bits beyond its data, and the first ended at its marker, as
-     * next_interval checks the second's end at the next call. */
-    if (a.nbits < a.fake || b.nbits < b.fake || a.p != marker || a.nbits - a.fake >= 8)
-        e->fail(cinfo);
-    e->br = b;
-    e->next_restart = (e->next_restart + 1) & 7;
-    e->held = 1; /* restarts_to_go stays 0: the held MCU used up its interval */
+    for (int k = 0; k < e->blocks; k++)
+        if (!decode_block(br, e->dc_of[k], e->ac_of[k], blocks ? blocks[k][0] : NULL,
+                          &e->dc_pred[e->comp_of[k]]))
+            return 0;
     return 1;
 }
 
@@ -496,25 +425,14 @@ decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *mcu)
 {
     struct tsock__entropy *e = (struct tsock__entropy *)cinfo->entropy;
 
-    if (e->held) { /* decoded with the MCU before it */
-        for (int k = 0; mcu && k < e->blocks; k++)
-            memcpy(mcu[k][0], e->held_blocks[k], sizeof(JBLOCK));
-        e->held = 0;
-        return TRUE;
-    }
     if (cinfo->restart_interval) {
         if (e->restarts_to_go == 0)
             next_interval(e, cinfo);
         e->restarts_to_go--;
-        if (cinfo->restart_interval == 1 && decode_pair(e, cinfo, mcu))
-            return TRUE;
     }
     struct bitreader br = e->br; /* a local copy stays in registers */
-    for (int k = 0; k < e->blocks; k++) {
-        if (!decode_block(&br, e->dc_of[k], e->ac_of[k], mcu ? mcu[k][0] : NULL,
-                          &e->dc_pred[e->comp_of[k]]))
-            e->fail(cinfo);
-    }
+    if (!(mcu ? decode_blocks(e, &br, mcu) : decode_blocks(e, &br, NULL)))
+        e->fail(cinfo);
     if (br.nbits < br.fake) /* the MCU used bits that are not in the data */
         e->fail(cinfo);
     e->br = br;
@@ -589,7 +507,6 @@ tsock__entropy_attach(struct tsock__entropy *e, j_decompress_ptr cinfo,
     e->br.end = e->br.p + cinfo->src->bytes_in_buffer;
     e->restarts_to_go = (int)cinfo->restart_interval;
     e->next_restart = 0;
-    e->held = 0;
     memset(e->dc_pred, 0, sizeof e->dc_pred);
     e->pub.start_pass = start_pass;
     e->pub.decode_mcu = decode_mcu;

@@ -9,9 +9,8 @@
  *    turns it off whenever there is a restart interval), so a decode from restart intervals
  *    (restart.c) runs its general bit-at-a-time path for every symbol;
  *  - its fast path looks up 8 bits at a time and reads a coefficient's extra bits separately,
- *    where one lookup of 10 bits here gives run, length and value together for most of them;
- *  - with a marker after every MCU, each MCU is a bit stream of its own, and two decoded side
- *    by side keep the core busy where one leaves it waiting on its table loads.
+ *    where one lookup of 10 bits here gives run, length and value together for most of them,
+ *    and the register is refilled once for two such symbols.
  *
  * Valid data decodes to libjpeg's coefficients exactly (the Huffman code is a bijection); the
  * rest of the decode is libjpeg's, so the pixels are libjpeg's. Corrupt data is not decoded

@@ -3,9 +3,9 @@
  * TSOCK__DECODE_NO_OWN_ENTROPY (libjpeg's alone), and the two must give the same return code
  * and the same bytes.
  *
- * Covered: every chroma layout; no restart markers, a marker after every MCU (where MCUs are
- * decoded two at a time: even and odd MCU counts, so that the last one is decoded alone), every
- * 2 MCUs, every 3 (no restart window), every MCU row; standard and optimized Huffman tables
+ * Covered: every chroma layout; no restart markers, a marker after every MCU, every 2 MCUs,
+ * every 3 (no restart window), every MCU row, on pictures of an even and an odd number of
+ * MCUs; standard and optimized Huffman tables
  * (codes longer than the decoder's lookup); crops that skip rows (jpeg_skip_scanlines hands
  * tsock's decoder MCUs to drop) and columns, DCT scaling; a decoder reused across files with
  * different tables. Damage: bits flipped all over the entropy-coded data, markers out of
