@@ -75,10 +75,10 @@ struct whole_entry {
 
 /* One Huffman table, ready for decoding. */
 struct table {
-    int built;               /* the fields below hold the table of bits/values */
-    uint8_t bits[17];        /* the DHT segment's counts per code length (the cache key) */
-    uint8_t values[256];     /* and its symbols */
-    int count;               /* symbols */
+    int built;                    /* the fields below hold the table of bits/values */
+    uint8_t bits[17];             /* the DHT segment's counts per code length (the cache key) */
+    uint8_t values[256];          /* and its symbols */
+    int count;                    /* symbols */
     uint16_t lookup[LOOKUP_SIZE]; /* next LOOKUP_BITS bits -> (length << 8) | symbol; 0: longer */
     uint32_t limit[17]; /* codes of length l, left-aligned to 16 bits, are all below limit[l] */
     int offset[17];     /* the code c of length l is values[c + offset[l]] */

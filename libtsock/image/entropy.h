@@ -2,9 +2,10 @@
  *
  * libjpeg-turbo decodes every MCU through one method, cinfo->entropy->decode_mcu (declared in
  * its internal jpegint.h; entropy.c repeats the three-member struct): the coefficient
- * controller calls it for each MCU it decodes, and jpeg_skip_scanlines for each MCU it skips. Replacing that method after
- * jpeg_start_decompress leaves everything else as it was (IDCT, upsampling, colour, cropping,
- * skipping) and changes only how the Huffman data becomes coefficients. Two reasons to:
+ * controller calls it for each MCU it decodes, and jpeg_skip_scanlines for each MCU it skips.
+ * Replacing that method after jpeg_start_decompress leaves everything else as it was (IDCT,
+ * upsampling, colour, cropping, skipping) and changes only how the Huffman data becomes
+ * coefficients. Two reasons to:
  *  - libjpeg-turbo's fast Huffman path is off for any file with restart markers (jdhuff.c
  *    turns it off whenever there is a restart interval), so a decode from restart intervals
  *    (restart.c) runs its general bit-at-a-time path for every symbol;

@@ -141,10 +141,10 @@ void tsock__decoder_destroy(struct tsock__decoder *d);
 void tsock__decoder_set_limits(struct tsock__decoder *d, uint64_t max_pixels, int max_scans);
 
 /* Switches for tests and benchmarks; 0 (the default) enables every speed-up. */
-#define TSOCK__DECODE_NO_DCT_SCALE 1 /* always decode at full size */
-#define TSOCK__DECODE_NO_PARTIAL 2   /* decode every column and the rows from the top */
-#define TSOCK__DECODE_NO_AVX2 4      /* resample with SSE2 / plain C even where AVX2 is there */
-#define TSOCK__DECODE_NO_RESTARTS 8  /* never decode a JPEG from its restart intervals */
+#define TSOCK__DECODE_NO_DCT_SCALE 1    /* always decode at full size */
+#define TSOCK__DECODE_NO_PARTIAL 2      /* decode every column and the rows from the top */
+#define TSOCK__DECODE_NO_AVX2 4         /* resample with SSE2 / plain C even where AVX2 is there */
+#define TSOCK__DECODE_NO_RESTARTS 8     /* never decode a JPEG from its restart intervals */
 #define TSOCK__DECODE_NO_OWN_ENTROPY 16 /* leave a JPEG's Huffman data to libjpeg's decoder */
 void tsock__decoder_set_flags(struct tsock__decoder *d, int flags);
 

@@ -106,8 +106,8 @@ struct tsock_pipeline {
 
     /* Statistics. */
     _Atomic uint64_t st_samples, st_files, st_bytes, st_bad_files, st_replaced, st_decode_ns,
-        st_read_ns, st_decoded_gpu, st_decoded_cpu, st_restart_windows,
-        st_own_entropy, st_entropy_redone;
+        st_read_ns, st_decoded_gpu, st_decoded_cpu, st_restart_windows, st_own_entropy,
+        st_entropy_redone;
     /* Thread CPU per stage (tsock_pipeline_stat_key 15..18). */
     _Atomic uint64_t st_read_cpu_ns, st_codec_cpu_ns, st_resample_cpu_ns, st_driver_cpu_ns;
 };

@@ -86,10 +86,10 @@ test_layouts(struct tsock__decoder *d)
                     uint8_t *jpeg = encode(pix, w, h, (enum layout)l, spacing[s].interval,
                                            spacing[s].rows, opt, &n);
                     const struct tsock__box boxes[4] = {
-                        {w / 2, h / 2, w / 2, h / 2},  /* skips rows and columns */
-                        {0, h / 3, w, h / 3},          /* skips rows */
-                        {w / 5, 0, w / 3, h},          /* skips columns */
-                        {0, 0, w, h}};                 /* everything; 1/2 scale to 60 x 40 */
+                        {w / 2, h / 2, w / 2, h / 2}, /* skips rows and columns */
+                        {0, h / 3, w, h / 3},         /* skips rows */
+                        {w / 5, 0, w / 3, h},         /* skips columns */
+                        {0, 0, w, h}};                /* everything; 1/2 scale to 60 x 40 */
                     static const int sizes[4][2] = {{37, 29}, {224, 224}, {50, 120}, {60, 40}};
                     for (int b = 0; b < 4; b++)
                         both_ways(d, jpeg, n, &boxes[b], sizes[b][0], sizes[b][1],
@@ -116,9 +116,9 @@ test_left_to_libjpeg(struct tsock__decoder *d)
     struct tally t = {0};
     const struct tsock__box box = {10, 20, 60, 50};
 
-    CHECK_EQ(tjCompress2(tj, pix, 96, 0, 80, TJPF_RGB, &buf, &len, TJSAMP_420, 90,
-                         TJFLAG_PROGRESSIVE),
-             0);
+    CHECK_EQ(
+        tjCompress2(tj, pix, 96, 0, 80, TJPF_RGB, &buf, &len, TJSAMP_420, 90, TJFLAG_PROGRESSIVE),
+        0);
     both_ways(d, buf, len, &box, 32, 32, 0, &t);
     CHECK_EQ(t.own, 0);
     tjFree(buf);
@@ -277,9 +277,9 @@ test_photos(struct tsock__decoder *d)
                     struct tsock__rng rng;
                     tsock__rng_seed(&rng, tsock__mix64(k * 977 + (uint64_t)i));
                     tsock__decoder_set_flags(d, way ? TSOCK__DECODE_NO_OWN_ENTROPY : 0);
-                    int r = k < 3 ? tsock__preset_train(d, orig, n, &rng, &p, way ? b : a, NULL,
-                                                        NULL)
-                                  : tsock__preset_val(d, orig, n, 256, 224, way ? b : a);
+                    int r = k < 3
+                                ? tsock__preset_train(d, orig, n, &rng, &p, way ? b : a, NULL, NULL)
+                                : tsock__preset_val(d, orig, n, 256, 224, way ? b : a);
                     CHECK_EQ(r, 0);
                     if (!way)
                         own += tsock__decoder_report(d)->own_entropy;
