@@ -33,8 +33,6 @@ thread_cpu_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-
-
 static int
 cmp_double(const void *a, const void *b)
 {

@@ -164,8 +164,8 @@ main(int argc, char **argv)
             ms[c][1][round] = run((enum config)c, d, 1, round, a, &took[c]);
             if (c >= TRAIN)
                 for (size_t i = 0; i < g_count; i++)
-                    differ += memcmp(a + i * 224 * 224 * 3, b + i * 224 * 224 * 3,
-                                     224 * 224 * 3) != 0;
+                    differ +=
+                        memcmp(a + i * 224 * 224 * 3, b + i * 224 * 224 * 3, 224 * 224 * 3) != 0;
         }
 
     printf("{\"benchmark\": \"entropy_ab\", \"root\": ");
