@@ -85,8 +85,10 @@ struct table {
     struct whole_entry whole[LOOKUP_SIZE]; /* symbols with their extra bits (struct whole_entry) */
 };
 
-/* The bit register: `nbits` bits, left-aligned in `bits`, from the data at `p` on. `fake` of
- * them (the last) are zeros fed after the data ended or reached a marker. */
+/* The bit register: `nbits` bits, left-aligned in `bits`, from the data at `p` on, which is
+ * read up to `end`: the data's end, or the marker that ends the current restart interval once
+ * it has been met. `fake` of the bits (the last) are fed after `end`; their values do not
+ * matter, since an MCU that uses any of them fails. */
 struct bitreader {
     uint64_t bits;
     int nbits, fake;
@@ -97,8 +99,9 @@ struct tsock__entropy {
     struct jpeg_entropy_decoder pub; /* first: libjpeg calls through cinfo->entropy */
     void (*fail)(j_decompress_ptr cinfo);
     struct bitreader br;
-    int restarts_to_go; /* MCUs left in this restart interval */
-    int next_restart;   /* the RSTn expected at its end: 0..7 */
+    const uint8_t *data_end; /* where the data ends (br.end stops at markers) */
+    int restarts_to_go;      /* MCUs left in this restart interval */
+    int next_restart;        /* the RSTn expected at its end: 0..7 */
     int dc_pred[MAX_COMPS_IN_SCAN];
     int blocks; /* in an MCU, and per block its tables and component */
     const struct table *dc_of[D_MAX_BLOCKS_IN_MCU], *ac_of[D_MAX_BLOCKS_IN_MCU];
@@ -108,7 +111,10 @@ struct tsock__entropy {
 
 /* ---- bits ---- */
 
-/* Non-zero when a byte of w is 0xFF (a zero byte of ~w, found with the borrow trick). */
+/* A mask with the top bit set in every byte of w that is 0xFF (a zero byte of ~w, found with
+ * the borrow trick), zero when there is none. The borrow runs towards the first bytes in
+ * memory, so a 0xFE just before a 0xFF may be flagged as well: the first flag is never after
+ * the first 0xFF, and a 0xFE taken for one only goes down the byte-by-byte path. */
 static uint64_t
 ff_bytes(uint64_t w)
 {
@@ -131,11 +137,10 @@ push_byte(struct bitreader *br, unsigned byte)
     br->nbits += 8;
 }
 
-/* Byte by byte, for the bytes around a 0xFF and the data's end: an FF 00 pair is one FF data
- * byte; an FF before anything else is a marker, which is left unread (p stays on it), and
- * zero bits fill the register (counted in `fake`). Takes and returns the register by value:
- * a decoder whose register's address is never taken keeps it in machine registers, and this
- * path is rare (once per interval with restart markers). */
+/* Byte by byte, for the bytes at a 0xFF: an FF 00 pair is one FF data byte; an FF before
+ * anything else is a marker, where reading stops (`end` moves to it) and fake bits fill the
+ * register. Takes and returns the register by value: a decoder whose register's address is
+ * never taken keeps it in machine registers, and this path is rare. */
 static __attribute__((noinline)) struct bitreader
 refill_slow(struct bitreader br)
 {
@@ -145,8 +150,9 @@ refill_slow(struct bitreader br)
         } else if (br.p + 1 < br.end && br.p[1] == 0x00) {
             push_byte(&br, 0xFF);
             br.p += 2;
-        } else { /* a marker, or no data left: the register's low bits are already zero */
+        } else { /* a marker, or no data left */
             int zeros = (64 - br.nbits) & ~7;
+            br.end = br.p;
             br.nbits += zeros;
             br.fake += zeros;
         }
@@ -157,25 +163,36 @@ refill_slow(struct bitreader br)
 /* At least 41 bits in the register: a code (16 bits at most) and its extra bits (15), and
  * after a symbol from the whole table (LOOKUP_BITS bits at most) room for another such pair.
  *
- * Wherever the next 8 bytes hold no 0xFF, they are ORed in below the register's bits without a
+ * Where the next 8 bytes hold no 0xFF, they are ORed in below the register's bits without a
  * test of how many are needed: the bytes that fit are counted, and the bits of the rest,
  * beyond nbits, are the same bits a later refill ORs in again (Giesen's "variant 4"; the
- * register then holds 56 to 63 bits). Only a window with a 0xFF (stuffing, a marker) or the
- * data's last bytes take the byte-by-byte path. */
+ * register then holds 56 to 63 bits). Where they do, the bytes before the first 0xFF are
+ * taken the same way, and only the 0xFF itself (stuffing or a marker) takes the byte-by-byte
+ * path. Past `end`, fake bits are added here. */
 ALWAYS_INLINE void
 fill(struct bitreader *br)
 {
     if (br->end - br->p >= 8) {
-        uint64_t w = load_be64(br->p);
-        if (!ff_bytes(w)) {
-            br->bits |= w >> br->nbits;
-            br->p += (63 - br->nbits) >> 3;
-            br->nbits |= 56;
-            return;
+        uint64_t w = load_be64(br->p), ff = ff_bytes(w);
+        int room = (63 - br->nbits) >> 3;
+        if (ff) { /* only the bytes before it, so that what lies past nbits is still the data */
+            int clean = __builtin_clzll(ff) >> 3;
+            w &= clean ? ~0ull << (64 - 8 * clean) : 0;
+            room = room < clean ? room : clean;
+        }
+        br->bits |= w >> br->nbits;
+        br->p += room;
+        br->nbits += 8 * room;
+    }
+    if (br->nbits < 41) {
+        if (br->p < br->end) {
+            *br = refill_slow(*br);
+        } else {
+            int zeros = (64 - br->nbits) & ~7;
+            br->nbits += zeros;
+            br->fake += zeros;
         }
     }
-    if (br->nbits < 41)
-        *br = refill_slow(*br);
 }
 
 ALWAYS_INLINE unsigned
@@ -394,13 +411,14 @@ next_interval(struct tsock__entropy *e, j_decompress_ptr cinfo)
     struct bitreader *br = &e->br;
     const uint8_t *p = br->p;
 
-    if (br->nbits - br->fake >= 8 || p >= br->end || *p != 0xFF)
+    if (br->nbits - br->fake >= 8 || p >= e->data_end || *p != 0xFF)
         e->fail(cinfo);
-    while (p < br->end && *p == 0xFF) /* fill bytes may come before a marker */
+    while (p < e->data_end && *p == 0xFF) /* fill bytes may come before a marker */
         p++;
-    if (p >= br->end || *p != JPEG_RST0 + e->next_restart)
+    if (p >= e->data_end || *p != JPEG_RST0 + e->next_restart)
         e->fail(cinfo);
     br->p = p + 1;
+    br->end = e->data_end;
     br->bits = 0;
     br->nbits = br->fake = 0;
     e->next_restart = (e->next_restart + 1) & 7;
@@ -504,7 +522,7 @@ tsock__entropy_attach(struct tsock__entropy *e, j_decompress_ptr cinfo,
     e->br.bits = 0;
     e->br.nbits = e->br.fake = 0;
     e->br.p = cinfo->src->next_input_byte;
-    e->br.end = e->br.p + cinfo->src->bytes_in_buffer;
+    e->br.end = e->data_end = e->br.p + cinfo->src->bytes_in_buffer;
     e->restarts_to_go = (int)cinfo->restart_interval;
     e->next_restart = 0;
     memset(e->dc_pred, 0, sizeof e->dc_pred);
