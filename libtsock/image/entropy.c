@@ -285,15 +285,15 @@ build_table(struct table *t, const JHUFF_TBL *h, int is_dc)
     for (int l = 1; l <= 16; l++) {
         t->offset[l] = k - (int)code;
         for (int i = 0; i < h->bits[l]; i++, k++, code++) {
-            if (is_dc && h->huffval[k] > 15)
+            /* checked before the lookup is written: a code past its length's range would
+             * write past the table (libjpeg refuses such tables before this runs) */
+            if (code >= (1u << l) || (is_dc && h->huffval[k] > 15))
                 return -1;
             if (l <= LOOKUP_BITS)
                 for (unsigned f = code << (LOOKUP_BITS - l); f < (code + 1) << (LOOKUP_BITS - l);
                      f++)
                     t->lookup[f] = (uint16_t)((l << 8) | h->huffval[k]);
         }
-        if (h->bits[l] && code >= (1u << l))
-            return -1;
         t->limit[l] = code << (16 - l);
         code <<= 1;
     }
