@@ -88,4 +88,36 @@ encode_picture(int w, int h, enum layout l, int interval, int rows, uint32_t see
     return jpeg;
 }
 
+/* The offset of the k-th RSTn marker (0-based) at or after `from` in a JPEG of n bytes. */
+static inline size_t
+marker_at(const uint8_t *jpeg, size_t n, size_t from, int k)
+{
+    int left = k;
+    for (size_t i = from; i + 1 < n; i++)
+        if (jpeg[i] == 0xFF && jpeg[i + 1] >= 0xD0 && jpeg[i + 1] <= 0xD7 && left-- == 0)
+            return i;
+    fprintf(stderr, "marker_at: the JPEG has no RSTn marker number %d\n", k);
+    abort();
+}
+
+/* The JPEG with three fill bytes (FF, legal before any marker) before every `every`-th of its
+ * first `markers` RSTn markers after `from`. Returns a new block; *size receives its size. */
+static inline uint8_t *
+with_fill_bytes(const uint8_t *jpeg, size_t n, size_t from, int every, int markers, size_t *size)
+{
+    uint8_t *out = malloc(n + 3 * (size_t)markers);
+    size_t o = 0, done = 0;
+    for (int k = 0; k < markers; k++) {
+        size_t at = marker_at(jpeg, n, from, k * every);
+        memcpy(out + o, jpeg + done, at - done);
+        o += at - done;
+        memset(out + o, 0xFF, 3);
+        o += 3;
+        done = at;
+    }
+    memcpy(out + o, jpeg + done, n - done);
+    *size = o + n - done;
+    return out;
+}
+
 #endif

@@ -167,17 +167,6 @@ test_index(void)
     tsock__restart_index_free(&ix);
 }
 
-/* The offset of the k-th RSTn marker (0-based) of a JPEG written by encode. */
-static size_t
-marker_at(const uint8_t *jpeg, size_t n, size_t header, int k)
-{
-    for (size_t i = header; i + 1 < n; i++)
-        if (jpeg[i] == 0xFF && jpeg[i + 1] >= 0xD0 && jpeg[i + 1] <= 0xD7 && k-- == 0)
-            return i;
-    CHECK(0);
-    return 0;
-}
-
 /* Damaged markers and data: the decode falls back to the ordinary path (or, with fill bytes,
  * which are legal, keeps the window) and still gives the bytes of a full decode. */
 static void
@@ -219,18 +208,8 @@ test_damage(struct tsock__decoder *d)
     CHECK_EQ(same_three_ways(d, jpeg, cut, box, 64, 64, 0, "truncated"), 0);
 
     /* Fill bytes (FF FF ..) before markers are legal: the window is still used. */
-    uint8_t *filled = malloc(n + 3 * 40);
-    size_t o = 0, from = 0;
-    for (int k = 0; k < 40; k++) {
-        size_t at = marker_at(jpeg, n, info.header_size, k * 5);
-        memcpy(filled + o, jpeg + from, at - from);
-        o += at - from;
-        memset(filled + o, 0xFF, 3);
-        o += 3;
-        from = at;
-    }
-    memcpy(filled + o, jpeg + from, n - from);
-    o += n - from;
+    size_t o;
+    uint8_t *filled = with_fill_bytes(jpeg, n, info.header_size, 5, 40, &o);
     CHECK_EQ(same_three_ways(d, filled, o, box, 64, 64, 1, "fill bytes"), 1);
 
     free(filled);
