@@ -30,7 +30,7 @@
 
 /* What the decodes of one test saw. */
 struct tally {
-    int decodes, own, redone, differ;
+    int decodes, own, redone, differ, eighth; /* eighth: decoded at 1/8 scale (DC only) */
 };
 
 /* Decodes box -> ow x oh with tsock's decoder and with libjpeg's; both must agree. */
@@ -47,6 +47,7 @@ both_ways(struct tsock__decoder *d, const uint8_t *jpeg, size_t n, const struct 
     t->decodes++;
     t->own += rep->own_entropy;
     t->redone += rep->entropy_redone;
+    t->eighth += rep->scale_num == 1;
     CHECK(!(rep->own_entropy && rep->entropy_redone));
     tsock__decoder_set_flags(d, flags | TSOCK__DECODE_NO_OWN_ENTROPY);
     int rb = tsock__decode_crop_resize(d, jpeg, n, box, ow, oh, 0, b);
@@ -89,19 +90,22 @@ test_layouts(struct tsock__decoder *d)
                         {w / 2, h / 2, w / 2, h / 2}, /* skips rows and columns */
                         {0, h / 3, w, h / 3},         /* skips rows */
                         {w / 5, 0, w / 3, h},         /* skips columns */
-                        {0, 0, w, h}};                /* everything; 1/2 scale to 60 x 40 */
-                    static const int sizes[4][2] = {{37, 29}, {224, 224}, {50, 120}, {60, 40}};
+                        {0, 0, w, h}};                /* everything: 1/8 scale (1/2) */
+                    static const int sizes[4][2] = {{37, 29}, {224, 224}, {50, 120}, {24, 18}};
                     for (int b = 0; b < 4; b++)
                         both_ways(d, jpeg, n, &boxes[b], sizes[b][0], sizes[b][1],
                                   flags[(b + (int)s) % 3], &t);
                     free(jpeg);
                     free(pix);
                 }
-    fprintf(stderr, "layouts: %d decodes, %d by tsock's Huffman decoder, %d redone, %d differ\n",
-            t.decodes, t.own, t.redone, t.differ);
+    fprintf(stderr,
+            "layouts: %d decodes (%d at 1/8 scale), %d by tsock's Huffman decoder, %d redone, "
+            "%d differ\n",
+            t.decodes, t.eighth, t.own, t.redone, t.differ);
     CHECK_EQ(t.differ, 0);
     CHECK_EQ(t.redone, 0);
     CHECK_EQ(t.own, t.decodes); /* every file here is sequential Huffman, and whole */
+    CHECK(t.eighth > 0);
 }
 
 /* A progressive JPEG is left to libjpeg; so is a truncated one (its decode must find out how
