@@ -457,10 +457,51 @@ def test_restart_markers(env):
         print(f"{split}: {pl1['restart_windows']} of {pl1['decoded_cpu']} images from restart "
               f"windows ({share:.0%})")
         check(share >= 0.7, f"{split}: only {share:.0%} of the images used a restart window")
+        # tsock's Huffman decoder took the sequential JPEGs of both trees, and gave none back:
+        # the truncated files (no end-of-image marker) and the progressive ones stay libjpeg's.
+        for name, pl in (("plain", pl0), ("marked", pl1)):
+            took = pl["own_entropy"] / pl["decoded_cpu"]
+            check(took >= 0.7 and pl["entropy_redone"] == 0,
+                  f"{split} {name}: tsock's Huffman decoder took {took:.0%}, "
+                  f"gave back {pl['entropy_redone']}")
+
+
+def corrupt_entropy_data(path):
+    """Flips bits in the middle of a JPEG's entropy-coded data (after its SOS segment), leaving
+    markers, stuffing and the end-of-image marker alone: libjpeg decodes it with warnings."""
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    sos = data.index(b"\xff\xda")
+    start = sos + 2 + (data[sos + 2] << 8 | data[sos + 3])
+    for i in range(start + (len(data) - start) // 3, start + (len(data) - start) // 3 + 24):
+        if data[i] != 0xFF and data[i - 1] != 0xFF and data[i] ^ 0x5A != 0xFF:
+            data[i] ^= 0x5A
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def test_entropy_redone(env):
+    """Issue 21: a JPEG whose entropy-coded data is corrupt (end-of-image marker intact) is
+    given back by tsock's Huffman decoder and decoded again by libjpeg alone, which recovers as
+    it always did: the producer serves every epoch, and its final record counts the image in
+    entropy_redone each time it is decoded, the others in own_entropy."""
+    tree = env.mkdataset("tree")
+    jpegs = sorted(os.path.join(d, f) for d, _, fs in os.walk(tree) for f in fs
+                   if f.endswith(".JPEG"))
+    corrupt_entropy_data(jpegs[len(jpegs) // 2])
+    epochs = 2
+    rc, res, prc, err, st = env.serve(tree, epochs, "--split", "val", stats="redone.json")
+    check(rc == 0 and prc == 0, f"consumer exit {rc}, producer {prc}: {err}")
+    pl = st["pipeline"]
+    check(pl["entropy_redone"] == epochs,
+          f"entropy_redone {pl['entropy_redone']}, expected one per epoch ({epochs})")
+    check(pl["own_entropy"] == pl["decoded_cpu"] - epochs,
+          f"own_entropy {pl['own_entropy']} of {pl['decoded_cpu']} decoded")
 
 
 TESTS = {
     "restart_markers": test_restart_markers,
+    "entropy_redone": test_entropy_redone,
     "stage_stats": test_stage_stats,
     "status_line": test_status_line,
     "edge_cases": test_edge_cases,
