@@ -7,8 +7,8 @@
  * order, not dequantized, as libjpeg's decoder leaves them for its IDCT.
  *
  * Where the time goes in a Huffman decoder is the per-symbol work, so:
- *  - the bits sit left-aligned in a 64-bit register, refilled 8 bytes at a time whenever the
- *    next 8 bytes hold no 0xFF (no stuffed byte, no marker), else byte by byte;
+ *  - the bits sit left-aligned in a 64-bit register, refilled 8 bytes at a time, or up to the
+ *    next 0xFF (a stuffed byte or a marker), which alone goes byte by byte;
  *  - a code of up to LOOKUP_BITS bits is found with one table lookup, longer ones by comparing
  *    against each length's limit (canonical codes of one length are consecutive);
  *  - a second table gives, for the next LOOKUP_BITS bits, a whole symbol with its extra bits
@@ -17,8 +17,8 @@
  * Decoding two restart intervals side by side (independent bit streams, to overlap their
  * table loads) was tried, and measured slower than one stream with two symbols per refill.
  *
- * Untrusted data: every read is bounded by the data's end; past it, and past a marker, zero
- * bits are fed and counted, and an MCU that used any of them fails. A restart interval must
+ * Untrusted data: every read is bounded by the data's end; past it, and past a marker, bits
+ * are fed and counted, and an MCU that used any of them fails. A restart interval must
  * end at its marker with less than a byte of padding left. Anything else a valid stream
  * cannot hold fails too (see entropy.h: the caller decodes the image again with libjpeg). */
 #include <stdint.h>
