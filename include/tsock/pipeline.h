@@ -277,8 +277,9 @@ typedef enum tsock_pipeline_stat_key {
     TSOCK_PIPELINE_READ_CPU_NS = 17,     /* reading files: the driving thread's reads (handing
                                             each file to the workers included) and the workers'
                                             own reads (replacements) */
-    TSOCK_PIPELINE_CODEC_CPU_NS = 18,    /* the codec: JPEG entropy decoding, IDCT, upsampling
-                                            and YCbCr-to-RGB (libjpeg-turbo); PNG (libpng) */
+    TSOCK_PIPELINE_CODEC_CPU_NS = 18,    /* the codec: JPEG entropy decoding (tsock's Huffman
+                                            decoder or libjpeg-turbo's), IDCT, upsampling and
+                                            YCbCr-to-RGB (libjpeg-turbo); PNG (libpng) */
     TSOCK_PIPELINE_RESAMPLE_CPU_NS = 19, /* colour (CMYK to RGB) and resampling, crop, flip */
     TSOCK_PIPELINE_DRIVER_CPU_NS = 20,   /* the driving thread's CPU in tsock_pipeline_load:
                                             its reads plus handing out and waiting for the
