@@ -425,8 +425,9 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
     col0 = o.x + (int)x0; /* the whole image's column where the codec's lines start */
     d->report.decoded_w = (int)xw;
     /* A file that may be truncated keeps libjpeg's decoder, which decides how far it is valid. */
-    if (!suspect && !j->entropy_off && !(d->flags & TSOCK__DECODE_NO_OWN_ENTROPY))
-        d->report.own_entropy = tsock__entropy_attach(j->entropy, cinfo, on_entropy_fail);
+    d->report.own_entropy = !suspect && !j->entropy_off &&
+                            !(d->flags & TSOCK__DECODE_NO_OWN_ENTROPY) &&
+                            tsock__entropy_attach(j->entropy, cinfo, on_entropy_fail);
 
     /* Where the rows go. Horizontal pass first: each needed line is resampled as it arrives
      * and only the out_w-wide result is kept. Vertical first: the needed lines themselves are
@@ -587,7 +588,7 @@ tsock__jpeg_decode(struct tsock__decoder *d, const uint8_t *data, size_t size,
     r = run(d, j, data, size, info, spec, out);
     if (r == -EAGAIN) { /* tsock's Huffman decoder gave the data back: libjpeg decodes it all */
         d->report.entropy_redone = 1;
-        d->report.own_entropy = 0;
+        d->report.own_entropy = 0; /* whatever the second run reaches */
         j->entropy_off = 1;
         r = run(d, j, data, size, info, spec, out);
     }
