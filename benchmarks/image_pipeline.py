@@ -121,9 +121,11 @@ def parse_args():
     ap.add_argument("--out", default=os.path.join(REPO, "docs", "benchmarks",
                                                    "image_pipeline.json"))
     ap.add_argument("--skip-torchvision", action="store_true")
-    ap.add_argument("--mode", choices=("floor", "shards", "restarts"), default="floor",
+    ap.add_argument("--mode", choices=("floor", "shards", "restarts", "entry-points"),
+                    default="floor",
                     help="floor (default): (a)-(d) above; shards: folder vs tar shards; "
-                         "restarts: the tree vs a copy with restart markers")
+                         "restarts: the tree vs a copy with restart markers; entry-points: "
+                         "the presets with and without entry points, and from epoch 2 on")
     ap.add_argument("--restart-interval", type=int, default=1,
                     help="--mode restarts: MCUs per restart interval of the copy (1)")
     ap.add_argument("--shard-samples", type=int, default=100,
@@ -133,7 +135,8 @@ def parse_args():
     args = ap.parse_args()
     if args.mode != "floor" and args.out == os.path.join(REPO, "docs", "benchmarks",
                                                          "image_pipeline.json"):
-        args.out = os.path.join(REPO, "docs", "benchmarks", f"image_pipeline_{args.mode}.json")
+        args.out = os.path.join(REPO, "docs", "benchmarks",
+                                f"image_pipeline_{args.mode.replace('-', '_')}.json")
     if not 1 <= args.restart_interval <= 65535:
         ap.error("--restart-interval: MCUs per restart interval, 1..65535")
     args.bin_dir = args.bin_dir or os.path.join(args.build_dir, "producer")
@@ -163,20 +166,21 @@ def epochs_for(args, workers):
     return max(args.epochs, args.epochs * workers // 2)
 
 
-def run_tsock(args, root, preset, workers, workdir, tag, source=None):
+def run_tsock(args, root, preset, workers, workdir, tag, source=None, extra=(), epochs=None):
     """One producer + one consumer; returns the figures of the producer's final record and the
     consumer's. The consumer checks ids, labels and coverage but reads no image bytes
     (--no-digest), so that it never limits the producer's rate. `source`: the dataset flags
-    (default: --dataset imagenet --root ROOT)."""
+    (default: --dataset imagenet --root ROOT); `extra`: more producer flags; `epochs`: the
+    run's epochs (default: epochs_for)."""
     endpoint = f"ipc://{workdir}/{tag}.sock"
     stats = os.path.join(workdir, f"{tag}.jsonl")
-    epochs = epochs_for(args, workers)
+    epochs = epochs or epochs_for(args, workers)
     if source is None:
         source = ["--dataset", "imagenet", "--root", root]
     pcmd = [args.producer, *source, "--split", preset,
             "--workers", str(workers), "--batch-size", str(args.batch_size), "--epochs",
             str(epochs), "--endpoint", endpoint, "--wait-consumers", "1", "--stats-json",
-            stats, "--quiet"]
+            stats, "--quiet", *extra]
     ccmd = [args.consume, "--endpoint", endpoint, "--content", "images", "--no-digest",
             "--epochs", str(epochs), "--json", "--quiet", "--trace-times"]
     final, c = serve_and_consume(pcmd, ccmd, stats)
@@ -229,6 +233,10 @@ def run_tsock(args, root, preset, workers, workdir, tag, source=None):
         # (None: a build before restart-marker decoding).
         "restart_window_share": (pl["restart_windows"] / n if "restart_windows" in pl
                                  else None),
+        # The share of the images whose decode started at entry points learnt in an earlier
+        # epoch, and the memory those held at the end (None: a build before entry points).
+        "entry_jump_share": pl["entry_jumps"] / n if "entry_jumps" in pl else None,
+        "entry_point_bytes": pl.get("entry_point_bytes"),
         "consumer_cpu_s": cres["cpu_s"],
         "consumer_cpu_ms_per_image": 1e3 * cres["cpu_s"] / max(1, cres["samples"]),
         "images_per_s": (cres["samples"] - cres["batch_size"]) / span if span > 0 else None,
@@ -497,6 +505,98 @@ def print_restarts(args, out):
             print(f"target {k}: {'holds' if v else 'MISSED'}")
 
 
+def main_entry_points(args, out):
+    """--mode entry-points: per round, the floor (a) and, per preset, three producer runs at
+    the largest --workers count: --entry-points-mb 0 for --epochs epochs ("off"), the default
+    for --epochs epochs ("on"), the default for 1 epoch ("first"). Epochs 2 on cost
+    (cpu(on) - cpu(first)) / (samples(on) - samples(first)) per image: what every epoch of a
+    training run costs once the first has learnt each file's entry points."""
+    workdir = tempfile.mkdtemp(prefix="tsock-entry-bench-")
+    os.chmod(workdir, 0o700)
+    top, epochs = args.workers[-1], max(2, args.epochs)
+    floors, runs, commands = [], {}, {}
+    configs = {"off": (["--entry-points-mb", "0"], epochs), "on": ((), epochs),
+               "first": ((), 1)}
+    try:
+        root = dataset_root(args, workdir, out)
+        for n in range(args.repeat):
+            floor, fcmd = run_floor(args, root, repeat=1)
+            floors.append(floor)
+            commands["floor"] = " ".join(fcmd)
+            order = list(configs) if n % 2 == 0 else list(reversed(configs))
+            for preset in args.presets:
+                for name in order:
+                    extra, e = configs[name]
+                    res, pcmd, _ = run_tsock(args, root, preset, top, workdir,
+                                             f"{preset}-{name}-{n}", extra=extra, epochs=e)
+                    runs.setdefault((preset, name), []).append(res)
+                    commands[(preset, name)] = " ".join(pcmd)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    floor_ms = med(floors, "floor_cpu_ms_per_image")
+    limits = {"train": 0.75, "val": 1.0}  # issue 21
+    out["config"]["epochs_per_run"] = epochs
+    out["results"] = {"floor_cpu_ms_per_image": floor_ms,
+                      "floor_runs": [f["floor_cpu_ms_per_image"] for f in floors],
+                      "mean_bytes": floors[0]["mean_bytes"], "floor_command": commands["floor"],
+                      "presets": {}}
+    out["targets"] = {}
+    for preset in args.presets:
+        row = {}
+        for name in configs:
+            r = runs[(preset, name)]
+            row[name] = {k: med(r, k) for k in PRESET_KEYS + ("entry_jump_share",
+                                                              "entry_point_bytes")}
+            row[name].update({k: {sub: med(r, k, sub) for sub in r[0][k]}
+                              for k in PRESET_NESTED})
+            row[name]["over_floor"] = row[name]["cpu_ms_per_image"] / floor_ms
+            row[name]["producer_command"] = commands[(preset, name)]
+            row[name]["runs"] = r
+        later = [1e3 * (on["cpu_s"] - first["cpu_s"]) / (on["samples"] - first["samples"])
+                 for on, first in zip(runs[(preset, "on")], runs[(preset, "first")])]
+        row["epochs_2_on"] = {"cpu_ms_per_image": statistics.median(later),
+                              "rounds": later,
+                              "over_floor": statistics.median(later) / floor_ms}
+        row["on_over_off"] = row["on"]["cpu_ms_per_image"] / row["off"]["cpu_ms_per_image"]
+        row["entry_point_bytes_per_image"] = (row["on"]["entry_point_bytes"] or 0) / max(
+            1, floors[0]["decodable"])
+        out["results"]["presets"][preset] = row
+        for name, v in (("whole_run", row["on"]["over_floor"]),
+                        ("epochs_2_on", row["epochs_2_on"]["over_floor"])):
+            out["targets"][f"{preset}_{name}_over_floor"] = v
+            out["targets"][f"{preset}_{name}_at_most_{limits[preset]}x_floor"] = \
+                v <= limits[preset]
+    out["machine"]["load_avg_at_end"] = os.getloadavg()
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=2)
+        f.write("\n")
+    print_entry_points(args, out)
+    print(f"written: {args.out}")
+    warn_fallback(args)
+    return 0
+
+
+def print_entry_points(args, out):
+    res = out["results"]
+    print(f"{args.workers[-1]} workers, {out['config']['epochs_per_run']} epochs a run; "
+          f"medians of {args.repeat}; decode floor {res['floor_cpu_ms_per_image']:.3f} "
+          "ms/image")
+    print(f"{'preset / run':<40} {'CPU ms/image':>12} {'x floor':>8}")
+    for preset, row in res["presets"].items():
+        for name in ("off", "on", "first", "epochs_2_on"):
+            label = {"off": "no entry points", "on": "entry points (default)",
+                     "first": "first epoch alone", "epochs_2_on": "epochs 2 on"}[name]
+            print(f"{preset + ': ' + label:<40} {row[name]['cpu_ms_per_image']:>12.3f} "
+                  f"{row[name]['over_floor']:>8.3f}")
+        print(f"      on / off {row['on_over_off']:.3f}; "
+              f"{100 * (row['on']['entry_jump_share'] or 0):.0f}% of the decodes started at "
+              f"entry points; {row['entry_point_bytes_per_image']:.0f} bytes of them per image")
+    for k, v in out["targets"].items():
+        if isinstance(v, bool):
+            print(f"target {k}: {'holds' if v else 'MISSED'}")
+
+
 def main():
     args = parse_args()
     out = {"benchmark": "image_pipeline", "date_utc": time.strftime("%Y-%m-%d %H:%M",
@@ -514,6 +614,8 @@ def main():
     if args.mode == "restarts":
         out["config"]["restart_interval"] = args.restart_interval
         return main_restarts(args, out)
+    if args.mode == "entry-points":
+        return main_entry_points(args, out)
     top = args.workers[-1]
     workdir = tempfile.mkdtemp(prefix="tsock-image-bench-")
     os.chmod(workdir, 0o700)

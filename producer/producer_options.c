@@ -59,6 +59,9 @@ usage(FILE *f)
             "                             the workers)\n"
             "  --index-cache FILE         keep the dataset index here between runs (outside\n"
             "                             the dataset)\n"
+            "  --entry-points-mb N        memory for the JPEGs' entry points kept across\n"
+            "                             epochs, which let later epochs skip entropy\n"
+            "                             decoding outside the crop (default 1024; 0: none)\n"
             "  --samples N                samples in the synthetic dataset (default 4096)\n"
             "\n"
             "%s"
@@ -144,6 +147,7 @@ enum {
     OPT_ON_ERROR,
     OPT_DECODER,
     OPT_INDEX_CACHE,
+    OPT_ENTRY_POINTS_MB,
     OPT_SAMPLES,
     OPT_ENDPOINT,
     OPT_BATCH_SIZE,
@@ -188,6 +192,7 @@ static const struct option longopts[] = {
     {"on-error", required_argument, NULL, OPT_ON_ERROR},
     {"decoder", required_argument, NULL, OPT_DECODER},
     {"index-cache", required_argument, NULL, OPT_INDEX_CACHE},
+    {"entry-points-mb", required_argument, NULL, OPT_ENTRY_POINTS_MB},
     {"samples", required_argument, NULL, OPT_SAMPLES},
     {"endpoint", required_argument, NULL, OPT_ENDPOINT},
     {"batch-size", required_argument, NULL, OPT_BATCH_SIZE},
@@ -376,6 +381,10 @@ parse_one(int c, const char *arg, struct config *cfg, struct seen *seen)
     case OPT_INDEX_CACHE:
         cfg->index_cache = non_empty("index-cache", arg);
         seen->image_only = "--index-cache";
+        break;
+    case OPT_ENTRY_POINTS_MB:
+        cfg->entry_points_mb = cli_parse_u64("entry-points-mb", arg, 0, UINT64_C(1) << 30);
+        seen->image_only = "--entry-points-mb";
         break;
     case OPT_SAMPLES:
         cfg->samples = cli_parse_u64("samples", arg, 1, UINT64_C(1) << 32);
@@ -628,6 +637,7 @@ parse_options(int argc, char **argv, struct config *cfg)
                            .io_depth = 64,
                            .flip = 1,
                            .on_error = TSOCK_ON_ERROR_SKIP,
+                           .entry_points_mb = TSOCK_PIPELINE_DEFAULT_ENTRY_POINT_BYTES >> 20,
                            .scale_min = 0.08,
                            .scale_max = 1.0,
                            .status_interval_s = 1.0,

@@ -17,14 +17,15 @@ enum dataset_kind {
 struct config {
     int dataset; /* enum dataset_kind */
     const char *dataset_name;
-    const char *root;        /* imagenet, folder */
-    const char *list;        /* list */
-    const char *shards;      /* webdataset: the SPEC */
-    const char *label_key;   /* webdataset: json field of the label (NULL: cls) */
-    int shuffle_shards;      /* --shuffle shards */
-    uint32_t shard_window;   /* --shard-window: shards read together (default 4) */
-    const char *index_cache; /* NULL: none */
-    int val;                 /* --split val: the val preset */
+    const char *root;         /* imagenet, folder */
+    const char *list;         /* list */
+    const char *shards;       /* webdataset: the SPEC */
+    const char *label_key;    /* webdataset: json field of the label (NULL: cls) */
+    int shuffle_shards;       /* --shuffle shards */
+    uint32_t shard_window;    /* --shard-window: shards read together (default 4) */
+    const char *index_cache;  /* NULL: none */
+    uint64_t entry_points_mb; /* --entry-points-mb: their memory cap in MiB (0: none kept) */
+    int val;                  /* --split val: the val preset */
     const char *endpoint;
     const char *curve_secret_key;      /* --curve-secret-key: the producer's secret key file */
     const char *curve_authorized_keys; /* --curve-authorized-keys: the clients it accepts */

@@ -184,6 +184,8 @@ write_pipeline(struct jw *w, tsock_pipeline *pl)
     jw_u64(w, "restart_windows", pipeline_stat(pl, TSOCK_PIPELINE_RESTART_WINDOWS));
     jw_u64(w, "own_entropy", pipeline_stat(pl, TSOCK_PIPELINE_OWN_ENTROPY));
     jw_u64(w, "entropy_redone", pipeline_stat(pl, TSOCK_PIPELINE_ENTROPY_REDONE));
+    jw_u64(w, "entry_jumps", pipeline_stat(pl, TSOCK_PIPELINE_ENTRY_JUMPS));
+    jw_u64(w, "entry_point_bytes", pipeline_stat(pl, TSOCK_PIPELINE_ENTRY_POINT_BYTES));
     jw_str(w, "read_mode", mode < 3 ? modes[mode] : "?");
     jw_u64(w, "classes", tsock_pipeline_classes(pl));
     /* CPU per stage, thread CPU time summed over the threads (docs/stats.md). */

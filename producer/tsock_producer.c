@@ -113,6 +113,7 @@ open_pipeline(const struct config *cfg, tsock_pipeline **out)
         (rc = tsock_pipeline_set_on_error(pl, cfg->on_error)) == 0 &&
         (rc = tsock_pipeline_set_decoder(pl, cfg->decoder)) == 0 &&
         (rc = tsock_pipeline_set_index_cache(pl, cfg->index_cache)) == 0 &&
+        (rc = tsock_pipeline_set_entry_points(pl, cfg->entry_points_mb << 20)) == 0 &&
         (rc = augment_options_apply(&cfg->augment, pl)) == 0) {
         atomic_store(&g_indexing, pl);
         if (g_signal) /* came before the handler could see the pipeline */

@@ -67,6 +67,12 @@ tsock__decoder_set_filter(struct tsock__decoder *d, int bicubic)
     d->ch.bicubic = d->cv.bicubic = bicubic != 0;
 }
 
+void
+tsock__decoder_set_entry_points(struct tsock__decoder *d, struct tsock__entry_points *p)
+{
+    d->points = p;
+}
+
 const struct tsock__decode_report *
 tsock__decoder_report(const struct tsock__decoder *d)
 {

@@ -21,11 +21,13 @@
  * are fed and counted, and an MCU that used any of them fails. A restart interval must
  * end at its marker with less than a byte of padding left. Anything else a valid stream
  * cannot hold fails too (see entropy.h: the caller decodes the image again with libjpeg). */
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "image/entropy.h"
+#include "image/image.h"
 
 /* libjpeg's entropy decoder interface (struct jpeg_entropy_decoder), which jpeglib.h leaves
  * incomplete: from the installed library's own jpegint.h where there is one (Debian installs
@@ -35,7 +37,9 @@
 #if defined(__has_include) && __has_include(<jpegint.h>)
 #include <jpegint.h>
 #define ENTROPY_HOOK 1
+#define HAVE_JPEGINT 1
 #else
+#define HAVE_JPEGINT 0
 struct jpeg_entropy_decoder {
     void (*start_pass)(j_decompress_ptr cinfo);
     boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
@@ -95,13 +99,53 @@ struct bitreader {
     const uint8_t *p, *end;
 };
 
+/* Where the decoder stood before one MCU: the register, where it reads next, the DC
+ * predictions. Restoring it resumes the decode there exactly as if every MCU before it had just
+ * been decoded (the register's bits past nbits are data a later refill ORs in again, or zero).
+ * `check` holds the 8 bytes before the read position when it was recorded, compared before a
+ * restore: a file rewritten since is not decoded from the old file's positions. */
+struct entry_point {
+    uint64_t bits;
+    uint64_t check;
+    uint32_t offset; /* of the next byte to read, from the scan data's start */
+    int16_t nbits;
+    uint16_t col; /* a crop start's column + 1; 0: none (grid points: unused) */
+    int32_t dc_pred[MAX_COMPS_IN_SCAN];
+};
+
+/* The grid: an entry point every ENTRY_STRIDE MCUs of a row, from its start. A decode that
+ * needs columns x0 .. x1 of a row starts at most ENTRY_STRIDE - 1 MCUs left of x0, or at x0
+ * itself where the file's last decode began there too (each row also keeps where the last
+ * crop began in it). */
+#define ENTRY_STRIDE 8
+
+struct tsock__entry_points {
+    /* what they were learnt from: the scan data's length and a sample of its bytes, and the
+     * MCU grid; a file that differs in any has its points forgotten */
+    size_t size;
+    uint64_t sample;
+    unsigned mcus_per_row, mcu_rows, blocks;
+    unsigned per_row;       /* grid points per MCU row */
+    unsigned count;         /* grid points: per_row * mcu_rows */
+    unsigned known;         /* at[0 .. known-1] are recorded: always a prefix (see learn) */
+    struct entry_point *at; /* the grid, then each row's crop start: count + mcu_rows */
+};
+
 struct tsock__entropy {
     struct jpeg_entropy_decoder pub; /* first: libjpeg calls through cinfo->entropy */
     void (*fail)(j_decompress_ptr cinfo);
     struct bitreader br;
     const uint8_t *data_end; /* where the data ends (br.end stops at markers) */
-    int restarts_to_go;      /* MCUs left in this restart interval */
-    int next_restart;        /* the RSTn expected at its end: 0..7 */
+    /* With entry points: which MCUs libjpeg uses, where the decode stands, what it learns. */
+    struct tsock__entry_points *points; /* NULL: every MCU is decoded in order */
+    const uint8_t *data;                /* the scan data's start (entry points count from it) */
+    unsigned mcu;                       /* the MCU libjpeg asks for next */
+    unsigned synced;                    /* the MCU the register stands before */
+    unsigned next_learn;                /* the MCU where points->at[points->known] lies */
+    unsigned use_x0, use_x1;            /* the MCU columns libjpeg runs the IDCT on */
+    int jumped;                         /* an entry point was restored in this decode */
+    int restarts_to_go;                 /* MCUs left in this restart interval */
+    int next_restart;                   /* the RSTn expected at its end: 0..7 */
     int dc_pred[MAX_COMPS_IN_SCAN];
     int blocks; /* in an MCU, and per block its tables and component */
     const struct table *dc_of[D_MAX_BLOCKS_IN_MCU], *ac_of[D_MAX_BLOCKS_IN_MCU];
@@ -403,6 +447,25 @@ decode_block(struct bitreader *br, const struct table *dc, const struct table *a
     return dc_step(br, dc, block, pred) && ac_symbols(br, ac, block, 1);
 }
 
+/* Forgets every point: the grid's and the crop starts. */
+static void
+forget(struct tsock__entry_points *p)
+{
+    p->known = 0;
+    for (unsigned r = 0; r < p->mcu_rows; p->at[p->count + r++].col = 0)
+        ;
+}
+
+/* Data a valid stream cannot hold: the entry points learnt so far may be what led here (a file
+ * rewritten in place that passed their checks), so they are forgotten before `fail`. */
+static void
+give_up(struct tsock__entropy *e, j_decompress_ptr cinfo)
+{
+    if (e->points)
+        forget(e->points);
+    e->fail(cinfo);
+}
+
 /* Moves past the RSTn marker that ends a restart interval, where libjpeg would: the
  * interval's data must be used up but for its padding (under 8 bits). */
 static void
@@ -412,11 +475,11 @@ next_interval(struct tsock__entropy *e, j_decompress_ptr cinfo)
     const uint8_t *p = br->p;
 
     if (br->nbits - br->fake >= 8 || p >= e->data_end || *p != 0xFF)
-        e->fail(cinfo);
+        give_up(e, cinfo);
     while (p < e->data_end && *p == 0xFF) /* fill bytes may come before a marker */
         p++;
     if (p >= e->data_end || *p != JPEG_RST0 + e->next_restart)
-        e->fail(cinfo);
+        give_up(e, cinfo);
     br->p = p + 1;
     br->end = e->data_end;
     br->bits = 0;
@@ -438,22 +501,167 @@ decode_blocks(struct tsock__entropy *e, struct bitreader *br, JBLOCKROW *blocks)
     return 1;
 }
 
+/* Decodes the MCU the register stands before into `mcu` (NULL: decoded and dropped). */
+static void
+decode_one(struct tsock__entropy *e, j_decompress_ptr cinfo, JBLOCKROW *mcu)
+{
+    struct bitreader br = e->br; /* a local copy stays in registers */
+    if (!(mcu ? decode_blocks(e, &br, mcu) : decode_blocks(e, &br, NULL)))
+        give_up(e, cinfo);
+    if (br.nbits < br.fake) /* the MCU used bits that are not in the data */
+        give_up(e, cinfo);
+    e->br = br;
+}
+
+/* ---- entry points ---- */
+
+/* The MCU where grid point s lies. */
+static unsigned
+point_mcu(const struct tsock__entry_points *p, unsigned s)
+{
+    return s / p->per_row * p->mcus_per_row + s % p->per_row * ENTRY_STRIDE;
+}
+
+/* The first MCU past the grid points known: restoring a point beyond it would leave the
+ * grid's prefix unable to grow, so crop starts there are not used. */
+static unsigned
+known_end(const struct tsock__entry_points *p)
+{
+    return p->known < p->count ? point_mcu(p, p->known) : UINT_MAX;
+}
+
+/* Whether the register can be recorded: not once it has met a marker (the scan's end is near,
+ * and fake bits may be in it). */
+static int
+clean(const struct tsock__entropy *e)
+{
+    return e->br.fake == 0 && e->br.end == e->data_end;
+}
+
+static void
+save(const struct tsock__entropy *e, struct entry_point *a)
+{
+    a->bits = e->br.bits;
+    a->nbits = (int16_t)e->br.nbits;
+    a->offset = (uint32_t)(e->br.p - e->data);
+    a->check = a->offset >= 8 ? load_be64(e->br.p - 8) : 0;
+    for (int c = 0; c < MAX_COMPS_IN_SCAN; c++)
+        a->dc_pred[c] = e->dc_pred[c];
+}
+
+/* Records the grid point the register stands at, when it is the next one to learn. Grid points
+ * are learnt only in order, each from a decode that reached it from an earlier one, so the
+ * known ones are always a prefix: a decode that jumps to one can reach every later MCU. */
+static void
+learn(struct tsock__entropy *e)
+{
+    struct tsock__entry_points *p = e->points;
+
+    if (e->synced != e->next_learn)
+        return;
+    if (!clean(e)) {
+        e->next_learn = UINT_MAX;
+        return;
+    }
+    save(e, &p->at[p->known]);
+    p->known++;
+    e->next_learn = known_end(p);
+}
+
+/* Moves the decode to point `a` at MCU m, once the bytes before it are seen to be those it
+ * was learnt from; otherwise every point is forgotten and the decode stays where it is. */
+static void
+restore(struct tsock__entropy *e, const struct entry_point *a, unsigned m)
+{
+    if (a->offset >= 8 && load_be64(e->data + a->offset - 8) != a->check) {
+        forget(e->points);
+        e->next_learn = UINT_MAX;
+        return;
+    }
+    e->br.bits = a->bits;
+    e->br.nbits = a->nbits;
+    e->br.fake = 0;
+    e->br.p = e->data + a->offset;
+    e->br.end = e->data_end;
+    for (int c = 0; c < MAX_COMPS_IN_SCAN; c++)
+        e->dc_pred[c] = a->dc_pred[c];
+    e->synced = m;
+    e->jumped = 1;
+}
+
+/* Brings the register to MCU m: from the last point at or before m (a grid point, or where
+ * the last crop began in m's row) when that is ahead of where the register stands, then
+ * decoding and dropping the MCUs in between. Where m itself is not a grid point, the state
+ * there is kept as the row's crop start: the val preset's crop is the same every epoch, so its
+ * next decode starts exactly there. */
+static void
+catch_up(struct tsock__entropy *e, j_decompress_ptr cinfo, unsigned m)
+{
+    struct tsock__entry_points *p = e->points;
+    unsigned r = m / p->mcus_per_row, c = m % p->mcus_per_row, best = e->synced;
+    struct entry_point *start = &p->at[p->count + r];
+    const struct entry_point *from = NULL;
+
+    if (p->known > 0) {
+        unsigned s = r * p->per_row + c / ENTRY_STRIDE;
+        if (s >= p->known)
+            s = p->known - 1;
+        if (point_mcu(p, s) > best) {
+            best = point_mcu(p, s);
+            from = &p->at[s];
+        }
+    }
+    if (start->col && start->col - 1u <= c) {
+        unsigned at = r * p->mcus_per_row + start->col - 1u;
+        if (at > best && at < known_end(p)) {
+            best = at;
+            from = start;
+        }
+    }
+    if (from)
+        restore(e, from, best);
+    for (; e->synced < m; e->synced++) {
+        learn(e);
+        decode_one(e, cinfo, NULL);
+    }
+    if (c % ENTRY_STRIDE != 0 && clean(e)) {
+        save(e, start);
+        start->col = (uint16_t)(c + 1);
+    }
+}
+
+/* decode_mcu with entry points: only the MCUs whose coefficients libjpeg uses are decoded,
+ * not those jpeg_skip_scanlines passes (NULL) nor those outside jpeg_crop_scanline's columns
+ * (libjpeg runs no IDCT on them; it has zeroed their buffer). */
+static void
+decode_used(struct tsock__entropy *e, j_decompress_ptr cinfo, JBLOCKROW *mcu)
+{
+    unsigned m = e->mcu++, c = m % e->points->mcus_per_row;
+
+    if (!mcu || c < e->use_x0 || c >= e->use_x1)
+        return;
+    if (e->synced != m)
+        catch_up(e, cinfo, m);
+    learn(e);
+    decode_one(e, cinfo, mcu);
+    e->synced++;
+}
+
 static boolean
 decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *mcu)
 {
     struct tsock__entropy *e = (struct tsock__entropy *)cinfo->entropy;
 
+    if (e->points) {
+        decode_used(e, cinfo, mcu);
+        return TRUE;
+    }
     if (cinfo->restart_interval) {
         if (e->restarts_to_go == 0)
             next_interval(e, cinfo);
         e->restarts_to_go--;
     }
-    struct bitreader br = e->br; /* a local copy stays in registers */
-    if (!(mcu ? decode_blocks(e, &br, mcu) : decode_blocks(e, &br, NULL)))
-        e->fail(cinfo);
-    if (br.nbits < br.fake) /* the MCU used bits that are not in the data */
-        e->fail(cinfo);
-    e->br = br;
+    decode_one(e, cinfo, mcu);
     return TRUE;
 }
 
@@ -463,7 +671,7 @@ static void
 start_pass(j_decompress_ptr cinfo)
 {
     struct tsock__entropy *e = (struct tsock__entropy *)cinfo->entropy;
-    e->fail(cinfo);
+    give_up(e, cinfo);
 }
 
 struct tsock__entropy *
@@ -512,9 +720,93 @@ map_blocks(struct tsock__entropy *e, j_decompress_ptr cinfo)
     return 0;
 }
 
+struct tsock__entry_points *
+tsock__entry_points_create(void)
+{
+    return calloc(1, sizeof(struct tsock__entry_points));
+}
+
+void
+tsock__entry_points_destroy(struct tsock__entry_points *p)
+{
+    if (p)
+        free(p->at);
+    free(p);
+}
+
+size_t
+tsock__entry_points_bytes(const struct tsock__entry_points *p)
+{
+    return sizeof *p + ((size_t)p->count + p->mcu_rows) * sizeof(struct entry_point);
+}
+
+/* A cheap fingerprint of the scan data: its first and last bytes (FNV-1a). With the length,
+ * the grid and the bytes checked before each restore, it tells a rewritten file apart. */
+static uint64_t
+sample_bytes(const uint8_t *data, size_t size)
+{
+    size_t head = size < 32 ? size : 32, tail = size < 16 ? size : 16;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < head; i++)
+        h = (h ^ data[i]) * 0x100000001b3ull;
+    for (size_t i = size - tail; i < size; i++)
+        h = (h ^ data[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Makes `p` the entry points of this decode: kept when learnt from the same data and grid,
+ * else forgotten and made room for anew. Without the room (out of memory), or for a scan too
+ * large to count its MCUs or bytes in 32 bits, the decode runs in order without them. */
+static void
+use_points(struct tsock__entropy *e, j_decompress_ptr cinfo, struct tsock__entry_points *p)
+{
+    size_t size = (size_t)(e->data_end - e->data);
+    uint64_t sample = sample_bytes(e->data, size);
+    unsigned mpr = cinfo->MCUs_per_row, rows = cinfo->MCU_rows_in_scan;
+    unsigned per_row = (mpr + ENTRY_STRIDE - 1) / ENTRY_STRIDE;
+
+    if (size > UINT32_MAX || mpr == 0 || mpr > UINT16_MAX - 1 || rows == 0 ||
+        (uint64_t)mpr * rows >= UINT_MAX)
+        return;
+    if (p->size != size || p->sample != sample || p->mcus_per_row != mpr || p->mcu_rows != rows ||
+        p->blocks != (unsigned)e->blocks) {
+        unsigned count = per_row * rows;
+        if (count != p->count || rows != p->mcu_rows) {
+            free(p->at);
+            p->count = p->mcu_rows = 0;
+            if (!(p->at = malloc(((size_t)count + rows) * sizeof *p->at)))
+                return;
+            p->count = count;
+            p->mcu_rows = rows;
+        }
+        p->size = size;
+        p->sample = sample;
+        p->mcus_per_row = mpr;
+        p->blocks = (unsigned)e->blocks;
+        p->per_row = per_row;
+        forget(p);
+    }
+    e->points = p;
+    e->mcu = e->synced = 0;
+    e->next_learn = p->known < p->count ? point_mcu(p, p->known) : UINT_MAX;
+#if HAVE_JPEGINT
+    e->use_x0 = cinfo->master->first_iMCU_col;
+    e->use_x1 = cinfo->master->last_iMCU_col + 1;
+#else /* the crop's columns are in a struct whose layout only jpegint.h gives: all of them */
+    e->use_x0 = 0;
+    e->use_x1 = UINT_MAX;
+#endif
+}
+
+int
+tsock__entropy_jumped(const struct tsock__entropy *e)
+{
+    return e->jumped;
+}
+
 int
 tsock__entropy_attach(struct tsock__entropy *e, j_decompress_ptr cinfo,
-                      void (*fail)(j_decompress_ptr cinfo))
+                      void (*fail)(j_decompress_ptr cinfo), struct tsock__entry_points *points)
 {
     if (!ENTROPY_HOOK || !scan_supported(cinfo) || map_blocks(e, cinfo) != 0)
         return 0;
@@ -526,6 +818,11 @@ tsock__entropy_attach(struct tsock__entropy *e, j_decompress_ptr cinfo,
     e->restarts_to_go = (int)cinfo->restart_interval;
     e->next_restart = 0;
     memset(e->dc_pred, 0, sizeof e->dc_pred);
+    e->points = NULL;
+    e->data = e->br.p;
+    e->jumped = 0;
+    if (points && !cinfo->restart_interval)
+        use_points(e, cinfo, points);
     e->pub.start_pass = start_pass;
     e->pub.decode_mcu = decode_mcu;
     e->pub.insufficient_data = FALSE;

@@ -33,12 +33,20 @@ struct tsock__entropy;
 struct tsock__entropy *tsock__entropy_create(void);
 void tsock__entropy_destroy(struct tsock__entropy *e);
 
+/* Entry points (struct tsock__entry_points, declared in image.h) are defined here: where the
+ * decoder stood at every ENTRY_STRIDE-th MCU of each row, and where the last crop began in it. */
+struct tsock__entry_points;
 /* Takes over decode_mcu of `cinfo`, which jpeg_start_decompress has set up and which has not
  * decoded any MCU yet, when its scan is one this decoder reads: sequential Huffman coding of
  * 8-bit samples in a single scan of every component. Reads the data from cinfo->src, which
- * must hold all of it. `fail` is called, with cinfo, on data that is not valid. Returns 1 when
- * attached, 0 when the scan is left to libjpeg. */
+ * must hold all of it. `fail` is called, with cinfo, on data that is not valid. `points` (may
+ * be NULL) are the file's entry points, used and extended by this decode; a scan with restart
+ * markers does not use them (restart.c gives it better ones). Call after jpeg_crop_scanline.
+ * Returns 1 when attached, 0 when the scan is left to libjpeg. */
 int tsock__entropy_attach(struct tsock__entropy *e, j_decompress_ptr cinfo,
-                          void (*fail)(j_decompress_ptr cinfo));
+                          void (*fail)(j_decompress_ptr cinfo), struct tsock__entry_points *points);
+
+/* Whether the decode since the last attach started at a learnt entry point. */
+int tsock__entropy_jumped(const struct tsock__entropy *e);
 
 #endif

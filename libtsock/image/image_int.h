@@ -104,14 +104,15 @@ struct tsock__decoder {
     int max_scans;
     int flags;
     struct tsock__decode_report report;
-    struct tsock__coeffs ch, cv; /* horizontal and vertical tables */
-    struct tsock__buf rows;      /* rows kept for the second pass */
-    struct tsock__buf line;      /* codec output lines not kept */
-    struct tsock__buf conv;      /* one row between passes */
-    struct tsock__buf conv2;     /* one output row before it is written */
-    struct tsock__buf acc;       /* vertical accumulators */
-    struct tsock__buf image;     /* a whole decoded PNG */
-    void *jpeg;                  /* struct tsock__jpeg (jpeg.c), created on first use */
+    struct tsock__coeffs ch, cv;        /* horizontal and vertical tables */
+    struct tsock__buf rows;             /* rows kept for the second pass */
+    struct tsock__buf line;             /* codec output lines not kept */
+    struct tsock__buf conv;             /* one row between passes */
+    struct tsock__buf conv2;            /* one output row before it is written */
+    struct tsock__buf acc;              /* vertical accumulators */
+    struct tsock__buf image;            /* a whole decoded PNG */
+    void *jpeg;                         /* struct tsock__jpeg (jpeg.c), created on first use */
+    struct tsock__entry_points *points; /* the file's (tsock__decoder_set_entry_points) */
 };
 
 /* Sets up the resize plan and the tables for a decoded image of src_w x src_h, into which the crop

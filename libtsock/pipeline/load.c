@@ -111,16 +111,22 @@ count_codec_paths(struct tsock_pipeline *pl, const struct tsock__decode_report *
         atomic_fetch_add_explicit(&pl->st_restart_windows, 1, memory_order_relaxed);
     if (rep->own_entropy)
         atomic_fetch_add_explicit(&pl->st_own_entropy, 1, memory_order_relaxed);
+    if (rep->entry_jump)
+        atomic_fetch_add_explicit(&pl->st_entry_jumps, 1, memory_order_relaxed);
 }
 
-/* Decodes and augments one file into `out` with the random stream of (epoch, rng_id). */
+/* Decodes and augments file `id` into `out` with the random stream of (epoch, rng_id). */
 static int
-decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t epoch, uint64_t rng_id,
-            uint8_t *out)
+decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t id, uint64_t epoch,
+            uint64_t rng_id, uint8_t *out)
 {
-    const struct tsock_pipeline *pl = w->pl;
+    struct tsock_pipeline *pl = w->pl;
     uint64_t t0 = thread_cpu_ns();
+    size_t points_bytes;
+    struct tsock__entry_points *points = tsock__pipeline_points_take(pl, id, &points_bytes);
     int r;
+
+    tsock__decoder_set_entry_points(w->decoder, points);
 
     if (pl->preset == TSOCK_PRESET_TRAIN) {
         struct tsock__rng rng;
@@ -134,6 +140,8 @@ decode_into(struct worker *w, const uint8_t *data, size_t size, uint64_t epoch, 
         r = tsock__preset_val(w->decoder, data, size, tsock__pipeline_val_resize(pl), pl->size,
                               out);
     }
+    tsock__decoder_set_entry_points(w->decoder, NULL);
+    tsock__pipeline_points_put(pl, id, points, points_bytes);
     count_decode(w, thread_cpu_ns() - t0);
     count_codec_paths(w->pl, tsock__decoder_report(w->decoder), r);
     return r;
@@ -182,7 +190,7 @@ load_on_worker(struct worker *w, uint32_t pos, uint64_t id, uint64_t rng_id, siz
     int64_t got = read_on_worker(w, id, hint);
     if (got < 0)
         return (int)got;
-    return decode_into(w, w->buf, (size_t)got, job->epoch, rng_id,
+    return decode_into(w, w->buf, (size_t)got, id, job->epoch, rng_id,
                        job->images + (size_t)pos * image_bytes);
 }
 
@@ -236,7 +244,7 @@ process(struct worker *w, uint32_t pos)
                  tsock__pipeline_device_try(pl, pos, q->buf, (size_t)q->result))
             r = 0; /* the device decodes it once the workers are done */
         else
-            r = decode_into(w, q->buf, (size_t)q->result, job->epoch, id,
+            r = decode_into(w, q->buf, (size_t)q->result, id, job->epoch, id,
                             job->images + (size_t)pos * image_bytes);
         if (r == 0) {
             job->labels[pos] = pl->index->entries[id].label;

@@ -49,6 +49,7 @@ tsock_pipeline_create(tsock_pipeline **out, int source, const char *path)
     pl->io_mode = TSOCK_READ_AUTO;
     pl->io_depth = DEFAULT_IO_DEPTH;
     pl->on_error = TSOCK_ON_ERROR_SKIP;
+    pl->points_budget = TSOCK_PIPELINE_DEFAULT_ENTRY_POINT_BYTES;
     pl->tensor_image = -1;
     tsock__pipeline_augment_defaults(pl);
     pthread_mutex_init(&pl->mu, NULL);
@@ -157,6 +158,15 @@ tsock_pipeline_set_on_error(tsock_pipeline *pl, int policy)
         r = -EINVAL;
     if (r == 0)
         pl->on_error = policy;
+    return r;
+}
+
+int
+tsock_pipeline_set_entry_points(tsock_pipeline *pl, uint64_t max_bytes)
+{
+    int r = tsock__pipeline_settable(pl);
+    if (r == 0)
+        pl->points_budget = max_bytes;
     return r;
 }
 
@@ -307,9 +317,12 @@ tsock_pipeline_open(tsock_pipeline *pl)
     if (r == 0)
         r = tsock__reader_create(&pl->reader, pl->io_mode, (unsigned)pl->io_depth, pl->index->root);
     if (r == 0)
+        r = tsock__pipeline_points_open(pl);
+    if (r == 0)
         r = tsock__pipeline_start_workers(pl);
     if (r != 0) {
         tsock__pipeline_stop_workers(pl);
+        tsock__pipeline_points_free(pl);
         tsock__reader_destroy(pl->reader);
         tsock__index_destroy(pl->index);
         free(pl->bad_bits);
@@ -409,6 +422,8 @@ tsock_pipeline_stat(const tsock_pipeline *pl, int key, uint64_t *value)
     case TSOCK_PIPELINE_RESTART_WINDOWS: *value = atomic_load(&pl->st_restart_windows); break;
     case TSOCK_PIPELINE_OWN_ENTROPY: *value = atomic_load(&pl->st_own_entropy); break;
     case TSOCK_PIPELINE_ENTROPY_REDONE: *value = atomic_load(&pl->st_entropy_redone); break;
+    case TSOCK_PIPELINE_ENTRY_JUMPS: *value = atomic_load(&pl->st_entry_jumps); break;
+    case TSOCK_PIPELINE_ENTRY_POINT_BYTES: *value = atomic_load(&pl->st_points_bytes); break;
     default: return -EINVAL;
     }
     return 0;
@@ -420,6 +435,7 @@ tsock_pipeline_destroy(tsock_pipeline *pl)
     if (!pl)
         return;
     tsock__pipeline_stop_workers(pl);
+    tsock__pipeline_points_free(pl);
     tsock__reader_destroy(pl->reader);
     tsock__index_destroy(pl->index);
     free(pl->bad_bits);

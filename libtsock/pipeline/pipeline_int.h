@@ -1,7 +1,8 @@
-/* The image pipeline's insides, shared by its three files:
+/* The image pipeline's insides, shared by its files:
  *   pipeline.c      the handle: options, open, accessors, statistics
  *   header_check.c  the index-time check of every file's image header
  *   load.c          loading a batch: the driving thread reads, the workers decode
+ *   entry_points.c  each file's entry points into its Huffman data, kept across epochs
  */
 #ifndef TSOCK_PIPELINE_INT_H
 #define TSOCK_PIPELINE_INT_H
@@ -64,7 +65,8 @@ struct tsock_pipeline {
      * resize (0: size * 256 / 224). */
     struct tsock__aug_config aug;
     int val_resize;
-    int bicubic; /* resize with PIL's bicubic filter */
+    int bicubic;            /* resize with PIL's bicubic filter */
+    uint64_t points_budget; /* bytes of entry points kept (tsock_pipeline_set_entry_points) */
 
     /* After open. */
     int open;
@@ -76,6 +78,8 @@ struct tsock_pipeline {
     uint64_t index_ns;
     /* One bit per sample: its file failed at load time, so it is left out from then on. */
     _Atomic uint64_t *bad_bits;
+    /* Per sample id, its file's entry points or NULL (entry_points.c); NULL without a budget. */
+    struct tsock__entry_points *_Atomic *points;
 
     /* The batch arena: the files of one load, back to back. */
     uint8_t *arena;
@@ -107,10 +111,20 @@ struct tsock_pipeline {
     /* Statistics. */
     _Atomic uint64_t st_samples, st_files, st_bytes, st_bad_files, st_replaced, st_decode_ns,
         st_read_ns, st_decoded_gpu, st_decoded_cpu, st_restart_windows, st_own_entropy,
-        st_entropy_redone;
+        st_entropy_redone, st_entry_jumps, st_points_bytes;
     /* Thread CPU per stage (tsock_pipeline_stat_key 15..18). */
     _Atomic uint64_t st_read_cpu_ns, st_codec_cpu_ns, st_resample_cpu_ns, st_driver_cpu_ns;
 };
+
+/* The entry point store (entry_points.c). open: one slot per sample when there is a budget;
+ * take: the file's set, or a new one while the budget has room, or NULL (*bytes: its size
+ * now); put: back into its slot after the decode, its growth counted. */
+int tsock__pipeline_points_open(struct tsock_pipeline *pl);
+void tsock__pipeline_points_free(struct tsock_pipeline *pl);
+struct tsock__entry_points *tsock__pipeline_points_take(struct tsock_pipeline *pl, uint64_t id,
+                                                        size_t *bytes);
+void tsock__pipeline_points_put(struct tsock_pipeline *pl, uint64_t id,
+                                struct tsock__entry_points *p, size_t bytes);
 
 /* The tsock__index_check_fn of tsock__index_open_checked: reads the start of every file and
  * marks those whose header shows they cannot be decoded. `arg` is the pipeline. */

@@ -10,7 +10,9 @@
  *  - so are the AVX2 resampling passes: without them (SSE2 and plain C) the bytes are the same;
  *  - so is tsock's own Huffman decoder (entropy.c): with libjpeg's alone
  *    (TSOCK__DECODE_NO_OWN_ENTROPY), partial and whole, the return code and bytes are the same
- *    (tsock's decoder must decode valid data exactly and give anything else back to libjpeg).
+ *    (tsock's decoder must decode valid data exactly and give anything else back to libjpeg);
+ *  - and so are its entry points: learnt by a decode of the whole image, then used twice by
+ *    the crop's (the second time from the crop starts the first kept).
  * Decompression bombs: the decoder refuses images over 4096 x 4096 pixels (-EFBIG) before
  * libjpeg or libpng allocate anything for them; the default limit in the library is PIL's.
  *
@@ -91,6 +93,22 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (r2 != r || (r == 0 && memcmp(a, b, sizeof a) != 0))
             abort();
     }
+
+    /* Entry points learnt by a decode of the whole image, then used by the crop's, twice. */
+    struct tsock__entry_points *pts = tsock__entry_points_create();
+    if (!pts)
+        abort();
+    tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE);
+    tsock__decoder_set_entry_points(d, pts);
+    if (!allowed(tsock__decode_crop_resize(d, data, size, NULL, OUT_W, OUT_H, 0, b)))
+        abort();
+    for (int k = 0; k < 2; k++) {
+        r2 = tsock__decode_crop_resize(d, data, size, &crop, OUT_W, OUT_H, 1, b);
+        if (r2 != r || (r == 0 && memcmp(a, b, sizeof a) != 0))
+            abort();
+    }
+    tsock__decoder_set_entry_points(d, NULL);
+    tsock__entry_points_destroy(pts);
 
     /* The fast path as the presets use it (DCT scaling where the crop allows). */
     tsock__decoder_set_flags(d, 0);

@@ -31,6 +31,7 @@
 /* What the decodes of one test saw. */
 struct tally {
     int decodes, own, redone, differ, eighth; /* eighth: decoded at 1/8 scale (DC only) */
+    int jumps; /* started at a learnt entry point (report.entry_jump) */
 };
 
 /* Decodes box -> ow x oh with tsock's decoder and with libjpeg's; both must agree. */
@@ -48,6 +49,7 @@ both_ways(struct tsock__decoder *d, const uint8_t *jpeg, size_t n, const struct 
     t->own += rep->own_entropy;
     t->redone += rep->entropy_redone;
     t->eighth += rep->scale_num == 1;
+    t->jumps += rep->entry_jump;
     CHECK(!(rep->own_entropy && rep->entropy_redone));
     tsock__decoder_set_flags(d, flags | TSOCK__DECODE_NO_OWN_ENTROPY);
     int rb = tsock__decode_crop_resize(d, jpeg, n, box, ow, oh, 0, b);
@@ -239,6 +241,128 @@ test_tables_change(struct tsock__decoder *d)
     CHECK_EQ(t.differ, 0);
 }
 
+/* Entry points (tsock__decoder_set_entry_points): one set per file, used by a run of decodes
+ * of random crops as the epochs of a training run would, each compared with libjpeg's decode
+ * of the same crop without them. The first decode learns from the top; later ones start at
+ * learnt points (report.entry_jump) and learn further down as their crops reach there. Every
+ * third decode repeats the crop before it, which then starts at that crop's own starts. */
+static void
+crops_with_points(struct tsock__decoder *d, const uint8_t *jpeg, size_t n, int w, int h,
+                  struct tsock__entry_points *pts, uint64_t seed, struct tally *t)
+{
+    struct tsock__rng rng;
+    struct tsock__box b = {0, 0, 0, 0};
+    tsock__rng_seed(&rng, seed);
+    for (int k = 0; k < 24; k++) {
+        if (k % 3 == 2) { /* the last crop again, as the val preset's every epoch: it starts at
+                             the crop starts the last decode kept */
+            tsock__decoder_set_entry_points(d, pts);
+            both_ways(d, jpeg, n, &b, 40, 40, 0, t);
+            tsock__decoder_set_entry_points(d, NULL);
+            continue;
+        }
+        b.w = 1 + (int)tsock__rng_below(&rng, (uint64_t)w);
+        b.h = 1 + (int)tsock__rng_below(&rng, (uint64_t)h);
+        b.x = (int)tsock__rng_below(&rng, (uint64_t)(w - b.w + 1));
+        b.y = (int)tsock__rng_below(&rng, (uint64_t)(h - b.h + 1));
+        if (k == 0) /* a small crop low and to the right: the first decode learns only above */
+            b = (struct tsock__box){w - w / 4, h - h / 3, w / 4, h / 4};
+        int ow = 8 + (int)tsock__rng_below(&rng, 120), oh = 8 + (int)tsock__rng_below(&rng, 120);
+        int flags = k % 5 == 4 ? TSOCK__DECODE_NO_DCT_SCALE : 0;
+        tsock__decoder_set_entry_points(d, pts);
+        both_ways(d, jpeg, n, &b, ow, oh, flags, t);
+        tsock__decoder_set_entry_points(d, NULL);
+    }
+}
+
+static void
+test_entry_points(struct tsock__decoder *d)
+{
+    static const int dims[3][2] = {{411, 333}, {256, 128}, {1203, 61}}; /* 1203: 76 MCUs a row */
+    struct tally t = {0};
+    int files = 0;
+    for (int l = 0; l < L_COUNT; l++)
+        for (int z = 0; z < 3; z++) {
+            int w = dims[z][0], h = dims[z][1], comps = l == L_GRAY ? 1 : l == L_CMYK ? 4 : 3;
+            uint8_t *pix = picture(w, h, comps, (uint32_t)(l * 13 + z));
+            size_t n;
+            uint8_t *jpeg = encode(pix, w, h, (enum layout)l, 0, 0, z == 1, &n);
+            struct tsock__entry_points *pts = tsock__entry_points_create();
+            CHECK(pts != NULL);
+            crops_with_points(d, jpeg, n, w, h, pts, (uint64_t)(l * 3 + z), &t);
+            CHECK(tsock__entry_points_bytes(pts) > 0);
+            files++;
+            tsock__entry_points_destroy(pts);
+            free(jpeg);
+            free(pix);
+        }
+    fprintf(stderr, "entry points: %d files, %d decodes, %d started at a learnt point, %d differ\n",
+            files, t.decodes, t.jumps, t.differ);
+    CHECK_EQ(t.differ, 0);
+    CHECK_EQ(t.redone, 0);
+    CHECK_EQ(t.own, t.decodes);
+    CHECK(t.jumps > t.decodes / 2);
+}
+
+/* A set learnt from one file, then used for another: a different picture of the same grid, and
+ * the same file with its first bytes of data changed (same length): the set is forgotten and
+ * learnt anew. Then corrupt data past the points learnt (a bit flipped below the rows an
+ * earlier crop reached): decoded from the last point on as libjpeg decodes it, or given back
+ * (and the set forgotten). What is not covered, by design: a file rewritten in place with the
+ * same length and sampled bytes, changed before a point (see entropy.h). */
+static void
+test_entry_points_stale(struct tsock__decoder *d)
+{
+    struct tally t = {0};
+    int w = 411, h = 333;
+    uint8_t *pa = picture(w, h, 3, 1), *pb = picture(w, h, 3, 2);
+    size_t na, nb;
+    uint8_t *a = encode(pa, w, h, L_420, 0, 0, 0, &na), *b = encode(pb, w, h, L_420, 0, 0, 0, &nb);
+    struct tsock__image_info info;
+    CHECK_EQ(tsock__image_probe(a, na, &info), 0);
+    struct tsock__box whole = {0, 0, w, h}, top = {w / 3, 0, w / 3, h / 5},
+                      low = {w / 3, h / 2, w / 3, h / 3};
+
+    struct tsock__entry_points *pts = tsock__entry_points_create();
+    tsock__decoder_set_entry_points(d, pts);
+    both_ways(d, a, na, &whole, 64, 64, TSOCK__DECODE_NO_DCT_SCALE, &t); /* learns every row */
+    both_ways(d, b, nb, &low, 64, 64, 0, &t); /* another file: forgotten, learnt anew */
+    CHECK_EQ(t.jumps, 0);
+    both_ways(d, b, nb, &low, 64, 64, 0, &t);
+    CHECK_EQ(t.jumps, 1);
+
+    both_ways(d, a, na, &whole, 64, 64, TSOCK__DECODE_NO_DCT_SCALE, &t);
+    uint8_t *c = malloc(na);
+    memcpy(c, a, na);
+    c[info.header_size + 3] ^= 0x10; /* the scan data's first bytes */
+    both_ways(d, c, na, &low, 64, 64, 0, &t);
+    CHECK_EQ(t.jumps, 1);
+    int redone = t.redone, jumps = t.jumps;
+    for (int k = 0; k < 12; k++) {
+        tsock__entry_points_destroy(pts);
+        pts = tsock__entry_points_create();
+        tsock__decoder_set_entry_points(d, pts);
+        both_ways(d, a, na, &top, 32, 32, 0, &t); /* learns the rows above h / 5 */
+        memcpy(c, a, na);
+        c[na / 2 + (size_t)k * (na / 40)] ^= (uint8_t)(1u << (k % 8)); /* below them */
+        both_ways(d, c, na, &low, 64, 64, 0, &t);
+    }
+    tsock__decoder_set_entry_points(d, NULL);
+    fprintf(stderr, "stale entry points: %d decodes, %d started at a point, %d redone, %d differ\n",
+            t.decodes, t.jumps, t.redone, t.differ);
+    CHECK_EQ(t.differ, 0);
+    /* every corrupt file started at a point above its flip, or was given back (then decoded
+     * by libjpeg alone, which reports no jump) */
+    CHECK_EQ((t.jumps - jumps) + (t.redone - redone), 12);
+    CHECK(t.redone > redone);
+    tsock__entry_points_destroy(pts);
+    free(c);
+    free(a);
+    free(b);
+    free(pa);
+    free(pb);
+}
+
 /* Photographs, as they are and with a marker after every MCU: the presets' bytes. */
 static void
 test_photos(struct tsock__decoder *d)
@@ -312,6 +436,8 @@ main(void)
     test_flipped_bits(d);
     test_markers(d);
     test_tables_change(d);
+    test_entry_points(d);
+    test_entry_points_stale(d);
     test_photos(d);
     tsock__decoder_destroy(d);
     return CHECK_DONE();

@@ -433,6 +433,105 @@ test_long_header(void)
     tsock_pipeline_destroy(pl);
 }
 
+/* A pipeline of 2 workers on `root` with `budget` bytes of entry points. */
+static tsock_pipeline *
+open_with_points(const char *root, int preset, uint64_t budget)
+{
+    tsock_pipeline *pl = NULL;
+    CHECK_EQ(tsock_pipeline_create(&pl, TSOCK_SOURCE_FOLDER, root), 0);
+    if (!pl)
+        return NULL;
+    CHECK_EQ(tsock_pipeline_set_preset(pl, preset), 0);
+    CHECK_EQ(tsock_pipeline_set_image_size(pl, SIZE), 0);
+    CHECK_EQ(tsock_pipeline_set_workers(pl, 2), 0);
+    CHECK_EQ(tsock_pipeline_set_seed(pl, 7), 0);
+    CHECK_EQ(tsock_pipeline_set_entry_points(pl, budget), 0);
+    int r = tsock_pipeline_open(pl);
+    CHECK_EQ(r, 0);
+    if (r != 0) {
+        tsock_pipeline_destroy(pl);
+        return NULL;
+    }
+    return pl;
+}
+
+/* Entry points (tsock_pipeline_set_entry_points): three epochs of each preset give the same
+ * bytes with them (the default budget) as without (0) and with a budget of one byte, which
+ * keeps the sets of the first files only (at most one per worker, see entry_points.c); from
+ * the second epoch on most decodes start at learnt points. */
+static void
+test_entry_points(void)
+{
+    const uint32_t n = 40;
+    for (int preset = TSOCK_PRESET_TRAIN; preset <= TSOCK_PRESET_VAL; preset++) {
+        tsock_pipeline *on = open_with_points(data_dir, preset,
+                                              TSOCK_PIPELINE_DEFAULT_ENTRY_POINT_BYTES),
+                       *off = open_with_points(data_dir, preset, 0),
+                       *tiny = open_with_points(data_dir, preset, 1);
+        if (!on || !off || !tiny)
+            return;
+        struct batch a = batch_new(n), b = batch_new(n), c = batch_new(n);
+        for (uint64_t e = 0; e < 3; e++) {
+            CHECK_EQ(load(on, e, &a), (int)n);
+            CHECK_EQ(load(off, e, &b), (int)n);
+            CHECK_EQ(load(tiny, e, &c), (int)n);
+            CHECK(memcmp(a.images, b.images, n * IMAGE_BYTES) == 0);
+            CHECK(memcmp(c.images, b.images, n * IMAGE_BYTES) == 0);
+        }
+        uint64_t own = stat_of(on, TSOCK_PIPELINE_OWN_ENTROPY);
+        fprintf(stderr,
+                "entry points, %s: %llu of %llu decodes by tsock's Huffman decoder "
+                "started at learnt points; %llu bytes of them (budget 1: %llu jumps, "
+                "%llu bytes)\n",
+                preset == TSOCK_PRESET_TRAIN ? "train" : "val",
+                (unsigned long long)stat_of(on, TSOCK_PIPELINE_ENTRY_JUMPS),
+                (unsigned long long)own,
+                (unsigned long long)stat_of(on, TSOCK_PIPELINE_ENTRY_POINT_BYTES),
+                (unsigned long long)stat_of(tiny, TSOCK_PIPELINE_ENTRY_JUMPS),
+                (unsigned long long)stat_of(tiny, TSOCK_PIPELINE_ENTRY_POINT_BYTES));
+        CHECK(stat_of(on, TSOCK_PIPELINE_ENTRY_JUMPS) > own / 3); /* 2 of 3 epochs, most crops */
+        CHECK(stat_of(on, TSOCK_PIPELINE_ENTRY_POINT_BYTES) > 0);
+        CHECK_EQ(stat_of(off, TSOCK_PIPELINE_ENTRY_JUMPS), 0);
+        CHECK_EQ(stat_of(off, TSOCK_PIPELINE_ENTRY_POINT_BYTES), 0);
+        CHECK(stat_of(tiny, TSOCK_PIPELINE_ENTRY_JUMPS) <= 2 * 2); /* 2 epochs, 2 files */
+        CHECK(stat_of(tiny, TSOCK_PIPELINE_ENTRY_POINT_BYTES) <
+              stat_of(on, TSOCK_PIPELINE_ENTRY_POINT_BYTES));
+        batch_free(&a);
+        batch_free(&b);
+        batch_free(&c);
+        tsock_pipeline_destroy(on);
+        tsock_pipeline_destroy(off);
+        tsock_pipeline_destroy(tiny);
+    }
+}
+
+/* A file rewritten in place between epochs with another picture (another length) after its
+ * entry points were learnt and used: the next epoch decodes the new picture, as a pipeline
+ * without entry points does. */
+static void
+test_entry_points_rewritten(void)
+{
+    char root[300], a[400], b[400];
+    snprintf(root, sizeof root, "%s/rewritten", tmp_dir);
+    make_small_tree(root);
+    tsock_pipeline *pl = open_with_points(root, TSOCK_PRESET_VAL, 1u << 20);
+    if (!pl)
+        return;
+    struct batch first = batch_new(2), again = batch_new(2);
+    for (uint64_t e = 0; e < 2; e++)
+        CHECK_EQ(load(pl, e, &first), 2);
+    CHECK(stat_of(pl, TSOCK_PIPELINE_ENTRY_JUMPS) >= 1);
+    snprintf(a, sizeof a, "%s/cls/1.jpg", root);
+    snprintf(b, sizeof b, "%s/cls/0.jpg", root);
+    CHECK_EQ(copy_file(a, b), 0); /* 0.jpg now holds 1.jpg's picture */
+    CHECK_EQ(load(pl, 2, &again), 2);
+    CHECK(memcmp(again.images, first.images + IMAGE_BYTES, IMAGE_BYTES) == 0);
+    CHECK(memcmp(again.images + IMAGE_BYTES, first.images + IMAGE_BYTES, IMAGE_BYTES) == 0);
+    batch_free(&first);
+    batch_free(&again);
+    tsock_pipeline_destroy(pl);
+}
+
 /* A list file: the listed order and labels; a malformed line rejects the list. */
 static void
 test_list(void)
@@ -590,6 +689,8 @@ main(int argc, char **argv)
     test_index_cache();
     test_vanished_and_grown();
     test_long_header();
+    test_entry_points();
+    test_entry_points_rewritten();
     test_list();
     test_gpu_decoder_refusals();
     return CHECK_DONE(); /* the scratch folder goes at exit */
