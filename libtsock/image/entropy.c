@@ -110,7 +110,7 @@ struct entry_point {
     uint32_t offset; /* of the next byte to read, from the scan data's start */
     int16_t nbits;
     uint16_t col; /* a crop start's column + 1; 0: none (grid points: unused) */
-    int32_t dc_pred[MAX_COMPS_IN_SCAN];
+    int16_t dc_pred[MAX_COMPS_IN_SCAN]; /* within 16 bits in any sensible file (see save) */
 };
 
 /* The grid: an entry point every ENTRY_STRIDE MCUs of a row, from its start. A decode that
@@ -530,23 +530,25 @@ known_end(const struct tsock__entry_points *p)
     return p->known < p->count ? point_mcu(p, p->known) : UINT_MAX;
 }
 
-/* Whether the register can be recorded: not once it has met a marker (the scan's end is near,
- * and fake bits may be in it). */
+/* Records where the register stands into `a`. Returns 0, recording nothing, where it cannot
+ * be: once the register has met a marker (the scan's end is near, and fake bits may be in
+ * it), or where a DC prediction has left 16 bits (libjpeg keeps them in an int; an 8-bit JPEG
+ * whose DC values do is valid Huffman data but no picture, and is decoded from its start). */
 static int
-clean(const struct tsock__entropy *e)
-{
-    return e->br.fake == 0 && e->br.end == e->data_end;
-}
-
-static void
 save(const struct tsock__entropy *e, struct entry_point *a)
 {
+    if (e->br.fake != 0 || e->br.end != e->data_end)
+        return 0;
+    for (int c = 0; c < MAX_COMPS_IN_SCAN; c++)
+        if (e->dc_pred[c] < INT16_MIN || e->dc_pred[c] > INT16_MAX)
+            return 0;
     a->bits = e->br.bits;
     a->nbits = (int16_t)e->br.nbits;
     a->offset = (uint32_t)(e->br.p - e->data);
     a->check = a->offset >= 8 ? load_be64(e->br.p - 8) : 0;
     for (int c = 0; c < MAX_COMPS_IN_SCAN; c++)
-        a->dc_pred[c] = e->dc_pred[c];
+        a->dc_pred[c] = (int16_t)e->dc_pred[c];
+    return 1;
 }
 
 /* Records the grid point the register stands at, when it is the next one to learn. Grid points
@@ -559,11 +561,10 @@ learn(struct tsock__entropy *e)
 
     if (e->synced != e->next_learn)
         return;
-    if (!clean(e)) {
+    if (!save(e, &p->at[p->known])) {
         e->next_learn = UINT_MAX;
         return;
     }
-    save(e, &p->at[p->known]);
     p->known++;
     e->next_learn = known_end(p);
 }
@@ -624,10 +625,8 @@ catch_up(struct tsock__entropy *e, j_decompress_ptr cinfo, unsigned m)
         learn(e);
         decode_one(e, cinfo, NULL);
     }
-    if (c % ENTRY_STRIDE != 0 && clean(e)) {
-        save(e, start);
-        start->col = (uint16_t)(c + 1);
-    }
+    if (c % ENTRY_STRIDE != 0)
+        start->col = save(e, start) ? (uint16_t)(c + 1) : 0;
 }
 
 /* decode_mcu with entry points: only the MCUs whose coefficients libjpeg uses are decoded,

@@ -162,8 +162,8 @@ void tsock__decoder_set_flags(struct tsock__decoder *d, int flags);
  * decodes nothing that libjpeg does not use. Exact: the coefficients are those of a decode
  * from the start. The val preset's crop is the same every epoch, so it starts exactly there.
  *
- * 40 bytes a point: a 500 x 375 4:2:0 photograph (32 x 24 MCUs) has 96 grid points and 24
- * crop starts, 4.7 KiB. A set is kept with the scan data's length, a sample of its first and
+ * 32 bytes a point: a 500 x 375 4:2:0 photograph (32 x 24 MCUs) has 96 grid points and 24
+ * crop starts, 3.8 KiB. A set is kept with the scan data's length, a sample of its first and
  * last bytes and the MCU grid; a file that differs in any is decoded from its start and learnt
  * anew, and so is one whose 8 bytes before a point differ at its restore. Not noticed: a file
  * rewritten in place with all of those unchanged (the same length, the same bytes at both
