@@ -279,6 +279,10 @@ def test_bad_options(env):
         (["--dataset", "imagenet", "--root", tree, "--io-depth", "0"], "--io-depth"),
         (["--dataset", "imagenet", "--root", tree, "--workers", "0"], "--workers"),
         (["--dataset", "imagenet", "--root", tree, "--on-error", "ignore"], "--on-error"),
+        (["--dataset", "imagenet", "--root", tree, "--entry-points-mb", "x"], "--entry-points-mb"),
+        (["--dataset", "imagenet", "--root", tree, "--entry-points-mb", "-1"],
+         "--entry-points-mb"),
+        (["--dataset", "synthetic", "--entry-points-mb", "0"], "--entry-points-mb"),
         (["--dataset", "imagenet", "--root", tree, "--split", "test"], "--split"),
         (["--dataset", "imagenet", "--root", ""], "--root"),
         (["--dataset", "imagenet", "--root", tree, "--stats-interval", "0"], "--stats-interval"),
@@ -499,7 +503,34 @@ def test_entropy_redone(env):
           f"own_entropy {pl['own_entropy']} of {pl['decoded_cpu']} decoded")
 
 
+def test_entry_points(env):
+    """Issue 21: entry points (--entry-points-mb, default on) give the same bytes as none in
+    every epoch, train and val, edge cases included (grayscale, CMYK, progressive, PNG,
+    truncated files and their replacements); from the second epoch on most decodes start at
+    them (entry_jumps), and their memory is reported (entry_point_bytes)."""
+    tree = env.mkdataset("tree", "--edge-cases")
+    epochs = 3
+    for split in ("train", "val"):
+        seen = {}
+        for name, extra in (("on", []), ("off", ["--entry-points-mb", "0"])):
+            rc, res, prc, err, st = env.serve(tree, epochs, "--split", split, *extra,
+                                              stats=f"points-{split}-{name}.json")
+            check(rc == 3 and prc == 0, f"{split} {name}: consumer exit {rc}, producer {prc}")
+            seen[name] = (res["epoch_digests"], st["pipeline"])
+        (on, pl_on), (off, pl_off) = seen["on"], seen["off"]
+        check(len(on) == epochs and on == off, f"{split}: entry points change the bytes")
+        later = pl_on["own_entropy"] * (epochs - 1) / epochs
+        print(f"{split}: {pl_on['entry_jumps']} of {pl_on['own_entropy']} decodes started at "
+              f"entry points, {pl_on['entry_point_bytes']} bytes of them")
+        check(pl_on["entry_jumps"] >= 0.6 * later,
+              f"{split}: {pl_on['entry_jumps']} jumps of {later:.0f} later decodes")
+        check(pl_on["entry_point_bytes"] > 0, f"{split}: no entry point memory reported")
+        check(pl_off["entry_jumps"] == 0 and pl_off["entry_point_bytes"] == 0,
+              f"{split}: --entry-points-mb 0 still used them: {pl_off}")
+
+
 TESTS = {
+    "entry_points": test_entry_points,
     "restart_markers": test_restart_markers,
     "entropy_redone": test_entropy_redone,
     "stage_stats": test_stage_stats,
