@@ -56,8 +56,9 @@ tsock__pipeline_points_put(struct tsock_pipeline *pl, uint64_t id, struct tsock_
     atomic_fetch_add_explicit(&pl->st_points_bytes,
                               (uint64_t)tsock__entry_points_bytes(p) - (uint64_t)bytes,
                               memory_order_relaxed);
+    /* acq_rel: a set another worker put back meanwhile is read (its size) and freed here */
     struct tsock__entry_points *old =
-        atomic_exchange_explicit(&pl->points[id], p, memory_order_release);
+        atomic_exchange_explicit(&pl->points[id], p, memory_order_acq_rel);
     if (old) { /* another decode of the file put its set back meanwhile: keep one */
         atomic_fetch_sub_explicit(&pl->st_points_bytes, tsock__entry_points_bytes(old),
                                   memory_order_relaxed);
