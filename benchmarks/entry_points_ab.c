@@ -1,0 +1,179 @@
+/* Entry points into each file's Huffman data (libtsock/image/entropy.c), with against without,
+ * on the same files, in one process.
+ *
+ *   tsock-bench-entry-points --root DIR [--repeat 5] [--epochs 4]
+ *
+ * Every .JPEG/.jpg/.jpeg file under DIR is read into memory. Then, `repeat` rounds; in each,
+ * for each preset (train: RandomResizedCrop 224 and flip, a new crop per file and epoch; val:
+ * Resize 256, CenterCrop 224), `epochs` epochs over every file, each epoch decoded twice in
+ * turn: without entry points, and with one set per file kept across the round's epochs (new
+ * sets every round, so that every round's first epoch learns). CPU time of this thread per
+ * image (CLOCK_THREAD_CPUTIME_ID) is summed separately for the first epoch and for the later
+ * ones. Prints one JSON object: per preset the medians over the rounds (first epoch and later
+ * epochs, with and without, and their ratios), the memory the sets held at the end of a round
+ * per file, and every round. The outputs with and without are compared, every epoch: any
+ * difference fails the run (exit status 1). */
+#define _XOPEN_SOURCE 700
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_files.h"
+#include "core/core.h"
+#include "image/image.h"
+
+#define OUT_BYTES (224 * 224 * 3)
+#define MAX_EPOCHS 16
+
+enum preset { TRAIN, VAL, PRESETS };
+static const char *const preset_name[PRESETS] = {"train", "val"};
+
+/* One epoch of preset p over every file, with the files' sets (NULL: without); returns CPU ms
+ * per image and writes the outputs to out. */
+static double
+epoch(enum preset p, struct tsock__decoder *d, struct tsock__entry_points **sets, int round, int e,
+      uint8_t *out)
+{
+    static const struct tsock__train_params train = {224, 0.08, 1.0, 3.0 / 4, 4.0 / 3, 1};
+    double t0 = thread_cpu_s();
+    for (size_t i = 0; i < g_count; i++) {
+        const struct file *f = &g_files[i];
+        uint8_t *o = out + i * OUT_BYTES;
+        int r;
+        tsock__decoder_set_entry_points(d, sets ? sets[i] : NULL);
+        if (p == TRAIN) {
+            struct tsock__rng rng;
+            tsock__rng_seed(&rng, tsock__mix64(((uint64_t)round << 40) ^ ((uint64_t)e << 32) ^ i));
+            r = tsock__preset_train(d, f->data, f->size, &rng, &train, o, NULL, NULL);
+        } else {
+            r = tsock__preset_val(d, f->data, f->size, 256, 224, o);
+        }
+        if (r != 0)
+            memset(o, 0, OUT_BYTES);
+    }
+    tsock__decoder_set_entry_points(d, NULL);
+    return (thread_cpu_s() - t0) / (double)g_count * 1e3;
+}
+
+/* Per preset and round: ms per image of the first epoch and of the later ones (mean over
+ * them), without [0] and with [1] entry points; bytes of sets per file. */
+struct figures {
+    double first[2][MAX_REPEAT], later[2][MAX_REPEAT], bytes[MAX_REPEAT];
+};
+
+static size_t
+one_round(enum preset p, struct tsock__decoder *d, int round, int epochs, struct figures *fig,
+          uint8_t *a, uint8_t *b)
+{
+    struct tsock__entry_points **sets = calloc(g_count, sizeof *sets);
+    size_t differ = 0;
+    for (size_t i = 0; i < g_count; i++)
+        if (!sets || !(sets[i] = tsock__entry_points_create())) {
+            fprintf(stderr, "tsock-bench-entry-points: out of memory\n");
+            exit(1);
+        }
+    fig->later[0][round] = fig->later[1][round] = 0;
+    for (int e = 0; e < epochs; e++) {
+        int with_first = (e + round) % 2; /* the order alternates */
+        double ms[2];
+        for (int k = 0; k < 2; k++) {
+            int with = k ^ !with_first;
+            ms[with] = epoch(p, d, with ? sets : NULL, round, e, with ? a : b);
+        }
+        for (size_t i = 0; i < g_count; i++)
+            differ += memcmp(a + i * OUT_BYTES, b + i * OUT_BYTES, OUT_BYTES) != 0;
+        for (int w = 0; w < 2; w++) {
+            if (e == 0)
+                fig->first[w][round] = ms[w];
+            else
+                fig->later[w][round] += ms[w] / (epochs - 1);
+        }
+    }
+    size_t bytes = 0;
+    for (size_t i = 0; i < g_count; i++) {
+        bytes += tsock__entry_points_bytes(sets[i]);
+        tsock__entry_points_destroy(sets[i]);
+    }
+    fig->bytes[round] = (double)bytes / (double)g_count;
+    free(sets);
+    return differ;
+}
+
+static void
+print_preset(enum preset p, const struct figures *f, int repeat)
+{
+    double first0 = median(f->first[0], repeat), first1 = median(f->first[1], repeat);
+    double later0 = median(f->later[0], repeat), later1 = median(f->later[1], repeat);
+    printf("  \"%s\": {\"first_epoch_without_ms\": %.4f, \"first_epoch_with_ms\": %.4f, "
+           "\"first_with_over_without\": %.4f,\n   \"later_epochs_without_ms\": %.4f, "
+           "\"later_epochs_with_ms\": %.4f, \"later_with_over_without\": %.4f, "
+           "\"entry_point_bytes_per_file\": %.0f,\n   \"rounds\": [",
+           preset_name[p], first0, first1, first1 / first0, later0, later1, later1 / later0,
+           median(f->bytes, repeat));
+    for (int r = 0; r < repeat; r++)
+        printf("%s{\"first\": [%.4f, %.4f], \"later\": [%.4f, %.4f]}", r ? ", " : "",
+               f->first[0][r], f->first[1][r], f->later[0][r], f->later[1][r]);
+    printf("]}");
+}
+
+static void
+usage(FILE *f)
+{
+    fprintf(f, "usage: tsock-bench-entry-points --root DIR [--repeat R] [--epochs E]\n");
+}
+
+int
+main(int argc, char **argv)
+{
+    const char *root = NULL;
+    int repeat = 5, epochs = 4;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--root") == 0 && v) {
+            root = argv[++i];
+        } else if (strcmp(a, "--repeat") == 0 && v) {
+            repeat = atoi(argv[++i]);
+        } else if (strcmp(a, "--epochs") == 0 && v) {
+            epochs = atoi(argv[++i]);
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!root || repeat < 1 || repeat > MAX_REPEAT || epochs < 2 || epochs > MAX_EPOCHS) {
+        usage(stderr);
+        return 2;
+    }
+    if (load_jpeg_tree("tsock-bench-entry-points", root) == 0)
+        return 1;
+
+    struct tsock__decoder *d;
+    uint8_t *a = malloc(g_count * OUT_BYTES), *b = malloc(g_count * OUT_BYTES);
+    if (tsock__decoder_create(&d) != 0 || !a || !b)
+        return 1;
+    static struct figures fig[PRESETS];
+    size_t differ = 0;
+    for (int round = 0; round < repeat; round++)
+        for (int p = 0; p < PRESETS; p++)
+            differ += one_round((enum preset)p, d, round, epochs, &fig[p], a, b);
+
+    printf("{\"benchmark\": \"entry_points_ab\", \"root\": ");
+    json_string(root);
+    printf(", \"files\": %zu, \"repeat\": %d, \"epochs\": %d, \"outputs_differing\": %zu,\n "
+           "\"results\": {\n",
+           g_count, repeat, epochs, differ);
+    for (int p = 0; p < PRESETS; p++) {
+        print_preset((enum preset)p, &fig[p], repeat);
+        printf("%s\n", p + 1 < PRESETS ? "," : "");
+    }
+    printf("}}\n");
+    tsock__decoder_destroy(d);
+    free(a);
+    free(b);
+    return differ ? 1 : 0;
+}
