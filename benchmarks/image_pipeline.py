@@ -58,6 +58,15 @@ each preset on each tree against the ORIGINAL tree's floor (the headline: issue 
 are stated against the full decode of the files a user has) and against its own tree's floor,
 how much bigger the files became, and the share of the images the producer decoded from the
 restart intervals under their crop alone (its final record's restart_windows / samples). Writes docs/benchmarks/image_pipeline_restarts.json.
+
+--mode entry-points measures what the entry points into each file's Huffman data save (issue
+21; --entry-points-mb, docs/pipeline.md): per round, interleaved, --repeat times, the decode
+floor (a) and, per preset, three producer runs at the largest --workers count: without entry
+points (--entry-points-mb 0) and with them (the default) for --epochs epochs, and with them for
+1 epoch. The epochs after the first cost (cpu(with) - cpu(1 epoch)) / (samples(with) -
+samples(1 epoch)) per image: what each epoch of a training run costs once the first has learnt
+every file's entry points. Reported against the floor's median, and each round against its own
+round's floor (the median of those ratios). Writes docs/benchmarks/image_pipeline_entry_points.json.
 """
 import argparse
 import json
@@ -554,9 +563,14 @@ def main_entry_points(args, out):
             row[name]["runs"] = r
         later = [1e3 * (on["cpu_s"] - first["cpu_s"]) / (on["samples"] - first["samples"])
                  for on, first in zip(runs[(preset, "on")], runs[(preset, "first")])]
+        # Each round's figure over the same round's floor: the machine's load drifts from
+        # round to round, and a round's runs share it.
+        per_round = [x / f["floor_cpu_ms_per_image"] for x, f in zip(later, floors)]
         row["epochs_2_on"] = {"cpu_ms_per_image": statistics.median(later),
                               "rounds": later,
-                              "over_floor": statistics.median(later) / floor_ms}
+                              "over_floor": statistics.median(later) / floor_ms,
+                              "over_round_floor_median": statistics.median(per_round),
+                              "over_round_floor_rounds": per_round}
         row["on_over_off"] = row["on"]["cpu_ms_per_image"] / row["off"]["cpu_ms_per_image"]
         row["entry_point_bytes_per_image"] = (row["on"]["entry_point_bytes"] or 0) / max(
             1, floors[0]["decodable"])
@@ -589,6 +603,8 @@ def print_entry_points(args, out):
                      "first": "first epoch alone", "epochs_2_on": "epochs 2 on"}[name]
             print(f"{preset + ': ' + label:<40} {row[name]['cpu_ms_per_image']:>12.3f} "
                   f"{row[name]['over_floor']:>8.3f}")
+        print(f"      epochs 2 on over each round's own floor: median "
+              f"{row['epochs_2_on']['over_round_floor_median']:.3f}")
         print(f"      on / off {row['on_over_off']:.3f}; "
               f"{100 * (row['on']['entry_jump_share'] or 0):.0f}% of the decodes started at "
               f"entry points; {row['entry_point_bytes_per_image']:.0f} bytes of them per image")

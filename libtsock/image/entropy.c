@@ -788,7 +788,7 @@ use_points(struct tsock__entropy *e, j_decompress_ptr cinfo, struct tsock__entry
     }
     e->points = p;
     e->mcu = e->synced = 0;
-    e->next_learn = p->known < p->count ? point_mcu(p, p->known) : UINT_MAX;
+    e->next_learn = known_end(p);
 #if HAVE_JPEGINT
     e->use_x0 = cinfo->master->first_iMCU_col;
     e->use_x1 = cinfo->master->last_iMCU_col + 1;

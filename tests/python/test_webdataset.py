@@ -337,7 +337,7 @@ def test_python_ensure_producer_and_serve_images(tsock, programs, data, tmp_path
     out = {}
     t = threading.Thread(target=lambda: out.setdefault("n", prod.serve_images(
         "webdataset", data["pax"], label_key="label", image_size=32, preset="val",
-        shuffle="shards", shard_window=3, wait_consumers=1)))
+        shuffle="shards", shard_window=3, wait_consumers=1, entry_points_mb=16)))
     t.start()
     try:
         got = read_images(tsock, ep2)
@@ -350,6 +350,9 @@ def test_python_ensure_producer_and_serve_images(tsock, programs, data, tmp_path
         assert got[i][1] == label
     with pytest.raises(ValueError):
         tsock.Producer(ep2).serve_images("webdataset", data["pax"], shuffle="sideways")
+    for bad in (-1, 1.5, True, 1 << 31):
+        with pytest.raises(ValueError, match="entry_points_mb"):
+            tsock.Producer(ep2).serve_images("webdataset", data["pax"], entry_points_mb=bad)
 
 
 def test_device_cuda_simulated_same_bytes(tsock, programs, procs, endpoint, data, monkeypatch):

@@ -149,6 +149,7 @@ for _name, _res, _args in (
         ("tsock_pipeline_set_seed", c_int, [c_void_p, c_uint64]),
         ("tsock_pipeline_set_on_error", c_int, [c_void_p, c_int]),
         ("tsock_pipeline_set_index_cache", c_int, [c_void_p, c_char_p]),
+        ("tsock_pipeline_set_entry_points", c_int, [c_void_p, c_uint64]),
         ("tsock_pipeline_set_shard_options", c_int, [c_void_p, c_char_p, c_char_p]),
         ("tsock_pipeline_open", c_int, [c_void_p]),
         ("tsock_pipeline_samples", c_uint64, [c_void_p]),

@@ -23,11 +23,16 @@ class Pipeline:
     """One tsock_pipeline: configured and opened (indexed) at construction."""
 
     def __init__(self, source, path, preset="train", image_size=224, workers=0, seed=0,
-                 on_error="skip", index_cache=None, split=None, label_key=None):
+                 on_error="skip", index_cache=None, split=None, label_key=None,
+                 entry_points_mb=None):
         _lib.require("tsock_pipeline_create", "Producer.serve_images")
         src = _choice("source", source, SOURCES)
         if src != SOURCES["webdataset"] and (split is not None or label_key is not None):
             raise ValueError("split= and label_key= are options of source='webdataset'")
+        if entry_points_mb is not None and (isinstance(entry_points_mb, bool) or
+                                            not isinstance(entry_points_mb, int) or
+                                            not 0 <= entry_points_mb <= 1 << 30):
+            raise ValueError(f"entry_points_mb={entry_points_mb!r}: MiB, 0..{1 << 30}")
         h = ctypes.c_void_p()
         _lib.check(lib.tsock_pipeline_create(ctypes.byref(h), src, str(path).encode()),
                    "tsock_pipeline_create")
@@ -46,6 +51,9 @@ class Pipeline:
             if index_cache is not None:
                 _lib.check(lib.tsock_pipeline_set_index_cache(self._h, str(index_cache).encode()),
                            "tsock_pipeline_set_index_cache")
+            if entry_points_mb is not None:
+                _lib.check(lib.tsock_pipeline_set_entry_points(self._h, entry_points_mb << 20),
+                           "tsock_pipeline_set_entry_points")
             if src == SOURCES["webdataset"]:
                 _lib.check(lib.tsock_pipeline_set_shard_options(
                     self._h, None if split is None else str(split).encode(),

@@ -470,7 +470,8 @@ class Producer:
 
     def serve_images(self, source, path, epochs=1, seed=0, preset="train", image_size=224,
                      workers=0, on_error="skip", index_cache=None, split=None, label_key=None,
-                     shuffle="samples", shard_window=4, wait_consumers=0, wait_timeout=None):
+                     shuffle="samples", shard_window=4, wait_consumers=0, wait_timeout=None,
+                     entry_points_mb=None):
         """Serves an image dataset with the library's own pipeline, as ``tsock-producer``
         does: it is indexed, read (io_uring) and decoded and augmented on native worker
         threads straight into the slots; batches hold "image" (uint8, image_size x
@@ -484,6 +485,9 @@ class Producer:
         preset: "train" (RandomResizedCrop + flip) or "val" (Resize + CenterCrop).
         workers: decoding threads (0: one per CPU). on_error: "skip" or "fail".
         index_cache: a file to keep the index in between runs.
+        entry_points_mb: memory (MiB) for the JPEGs' entry points kept across epochs, which let
+            later epochs decode only what their crop needs (None: the library's default, 1024;
+            0: none; docs/pipeline.md, "Entry points").
         split, label_key (webdataset): the split of the directory's timm info file, and the
             json field holding labels instead of the cls member.
         shuffle: "samples" (a permutation of all samples per epoch) or "shards" (webdataset:
@@ -501,7 +505,8 @@ class Producer:
         _pipeline.check_shuffle(shuffle, source, shard_window)
         pipe = _pipeline.Pipeline(source, path, preset=preset, image_size=image_size,
                                   workers=workers, seed=seed, on_error=on_error,
-                                  index_cache=index_cache, split=split, label_key=label_key)
+                                  index_cache=index_cache, split=split, label_key=label_key,
+                                  entry_points_mb=entry_points_mb)
         try:
             order = _pipeline.shard_order(shuffle, pipe, shard_window)
             self._start(None, (pipe.samples, int(seed), 0 if epochs is None else int(epochs)),
