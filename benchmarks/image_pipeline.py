@@ -61,12 +61,13 @@ restart intervals under their crop alone (its final record's restart_windows / s
 
 --mode entry-points measures what the entry points into each file's Huffman data save (issue
 21; --entry-points-mb, docs/pipeline.md): per round, interleaved, --repeat times, the decode
-floor (a) and, per preset, three producer runs at the largest --workers count: without entry
-points (--entry-points-mb 0) and with them (the default) for --epochs epochs, and with them for
-1 epoch. The epochs after the first cost (cpu(with) - cpu(1 epoch)) / (samples(with) -
-samples(1 epoch)) per image: what each epoch of a training run costs once the first has learnt
-every file's entry points. Reported against the floor's median, and each round against its own
-round's floor (the median of those ratios). Writes docs/benchmarks/image_pipeline_entry_points.json.
+floor (a) and, per preset, four producer runs at the largest --workers count: without entry
+points (--entry-points-mb 0) and with them (the default), each for --epochs epochs and for 1
+epoch. The epochs after the first cost (cpu(E epochs) - cpu(1 epoch)) / (samples(E epochs) -
+samples(1 epoch)) per image: what each epoch of a training run costs once the start-up is paid
+and (with them) the first epoch has learnt every file's entry points. Reported against the
+floor's median, and each round against its own round's floor (the median of those ratios).
+Writes docs/benchmarks/image_pipeline_entry_points.json.
 """
 import argparse
 import json
@@ -398,6 +399,20 @@ def main_shards(args, out):
     return 0
 
 
+def write_out(args, out, print_table):
+    """Ends a mode's run: the load at the end, the JSON written to --out, the table printed
+    (print_table(args, out)), the photographs' fallback said. Returns the exit status (0)."""
+    out["machine"]["load_avg_at_end"] = os.getloadavg()
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=2)
+        f.write("\n")
+    print_table(args, out)
+    print(f"written: {args.out}")
+    warn_fallback(args)
+    return 0
+
+
 def make_restart_copy(args, root, workdir):
     """A copy of the tree with restart markers (tsock-mkdataset --from-folder
     --restart-interval); returns (its path, tsock-mkdataset's JSON summary, the command)."""
@@ -475,15 +490,7 @@ def main_restarts(args, out):
         out["ratios"][f"{preset}_restarts_cpu_over_original_cpu"] = (
             out["results"]["restarts"]["presets"][preset]["cpu_ms_per_image"]
             / out["results"]["original"]["presets"][preset]["cpu_ms_per_image"])
-    out["machine"]["load_avg_at_end"] = os.getloadavg()
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=2)
-        f.write("\n")
-    print_restarts(args, out)
-    print(f"written: {args.out}")
-    warn_fallback(args)
-    return 0
+    return write_out(args, out, print_restarts)
 
 
 def print_restarts(args, out):
@@ -515,17 +522,19 @@ def print_restarts(args, out):
 
 
 def main_entry_points(args, out):
-    """--mode entry-points: per round, the floor (a) and, per preset, three producer runs at
-    the largest --workers count: --entry-points-mb 0 for --epochs epochs ("off"), the default
-    for --epochs epochs ("on"), the default for 1 epoch ("first"). Epochs 2 on cost
-    (cpu(on) - cpu(first)) / (samples(on) - samples(first)) per image: what every epoch of a
-    training run costs once the first has learnt each file's entry points."""
+    """--mode entry-points: per round, the floor (a) and, per preset, four producer runs at the
+    largest --workers count: --entry-points-mb 0 for --epochs epochs ("off") and for 1
+    ("off_first"), the default for --epochs epochs ("on") and for 1 ("first"). Epochs 2 on cost
+    (cpu(on) - cpu(first)) / (samples(on) - samples(first)) per image (and likewise without):
+    what every epoch of a training run costs once start-up is paid and the first epoch has
+    learnt each file's entry points."""
     workdir = tempfile.mkdtemp(prefix="tsock-entry-bench-")
     os.chmod(workdir, 0o700)
     top, epochs = args.workers[-1], max(2, args.epochs)
     floors, runs, commands = [], {}, {}
-    configs = {"off": (["--entry-points-mb", "0"], epochs), "on": ((), epochs),
-               "first": ((), 1)}
+    configs = {"off": (["--entry-points-mb", "0"], epochs), "off_first": (["--entry-points-mb",
+                                                                          "0"], 1),
+               "on": ((), epochs), "first": ((), 1)}
     try:
         root = dataset_root(args, workdir, out)
         for n in range(args.repeat):
@@ -561,17 +570,20 @@ def main_entry_points(args, out):
             row[name]["over_floor"] = row[name]["cpu_ms_per_image"] / floor_ms
             row[name]["producer_command"] = commands[(preset, name)]
             row[name]["runs"] = r
-        later = [1e3 * (on["cpu_s"] - first["cpu_s"]) / (on["samples"] - first["samples"])
-                 for on, first in zip(runs[(preset, "on")], runs[(preset, "first")])]
-        # Each round's figure over the same round's floor: the machine's load drifts from
-        # round to round, and a round's runs share it.
-        per_round = [x / f["floor_cpu_ms_per_image"] for x, f in zip(later, floors)]
-        row["epochs_2_on"] = {"cpu_ms_per_image": statistics.median(later),
-                              "rounds": later,
-                              "over_floor": statistics.median(later) / floor_ms,
-                              "over_round_floor_median": statistics.median(per_round),
-                              "over_round_floor_rounds": per_round}
+        for name, whole, first in (("epochs_2_on", "on", "first"),
+                                   ("epochs_2_on_without", "off", "off_first")):
+            later = [1e3 * (a["cpu_s"] - b["cpu_s"]) / (a["samples"] - b["samples"])
+                     for a, b in zip(runs[(preset, whole)], runs[(preset, first)])]
+            # Each round's figure over the same round's floor: the machine's load drifts from
+            # round to round, and a round's runs share it.
+            per_round = [x / f["floor_cpu_ms_per_image"] for x, f in zip(later, floors)]
+            row[name] = {"cpu_ms_per_image": statistics.median(later), "rounds": later,
+                         "over_floor": statistics.median(later) / floor_ms,
+                         "over_round_floor_median": statistics.median(per_round),
+                         "over_round_floor_rounds": per_round}
         row["on_over_off"] = row["on"]["cpu_ms_per_image"] / row["off"]["cpu_ms_per_image"]
+        row["epochs_2_on_with_over_without"] = (row["epochs_2_on"]["cpu_ms_per_image"] /
+                                                row["epochs_2_on_without"]["cpu_ms_per_image"])
         row["entry_point_bytes_per_image"] = (row["on"]["entry_point_bytes"] or 0) / max(
             1, floors[0]["decodable"])
         out["results"]["presets"][preset] = row
@@ -580,15 +592,7 @@ def main_entry_points(args, out):
             out["targets"][f"{preset}_{name}_over_floor"] = v
             out["targets"][f"{preset}_{name}_at_most_{limits[preset]}x_floor"] = \
                 v <= limits[preset]
-    out["machine"]["load_avg_at_end"] = os.getloadavg()
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=2)
-        f.write("\n")
-    print_entry_points(args, out)
-    print(f"written: {args.out}")
-    warn_fallback(args)
-    return 0
+    return write_out(args, out, print_entry_points)
 
 
 def print_entry_points(args, out):
@@ -598,14 +602,17 @@ def print_entry_points(args, out):
           "ms/image")
     print(f"{'preset / run':<40} {'CPU ms/image':>12} {'x floor':>8}")
     for preset, row in res["presets"].items():
-        for name in ("off", "on", "first", "epochs_2_on"):
-            label = {"off": "no entry points", "on": "entry points (default)",
-                     "first": "first epoch alone", "epochs_2_on": "epochs 2 on"}[name]
+        for name in ("off", "off_first", "epochs_2_on_without", "on", "first", "epochs_2_on"):
+            label = {"off": "no entry points", "off_first": "  first epoch alone",
+                     "epochs_2_on_without": "  epochs 2 on", "on": "entry points (default)",
+                     "first": "  first epoch alone", "epochs_2_on": "  epochs 2 on"}[name]
             print(f"{preset + ': ' + label:<40} {row[name]['cpu_ms_per_image']:>12.3f} "
                   f"{row[name]['over_floor']:>8.3f}")
         print(f"      epochs 2 on over each round's own floor: median "
-              f"{row['epochs_2_on']['over_round_floor_median']:.3f}")
-        print(f"      on / off {row['on_over_off']:.3f}; "
+              f"{row['epochs_2_on']['over_round_floor_median']:.3f} (without entry points "
+              f"{row['epochs_2_on_without']['over_round_floor_median']:.3f})")
+        print(f"      with / without: whole runs {row['on_over_off']:.3f}, epochs 2 on "
+              f"{row['epochs_2_on_with_over_without']:.3f}; "
               f"{100 * (row['on']['entry_jump_share'] or 0):.0f}% of the decodes started at "
               f"entry points; {row['entry_point_bytes_per_image']:.0f} bytes of them per image")
     for k, v in out["targets"].items():

@@ -39,6 +39,19 @@ on_log(void *user, int level, const char *message)
         log_hits++;
 }
 
+/* Opens a configured pipeline; NULL (a failed check) when it does not open. */
+static tsock_pipeline *
+opened(tsock_pipeline *pl)
+{
+    int r = tsock_pipeline_open(pl);
+    CHECK_EQ(r, 0);
+    if (r != 0) {
+        tsock_pipeline_destroy(pl);
+        return NULL;
+    }
+    return pl;
+}
+
 static tsock_pipeline *
 open_pipeline(const char *path, int source, int preset, int workers, int io, uint64_t seed,
               int on_error, const char *cache)
@@ -54,13 +67,7 @@ open_pipeline(const char *path, int source, int preset, int workers, int io, uin
     CHECK_EQ(tsock_pipeline_set_seed(pl, seed), 0);
     CHECK_EQ(tsock_pipeline_set_on_error(pl, on_error), 0);
     CHECK_EQ(tsock_pipeline_set_index_cache(pl, cache), 0);
-    int r = tsock_pipeline_open(pl);
-    CHECK_EQ(r, 0);
-    if (r != 0) {
-        tsock_pipeline_destroy(pl);
-        return NULL;
-    }
-    return pl;
+    return opened(pl);
 }
 
 static uint64_t
@@ -446,13 +453,7 @@ open_with_points(const char *root, int preset, uint64_t budget)
     CHECK_EQ(tsock_pipeline_set_workers(pl, 2), 0);
     CHECK_EQ(tsock_pipeline_set_seed(pl, 7), 0);
     CHECK_EQ(tsock_pipeline_set_entry_points(pl, budget), 0);
-    int r = tsock_pipeline_open(pl);
-    CHECK_EQ(r, 0);
-    if (r != 0) {
-        tsock_pipeline_destroy(pl);
-        return NULL;
-    }
-    return pl;
+    return opened(pl);
 }
 
 /* Entry points (tsock_pipeline_set_entry_points): three epochs of each preset give the same
