@@ -61,13 +61,15 @@ restart intervals under their crop alone (its final record's restart_windows / s
 
 --mode entry-points measures what the entry points into each file's Huffman data save (issue
 21; --entry-points-mb, docs/pipeline.md): per round, interleaved, --repeat times, the decode
-floor (a) and, per preset, four producer runs at the largest --workers count: without entry
-points (--entry-points-mb 0) and with them (the default), each for --epochs epochs and for 1
-epoch. The epochs after the first cost (cpu(E epochs) - cpu(1 epoch)) / (samples(E epochs) -
-samples(1 epoch)) per image: what each epoch of a training run costs once the start-up is paid
-and (with them) the first epoch has learnt every file's entry points. Reported against the
-floor's median, and each round against its own round's floor (the median of those ratios).
-Writes docs/benchmarks/image_pipeline_entry_points.json.
+floor (a) and, per preset, two producer runs of --epochs epochs at the largest --workers count,
+without entry points (--entry-points-mb 0) and with them (the default). Besides each whole
+run's CPU per image, the CPU per image of what it decoded after its first epoch: the
+difference of the process's CPU (cpu_s) between its first interval record (every 0.05 s) by
+which the workers had decoded a whole epoch (decoded_cpu) and its final record, over the
+images decoded in between. That is what each epoch of a training run costs once start-up is
+paid and the first epoch has learnt every file's entry points. Reported against the floor's
+median, and each round against its own round's floor (the median of those ratios). Writes
+docs/benchmarks/image_pipeline_entry_points.json.
 """
 import argparse
 import json
@@ -176,12 +178,29 @@ def epochs_for(args, workers):
     return max(args.epochs, args.epochs * workers // 2)
 
 
-def run_tsock(args, root, preset, workers, workdir, tag, source=None, extra=(), epochs=None):
+def after_first_epoch(stats, final):
+    """The CPU per image of what a run decoded after its first epoch: from the producer's first
+    interval record by which it had decoded a whole epoch (decoded_cpu, which counts decodes as
+    they finish, not publications, which trail them by up to the ring's slots) to its final
+    record. None when no interval record came after the first epoch."""
+    with open(stats) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    epoch = final["dataset_samples"]
+    for rec in records:
+        if rec.get("type") == "interval" and rec.get("decoded_cpu", 0) >= epoch:
+            n = final["pipeline"]["decoded_cpu"] - rec["decoded_cpu"]
+            return 1e3 * (final["cpu_s"] - rec["cpu_s"]) / n if n > 0 else None
+    return None
+
+
+def run_tsock(args, root, preset, workers, workdir, tag, source=None, extra=(), epochs=None,
+              steady=False):
     """One producer + one consumer; returns the figures of the producer's final record and the
     consumer's. The consumer checks ids, labels and coverage but reads no image bytes
     (--no-digest), so that it never limits the producer's rate. `source`: the dataset flags
     (default: --dataset imagenet --root ROOT); `extra`: more producer flags; `epochs`: the
-    run's epochs (default: epochs_for)."""
+    run's epochs (default: epochs_for); `steady`: interval records every 0.05 s, for the CPU
+    per image after the first epoch (after_first_epoch)."""
     endpoint = f"ipc://{workdir}/{tag}.sock"
     stats = os.path.join(workdir, f"{tag}.jsonl")
     epochs = epochs or epochs_for(args, workers)
@@ -190,7 +209,7 @@ def run_tsock(args, root, preset, workers, workdir, tag, source=None, extra=(), 
     pcmd = [args.producer, *source, "--split", preset,
             "--workers", str(workers), "--batch-size", str(args.batch_size), "--epochs",
             str(epochs), "--endpoint", endpoint, "--wait-consumers", "1", "--stats-json",
-            stats, "--quiet", *extra]
+            stats, "--quiet", *extra, *(["--stats-interval", "0.05"] if steady else [])]
     ccmd = [args.consume, "--endpoint", endpoint, "--content", "images", "--no-digest",
             "--epochs", str(epochs), "--json", "--quiet", "--trace-times"]
     final, c = serve_and_consume(pcmd, ccmd, stats)
@@ -213,6 +232,7 @@ def run_tsock(args, root, preset, workers, workdir, tag, source=None, extra=(), 
         "preset": preset,
         "workers": workers,
         "epochs": epochs,
+        "after_first_epoch_cpu_ms_per_image": after_first_epoch(stats, final) if steady else None,
         "samples": n,
         "cpu_s": final["cpu_s"],
         "wall_s": final["wall_s"],
@@ -522,19 +542,16 @@ def print_restarts(args, out):
 
 
 def main_entry_points(args, out):
-    """--mode entry-points: per round, the floor (a) and, per preset, four producer runs at the
-    largest --workers count: --entry-points-mb 0 for --epochs epochs ("off") and for 1
-    ("off_first"), the default for --epochs epochs ("on") and for 1 ("first"). Epochs 2 on cost
-    (cpu(on) - cpu(first)) / (samples(on) - samples(first)) per image (and likewise without):
-    what every epoch of a training run costs once start-up is paid and the first epoch has
-    learnt each file's entry points."""
+    """--mode entry-points: per round, the floor (a) and, per preset, two producer runs of
+    --epochs epochs at the largest --workers count, with entry points (the default, "on") and
+    without (--entry-points-mb 0, "off"), their order alternating. Besides each whole run, the
+    CPU per image of what it decoded after its first epoch (after_first_epoch): what every
+    epoch of a training run costs once the first has learnt each file's entry points."""
     workdir = tempfile.mkdtemp(prefix="tsock-entry-bench-")
     os.chmod(workdir, 0o700)
     top, epochs = args.workers[-1], max(2, args.epochs)
     floors, runs, commands = [], {}, {}
-    configs = {"off": (["--entry-points-mb", "0"], epochs), "off_first": (["--entry-points-mb",
-                                                                          "0"], 1),
-               "on": ((), epochs), "first": ((), 1)}
+    configs = {"off": ["--entry-points-mb", "0"], "on": []}
     try:
         root = dataset_root(args, workdir, out)
         for n in range(args.repeat):
@@ -544,9 +561,12 @@ def main_entry_points(args, out):
             order = list(configs) if n % 2 == 0 else list(reversed(configs))
             for preset in args.presets:
                 for name in order:
-                    extra, e = configs[name]
                     res, pcmd, _ = run_tsock(args, root, preset, top, workdir,
-                                             f"{preset}-{name}-{n}", extra=extra, epochs=e)
+                                             f"{preset}-{name}-{n}", extra=configs[name],
+                                             epochs=epochs, steady=True)
+                    if res["after_first_epoch_cpu_ms_per_image"] is None:
+                        raise RuntimeError(f"{preset} {name}: no interval record after the "
+                                           "first epoch (more --epochs)")
                     runs.setdefault((preset, name), []).append(res)
                     commands[(preset, name)] = " ".join(pcmd)
     finally:
@@ -563,32 +583,27 @@ def main_entry_points(args, out):
         row = {}
         for name in configs:
             r = runs[(preset, name)]
-            row[name] = {k: med(r, k) for k in PRESET_KEYS + ("entry_jump_share",
-                                                              "entry_point_bytes")}
+            row[name] = {k: med(r, k) for k in PRESET_KEYS + (
+                "entry_jump_share", "entry_point_bytes", "after_first_epoch_cpu_ms_per_image")}
             row[name].update({k: {sub: med(r, k, sub) for sub in r[0][k]}
                               for k in PRESET_NESTED})
             row[name]["over_floor"] = row[name]["cpu_ms_per_image"] / floor_ms
-            row[name]["producer_command"] = commands[(preset, name)]
-            row[name]["runs"] = r
-        for name, whole, first in (("epochs_2_on", "on", "first"),
-                                   ("epochs_2_on_without", "off", "off_first")):
-            later = [1e3 * (a["cpu_s"] - b["cpu_s"]) / (a["samples"] - b["samples"])
-                     for a, b in zip(runs[(preset, whole)], runs[(preset, first)])]
+            row[name]["after_first_epoch_over_floor"] = (
+                row[name]["after_first_epoch_cpu_ms_per_image"] / floor_ms)
             # Each round's figure over the same round's floor: the machine's load drifts from
             # round to round, and a round's runs share it.
-            per_round = [x / f["floor_cpu_ms_per_image"] for x, f in zip(later, floors)]
-            row[name] = {"cpu_ms_per_image": statistics.median(later), "rounds": later,
-                         "over_floor": statistics.median(later) / floor_ms,
-                         "over_round_floor_median": statistics.median(per_round),
-                         "over_round_floor_rounds": per_round}
-        row["on_over_off"] = row["on"]["cpu_ms_per_image"] / row["off"]["cpu_ms_per_image"]
-        row["epochs_2_on_with_over_without"] = (row["epochs_2_on"]["cpu_ms_per_image"] /
-                                                row["epochs_2_on_without"]["cpu_ms_per_image"])
+            row[name]["after_first_epoch_over_round_floor"] = statistics.median(
+                x["after_first_epoch_cpu_ms_per_image"] / f["floor_cpu_ms_per_image"]
+                for x, f in zip(r, floors))
+            row[name]["producer_command"] = commands[(preset, name)]
+            row[name]["runs"] = r
+        for k in ("cpu_ms_per_image", "after_first_epoch_cpu_ms_per_image"):
+            row[f"{k}_on_over_off"] = row["on"][k] / row["off"][k]
         row["entry_point_bytes_per_image"] = (row["on"]["entry_point_bytes"] or 0) / max(
             1, floors[0]["decodable"])
         out["results"]["presets"][preset] = row
         for name, v in (("whole_run", row["on"]["over_floor"]),
-                        ("epochs_2_on", row["epochs_2_on"]["over_floor"])):
+                        ("after_first_epoch", row["on"]["after_first_epoch_over_floor"])):
             out["targets"][f"{preset}_{name}_over_floor"] = v
             out["targets"][f"{preset}_{name}_at_most_{limits[preset]}x_floor"] = \
                 v <= limits[preset]
@@ -600,19 +615,18 @@ def print_entry_points(args, out):
     print(f"{args.workers[-1]} workers, {out['config']['epochs_per_run']} epochs a run; "
           f"medians of {args.repeat}; decode floor {res['floor_cpu_ms_per_image']:.3f} "
           "ms/image")
-    print(f"{'preset / run':<40} {'CPU ms/image':>12} {'x floor':>8}")
+    print(f"{'preset / run':<44} {'CPU ms/image':>12} {'x floor':>8}")
     for preset, row in res["presets"].items():
-        for name in ("off", "off_first", "epochs_2_on_without", "on", "first", "epochs_2_on"):
-            label = {"off": "no entry points", "off_first": "  first epoch alone",
-                     "epochs_2_on_without": "  epochs 2 on", "on": "entry points (default)",
-                     "first": "  first epoch alone", "epochs_2_on": "  epochs 2 on"}[name]
-            print(f"{preset + ': ' + label:<40} {row[name]['cpu_ms_per_image']:>12.3f} "
-                  f"{row[name]['over_floor']:>8.3f}")
-        print(f"      epochs 2 on over each round's own floor: median "
-              f"{row['epochs_2_on']['over_round_floor_median']:.3f} (without entry points "
-              f"{row['epochs_2_on_without']['over_round_floor_median']:.3f})")
-        print(f"      with / without: whole runs {row['on_over_off']:.3f}, epochs 2 on "
-              f"{row['epochs_2_on_with_over_without']:.3f}; "
+        for name, label in (("off", "without entry points"), ("on", "with entry points")):
+            r = row[name]
+            print(f"{preset + ': ' + label + ', whole run':<44} {r['cpu_ms_per_image']:>12.3f} "
+                  f"{r['over_floor']:>8.3f}")
+            print(f"{preset + ': ' + label + ', after epoch 1':<44} "
+                  f"{r['after_first_epoch_cpu_ms_per_image']:>12.3f} "
+                  f"{r['after_first_epoch_over_floor']:>8.3f}   (per round: "
+                  f"{r['after_first_epoch_over_round_floor']:.3f})")
+        print(f"      with / without: whole runs {row['cpu_ms_per_image_on_over_off']:.3f}, "
+              f"after epoch 1 {row['after_first_epoch_cpu_ms_per_image_on_over_off']:.3f}; "
               f"{100 * (row['on']['entry_jump_share'] or 0):.0f}% of the decodes started at "
               f"entry points; {row['entry_point_bytes_per_image']:.0f} bytes of them per image")
     for k, v in out["targets"].items():

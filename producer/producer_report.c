@@ -382,6 +382,8 @@ reporter_tick(struct reporter *r, const struct run_stats *st, struct consumer_ta
     jw_num(&w, "mb_read_per_s", x.mb_read_s);
     jw_num(&w, "decode_ms_per_image", x.decode_ms);
     jw_num(&w, "cpu_percent", x.cpu_pct);
+    jw_num(&w, "cpu_s", r->last_cpu); /* the process's CPU so far: a later record's difference
+                                         is what the epochs between them cost */
     if (r->pipeline) {
         jw_u64(&w, "decoded_gpu", pipeline_stat(r->pipeline, TSOCK_PIPELINE_DECODED_GPU));
         jw_u64(&w, "decoded_cpu", pipeline_stat(r->pipeline, TSOCK_PIPELINE_DECODED_CPU));
