@@ -107,6 +107,41 @@ json_string(const char *s)
     putchar('"');
 }
 
+/* One "--NAME VALUE" option of a benchmark's command line: VALUE goes to *text (a string) or,
+ * read with atoi, to *number. */
+struct bench_opt {
+    const char *name;
+    const char **text;
+    int *number;
+};
+
+/* The decode benchmarks' command lines: every argument is --help or one of `opts` followed by
+ * its value. Returns 0 when parsed, 1 for --help (printed to stdout), 2 for anything else
+ * (printed to stderr); `usage` is the one line that says how to call the program. */
+static int
+bench_parse(int argc, char **argv, const struct bench_opt *opts, size_t n, const char *usage)
+{
+    for (int i = 1; i < argc; i++) {
+        size_t k = 0;
+        if (strcmp(argv[i], "--help") == 0) {
+            printf("%s\n", usage);
+            return 1;
+        }
+        while (k < n && (strcmp(argv[i], opts[k].name) != 0 || i + 1 >= argc))
+            k++;
+        if (k == n) {
+            fprintf(stderr, "%s\n", usage);
+            return 2;
+        }
+        i++;
+        if (opts[k].text)
+            *opts[k].text = argv[i];
+        else
+            *opts[k].number = atoi(argv[i]);
+    }
+    return 0;
+}
+
 /* Collects every JPEG file under root and reads them all. Returns the count, or 0 (said on
  * stderr, with `prog` first) when there is none or one cannot be read. */
 static size_t

@@ -51,43 +51,23 @@ wall_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void
-usage(FILE *f)
-{
-    fprintf(f, "usage: tsock-bench-decode --root DIR [--repeat R] [--batch-size B] "
-               "[--image-size N]\n");
-}
+#define USAGE "usage: tsock-bench-decode --root DIR [--repeat R] [--batch-size B] [--image-size N]"
 
 int
 main(int argc, char **argv)
 {
     const char *root = NULL;
     int repeat = 3, batch = 64, size = 224;
+    const struct bench_opt opts[] = {{"--root", &root, NULL},
+                                     {"--repeat", NULL, &repeat},
+                                     {"--batch-size", NULL, &batch},
+                                     {"--image-size", NULL, &size}};
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--root") == 0 && v) {
-            root = v;
-            i++;
-        } else if (strcmp(a, "--repeat") == 0 && v) {
-            repeat = atoi(v);
-            i++;
-        } else if (strcmp(a, "--batch-size") == 0 && v) {
-            batch = atoi(v);
-            i++;
-        } else if (strcmp(a, "--image-size") == 0 && v) {
-            size = atoi(v);
-            i++;
-        } else {
-            usage(stderr);
-            return 2;
-        }
-    }
+    int parsed = bench_parse(argc, argv, opts, sizeof opts / sizeof *opts, USAGE);
+    if (parsed != 0)
+        return parsed == 1 ? 0 : 2;
     if (!root || repeat < 1 || repeat > MAX_REPEAT || batch < 1 || size < 1 || size > 8192) {
-        usage(stderr);
+        fprintf(stderr, "%s\n", USAGE);
         return 2;
     }
 

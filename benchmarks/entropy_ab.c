@@ -116,34 +116,20 @@ run(enum config c, struct tsock__decoder *d, int own, int round, uint8_t *out, s
     return (thread_cpu_s() - t0) / (double)g_count * 1e3;
 }
 
-static void
-usage(FILE *f)
-{
-    fprintf(f, "usage: tsock-bench-entropy --root DIR [--repeat R]\n");
-}
+#define USAGE "usage: tsock-bench-entropy --root DIR [--repeat R]"
 
 int
 main(int argc, char **argv)
 {
     const char *root = NULL;
     int repeat = 5;
+    const struct bench_opt opts[] = {{"--root", &root, NULL}, {"--repeat", NULL, &repeat}};
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--root") == 0 && v) {
-            root = argv[++i];
-        } else if (strcmp(a, "--repeat") == 0 && v) {
-            repeat = atoi(argv[++i]);
-        } else {
-            usage(stderr);
-            return 2;
-        }
-    }
+    int parsed = bench_parse(argc, argv, opts, sizeof opts / sizeof *opts, USAGE);
+    if (parsed != 0)
+        return parsed == 1 ? 0 : 2;
     if (!root || repeat < 1 || repeat > MAX_REPEAT) {
-        usage(stderr);
+        fprintf(stderr, "%s\n", USAGE);
         return 2;
     }
     if (load_jpeg_tree("tsock-bench-entropy", root) == 0)

@@ -117,36 +117,21 @@ print_preset(enum preset p, const struct figures *f, int repeat)
     printf("]}");
 }
 
-static void
-usage(FILE *f)
-{
-    fprintf(f, "usage: tsock-bench-entry-points --root DIR [--repeat R] [--epochs E]\n");
-}
+#define USAGE "usage: tsock-bench-entry-points --root DIR [--repeat R] [--epochs E]"
 
 int
 main(int argc, char **argv)
 {
     const char *root = NULL;
     int repeat = 5, epochs = 4;
+    const struct bench_opt opts[] = {
+        {"--root", &root, NULL}, {"--repeat", NULL, &repeat}, {"--epochs", NULL, &epochs}};
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--root") == 0 && v) {
-            root = argv[++i];
-        } else if (strcmp(a, "--repeat") == 0 && v) {
-            repeat = atoi(argv[++i]);
-        } else if (strcmp(a, "--epochs") == 0 && v) {
-            epochs = atoi(argv[++i]);
-        } else {
-            usage(stderr);
-            return 2;
-        }
-    }
+    int parsed = bench_parse(argc, argv, opts, sizeof opts / sizeof *opts, USAGE);
+    if (parsed != 0)
+        return parsed == 1 ? 0 : 2;
     if (!root || repeat < 1 || repeat > MAX_REPEAT || epochs < 2 || epochs > MAX_EPOCHS) {
-        usage(stderr);
+        fprintf(stderr, "%s\n", USAGE);
         return 2;
     }
     if (load_jpeg_tree("tsock-bench-entry-points", root) == 0)
