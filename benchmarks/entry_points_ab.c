@@ -1,18 +1,20 @@
 /* Entry points into each file's Huffman data (libtsock/image/entropy.c), with against without,
- * on the same files, in one process.
+ * on the same files, in one process; or, with --compare avx512, the AVX-512 resampling passes
+ * against the AVX2 ones (libtsock/image/resize.c), both with entry points.
  *
- *   tsock-bench-entry-points --root DIR [--repeat 5] [--epochs 4]
+ *   tsock-bench-entry-points --root DIR [--repeat 5] [--epochs 4] [--compare entry-points|avx512]
  *
  * Every .JPEG/.jpg/.jpeg file under DIR is read into memory. Then, `repeat` rounds; in each,
  * for each preset (train: RandomResizedCrop 224 and flip, a new crop per file and epoch; val:
  * Resize 256, CenterCrop 224), `epochs` epochs over every file, each epoch decoded twice in
- * turn: without entry points, and with one set per file kept across the round's epochs (new
- * sets every round, so that every round's first epoch learns). CPU time of this thread per
+ * turn: "without" (no entry points; or AVX2 resampling) and "with" (one set of entry points per
+ * file kept across the round's epochs, new sets every round so that every round's first epoch
+ * learns; or AVX-512 resampling, the sets shared by both sides). CPU time of this thread per
  * image (CLOCK_THREAD_CPUTIME_ID) is summed separately for the first epoch and for the later
- * ones. Prints one JSON object: per preset the medians over the rounds (first epoch and later
- * epochs, with and without, and their ratios), the memory the sets held at the end of a round
- * per file, and every round. The outputs with and without are compared, every epoch: any
- * difference fails the run (exit status 1). */
+ * ones, and so is the decoder's resampling stage. Prints one JSON object: per preset the
+ * medians over the rounds (first epoch and later epochs, with and without, and their ratios),
+ * the memory the sets held at the end of a round per file, and every round. The outputs with
+ * and without are compared, every epoch: any difference fails the run (exit status 1). */
 #define _XOPEN_SOURCE 700
 #include <stdint.h>
 #include <stdio.h>
@@ -29,13 +31,32 @@
 enum preset { TRAIN, VAL, PRESETS };
 static const char *const preset_name[PRESETS] = {"train", "val"};
 
-/* One epoch of preset p over every file, with the files' sets (NULL: without); returns CPU ms
- * per image and writes the outputs to out. */
+/* What the two sides differ in: --compare entry-points (the default) or avx512. */
+enum compare { ENTRY_POINTS, AVX512 };
+
+/* The decoder's flags and whether it gets the files' sets, for each side. */
+static int
+side_flags(enum compare cmp, int with)
+{
+    return cmp == AVX512 && !with ? TSOCK__DECODE_NO_AVX512 : 0;
+}
+
+static int
+side_uses_sets(enum compare cmp, int with)
+{
+    return cmp == AVX512 || with;
+}
+
+/* One epoch of preset p over every file, with the files' sets (NULL: without) and the
+ * decoder's flags; returns CPU ms per image, adds the resampling stage's ms per image to
+ * *resample_ms, and writes the outputs to out. */
 static double
-epoch(enum preset p, struct tsock__decoder *d, struct tsock__entry_points **sets, int round, int e,
-      uint8_t *out)
+epoch(enum preset p, struct tsock__decoder *d, struct tsock__entry_points **sets, int flags,
+      int round, int e, uint8_t *out, double *resample_ms)
 {
     static const struct tsock__train_params train = {224, 0.08, 1.0, 3.0 / 4, 4.0 / 3, 1};
+    uint64_t resample_ns = 0;
+    tsock__decoder_set_flags(d, flags);
     double t0 = thread_cpu_s();
     for (size_t i = 0; i < g_count; i++) {
         const struct file *f = &g_files[i];
@@ -51,20 +72,25 @@ epoch(enum preset p, struct tsock__decoder *d, struct tsock__entry_points **sets
         }
         if (r != 0)
             memset(o, 0, OUT_BYTES);
+        resample_ns += tsock__decoder_report(d)->resample_ns;
     }
+    double ms = (thread_cpu_s() - t0) / (double)g_count * 1e3;
     tsock__decoder_set_entry_points(d, NULL);
-    return (thread_cpu_s() - t0) / (double)g_count * 1e3;
+    tsock__decoder_set_flags(d, 0);
+    *resample_ms += (double)resample_ns / 1e6 / (double)g_count;
+    return ms;
 }
 
 /* Per preset and round: ms per image of the first epoch and of the later ones (mean over
  * them), without [0] and with [1] entry points; bytes of sets per file. */
 struct figures {
     double first[2][MAX_REPEAT], later[2][MAX_REPEAT], bytes[MAX_REPEAT];
+    double later_resample[2][MAX_REPEAT]; /* the resampling stage, later epochs */
 };
 
 static size_t
-one_round(enum preset p, struct tsock__decoder *d, int round, int epochs, struct figures *fig,
-          uint8_t *a, uint8_t *b)
+one_round(enum compare cmp, enum preset p, struct tsock__decoder *d, int round, int epochs,
+          struct figures *fig, uint8_t *a, uint8_t *b)
 {
     struct tsock__entry_points **sets = calloc(g_count, sizeof *sets);
     size_t differ = 0;
@@ -74,20 +100,24 @@ one_round(enum preset p, struct tsock__decoder *d, int round, int epochs, struct
             exit(1);
         }
     fig->later[0][round] = fig->later[1][round] = 0;
+    fig->later_resample[0][round] = fig->later_resample[1][round] = 0;
     for (int e = 0; e < epochs; e++) {
         int with_first = (e + round) % 2; /* the order alternates */
-        double ms[2];
+        double ms[2], resample[2] = {0, 0};
         for (int k = 0; k < 2; k++) {
             int with = k ^ !with_first;
-            ms[with] = epoch(p, d, with ? sets : NULL, round, e, with ? a : b);
+            ms[with] = epoch(p, d, side_uses_sets(cmp, with) ? sets : NULL, side_flags(cmp, with),
+                             round, e, with ? a : b, &resample[with]);
         }
         for (size_t i = 0; i < g_count; i++)
             differ += memcmp(a + i * OUT_BYTES, b + i * OUT_BYTES, OUT_BYTES) != 0;
         for (int w = 0; w < 2; w++) {
-            if (e == 0)
+            if (e == 0) {
                 fig->first[w][round] = ms[w];
-            else
+            } else {
                 fig->later[w][round] += ms[w] / (epochs - 1);
+                fig->later_resample[w][round] += resample[w] / (epochs - 1);
+            }
         }
     }
     size_t bytes = 0;
@@ -108,8 +138,10 @@ print_preset(enum preset p, const struct figures *f, int repeat)
     printf("  \"%s\": {\"first_epoch_without_ms\": %.4f, \"first_epoch_with_ms\": %.4f, "
            "\"first_with_over_without\": %.4f,\n   \"later_epochs_without_ms\": %.4f, "
            "\"later_epochs_with_ms\": %.4f, \"later_with_over_without\": %.4f, "
+           "\"later_epochs_resample_without_ms\": %.4f, \"later_epochs_resample_with_ms\": %.4f, "
            "\"entry_point_bytes_per_file\": %.0f,\n   \"rounds\": [",
            preset_name[p], first0, first1, first1 / first0, later0, later1, later1 / later0,
+           median(f->later_resample[0], repeat), median(f->later_resample[1], repeat),
            median(f->bytes, repeat));
     for (int r = 0; r < repeat; r++)
         printf("%s{\"first\": [%.4f, %.4f], \"later\": [%.4f, %.4f]}", r ? ", " : "",
@@ -117,23 +149,29 @@ print_preset(enum preset p, const struct figures *f, int repeat)
     printf("]}");
 }
 
-#define USAGE "usage: tsock-bench-entry-points --root DIR [--repeat R] [--epochs E]"
+#define USAGE                                                                                      \
+    "usage: tsock-bench-entry-points --root DIR [--repeat R] [--epochs E] "                        \
+    "[--compare entry-points|avx512]"
 
 int
 main(int argc, char **argv)
 {
-    const char *root = NULL;
+    const char *root = NULL, *compare = "entry-points";
     int repeat = 5, epochs = 4;
-    const struct bench_opt opts[] = {
-        {"--root", &root, NULL}, {"--repeat", NULL, &repeat}, {"--epochs", NULL, &epochs}};
+    const struct bench_opt opts[] = {{"--root", &root, NULL},
+                                     {"--repeat", NULL, &repeat},
+                                     {"--epochs", NULL, &epochs},
+                                     {"--compare", &compare, NULL}};
 
     int parsed = bench_parse(argc, argv, opts, sizeof opts / sizeof *opts, USAGE);
     if (parsed != 0)
         return parsed == 1 ? 0 : 2;
-    if (!root || repeat < 1 || repeat > MAX_REPEAT || epochs < 2 || epochs > MAX_EPOCHS) {
+    const int known = !strcmp(compare, "entry-points") || !strcmp(compare, "avx512");
+    if (!root || repeat < 1 || repeat > MAX_REPEAT || epochs < 2 || epochs > MAX_EPOCHS || !known) {
         fprintf(stderr, "%s\n", USAGE);
         return 2;
     }
+    const enum compare cmp = strcmp(compare, "avx512") ? ENTRY_POINTS : AVX512;
     if (load_jpeg_tree("tsock-bench-entry-points", root) == 0)
         return 1;
 
@@ -145,9 +183,12 @@ main(int argc, char **argv)
     size_t differ = 0;
     for (int round = 0; round < repeat; round++)
         for (int p = 0; p < PRESETS; p++)
-            differ += one_round((enum preset)p, d, round, epochs, &fig[p], a, b);
+            differ += one_round(cmp, (enum preset)p, d, round, epochs, &fig[p], a, b);
 
-    printf("{\"benchmark\": \"entry_points_ab\", \"root\": ");
+    printf("{\"benchmark\": \"entry_points_ab\", \"compare\": \"%s\", \"without\": \"%s\", "
+           "\"with\": \"%s\", \"root\": ",
+           compare, cmp == AVX512 ? "AVX2 resampling, entry points" : "no entry points",
+           cmp == AVX512 ? "AVX-512 resampling, entry points" : "entry points");
     json_string(root);
     printf(", \"files\": %zu, \"repeat\": %d, \"epochs\": %d, \"outputs_differing\": %zu,\n "
            "\"results\": {\n",

@@ -146,6 +146,7 @@ void tsock__decoder_set_limits(struct tsock__decoder *d, uint64_t max_pixels, in
 #define TSOCK__DECODE_NO_AVX2 4         /* resample with SSE2 / plain C even where AVX2 is there */
 #define TSOCK__DECODE_NO_RESTARTS 8     /* never decode a JPEG from its restart intervals */
 #define TSOCK__DECODE_NO_OWN_ENTROPY 16 /* leave a JPEG's Huffman data to libjpeg's decoder */
+#define TSOCK__DECODE_NO_AVX512 32      /* resample with AVX2 even where AVX-512 is there */
 void tsock__decoder_set_flags(struct tsock__decoder *d, int flags);
 
 /* Entry points into one file's Huffman data (entropy.c), learnt while decoding it, so that a

@@ -33,8 +33,9 @@ struct tsock__coeffs {
     double in0, in1;
     int in_size, out_size, win0, win_n, reverse;
     int valid;
-    int no_avx2; /* use the SSE2 / plain passes even where AVX2 is there (tests) */
-    int bicubic; /* PIL's bicubic filter instead of the bilinear (tsock__decoder_set_filter) */
+    int no_avx2;   /* use the SSE2 / plain passes even where AVX2 is there (tests) */
+    int no_avx512; /* use the AVX2 (or SSE2 / plain) passes even where AVX-512 is there */
+    int bicubic;   /* PIL's bicubic filter instead of the bilinear (tsock__decoder_set_filter) */
     int computed_bicubic; /* the filter the table was computed for (part of the key) */
     int ksize;
     int *bounds;

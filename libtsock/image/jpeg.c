@@ -488,10 +488,12 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
             if (in_comps == 4) /* PIL converts before it resizes; in place, pitch unchanged */
                 for (int i = a; i < b; i++)
                     tsock__cmyk_to_rgb(ptrs[i], ptrs[i], (int)xw);
+            /* Each line is followed by the next or by the buffer's slack: the SIMD passes may
+             * load those bytes (they weigh 0), which keeps the last pixels off the slow path. */
             if (pl.hfirst && a < b)
                 tsock__resample_rows(
-                    &d->ch, ptrs[a], line_bytes, (size_t)xw * (size_t)px, col0 - pl.clamp_x, px,
-                    nch, rows + (size_t)(y + a - pl.need_y0) * keep_bytes, keep_bytes, b - a);
+                    &d->ch, ptrs[a], line_bytes, line_bytes + TSOCK__BUF_SLACK, col0 - pl.clamp_x,
+                    px, nch, rows + (size_t)(y + a - pl.need_y0) * keep_bytes, keep_bytes, b - a);
             stage_switch(&clk, &d->report.resample_ns);
         }
         d->report.rows_read = o.y + (int)cinfo->output_scanline;

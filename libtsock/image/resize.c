@@ -523,6 +523,137 @@ rows4_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *const in[4], size_t
 }
 #endif
 
+#ifdef TSOCK__AVX2
+/* The AVX-512 horizontal pass: eight rows at once, four in each 512-bit vector (one per
+ * 128-bit lane), so each broadcast of a pair of taps serves eight rows, and vpdpwssd (VNNI)
+ * multiplies and adds in one instruction. Same loads, shuffles and sums as pixel4_rgb_avx2,
+ * so the same bytes; about half the instructions per pixel. */
+#define TSOCK__AVX512_TARGET "avx512f,avx512bw,avx512vl,avx512vnni"
+
+static int
+has_avx512(void)
+{
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
+/* 16 bytes at off of four rows, one row per 128-bit lane. */
+__attribute__((target(TSOCK__AVX512_TARGET), always_inline)) static inline __m512i
+lanes4(const uint8_t *const in[4], size_t off)
+{
+    __m512i x =
+        _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)(in[0] + off)));
+    x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(const void *)(in[1] + off)), 1);
+    x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(const void *)(in[2] + off)), 2);
+    return _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(const void *)(in[3] + off)), 3);
+}
+
+/* tap_pair for eight rows: xa holds rows 0-3, xb rows 4-7. */
+__attribute__((target(TSOCK__AVX512_TARGET), always_inline)) static inline void
+tap_pair8(__m512i xa, __m512i xb, __m512i shuf, const __m128i *kp, __m512i *ha, __m512i *la,
+          __m512i *hb, __m512i *lb)
+{
+    __m512i kh = _mm512_broadcast_i32x4(_mm_loadu_si128(kp)),
+            kl = _mm512_broadcast_i32x4(_mm_loadu_si128(kp + 1));
+    __m512i a = _mm512_shuffle_epi8(xa, shuf), b = _mm512_shuffle_epi8(xb, shuf);
+    *ha = _mm512_dpwssd_epi32(*ha, a, kh);
+    *la = _mm512_dpwssd_epi32(*la, a, kl);
+    *hb = _mm512_dpwssd_epi32(*hb, b, kh);
+    *lb = _mm512_dpwssd_epi32(*lb, b, kl);
+}
+
+/* Output pixel i of eight rows: px gets row r's pixel (3 bytes and one of junk) in dword r.
+ * Returns 0 (nothing computed) where a load would pass the end of a row or the pixel has no
+ * taps, as pixel4_rgb_avx2. */
+__attribute__((target(TSOCK__AVX512_TARGET), always_inline)) static inline int
+pixel8_rgb_avx512(const struct tsock__coeffs *c, int i, const uint8_t *const in[8], size_t in_bytes,
+                  int first, int stride, __m512i shuf01, __m512i shuf23, __m256i *px)
+{
+    const size_t quad = 4 * (size_t)stride;
+    const int n = c->bounds[2 * i + 1], quads = (n + 3) / 4;
+    size_t off = (size_t)(c->bounds[2 * i] - first) * (size_t)stride;
+
+    if (n <= 0 || off + (size_t)(quads - 1) * quad + 16 > in_bytes)
+        return 0;
+    const __m128i *kp =
+        (const __m128i *)(const void *)(c->kp + (size_t)i * (size_t)(c->ksize + 1) * 4);
+    __m512i ha = _mm512_setzero_si512(), la = ha, hb = ha, lb = ha;
+    for (int q = 0; q < quads; q++, off += quad, kp += 4) {
+        __m512i xa = lanes4(in, off), xb = lanes4(in + 4, off);
+        tap_pair8(xa, xb, shuf01, kp, &ha, &la, &hb, &lb);
+        if (4 * q + 2 < n) /* taps 2 and 3 of the quad */
+            tap_pair8(xa, xb, shuf23, kp + 2, &ha, &la, &hb, &lb);
+    }
+    const __m512i round = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
+    __m512i va = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(ha, 11), la), round);
+    __m512i vb = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(hb, 11), lb), round);
+    /* lane L: row L's channels, then row L + 4's, as words, then bytes: dword 4L is row L's
+     * pixel and dword 4L + 1 row L + 4's */
+    __m512i v = _mm512_packs_epi32(_mm512_srai_epi32(va, PRECISION_BITS),
+                                   _mm512_srai_epi32(vb, PRECISION_BITS));
+    v = _mm512_packus_epi16(v, v);
+    const __m512i rows = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    *px = _mm512_castsi512_si256(_mm512_permutexvar_epi32(rows, v));
+    return 1;
+}
+
+/* Output pixel i of eight rows, by pixel8_rgb_avx512 or else row by row the plain way. */
+__attribute__((target(TSOCK__AVX512_TARGET), always_inline)) static inline __m256i
+pixel8_any(const struct tsock__coeffs *c, int i, const uint8_t *const in[8], size_t in_bytes,
+           int first, int stride, __m512i shuf01, __m512i shuf23)
+{
+    __m256i px;
+    if (pixel8_rgb_avx512(c, i, in, in_bytes, first, stride, shuf01, shuf23, &px))
+        return px;
+    uint8_t o[8][4] = {{0}};
+    for (int r = 0; r < 8; r++)
+        pixel_to(c, i, in[r], in_bytes, first, stride, 3, o[r]);
+    return _mm256_loadu_si256((const __m256i *)(const void *)o);
+}
+
+/* Writes four output pixels of eight rows (p0..p3, each as pixel8_rgb_avx512 gives it) to
+ * out, row r at out + r * pitch: transposed to four pixels per row and packed to 12 bytes,
+ * of which the masked store writes the first 3 * m, so nothing else is touched. */
+__attribute__((target(TSOCK__AVX512_TARGET), always_inline)) static inline void
+store4x8(__m256i p0, __m256i p1, __m256i p2, __m256i p3, uint8_t *out, size_t pitch, int m)
+{
+    const __m256i pack = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1, 0,
+                                          1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+    const __mmask16 mask = (__mmask16)((1u << (3 * m)) - 1);
+    __m256i t0 = _mm256_unpacklo_epi32(p0, p1), t1 = _mm256_unpackhi_epi32(p0, p1);
+    __m256i t2 = _mm256_unpacklo_epi32(p2, p3), t3 = _mm256_unpackhi_epi32(p2, p3);
+    /* u_r: row r's four pixels in the low lane, row r + 4's in the high lane */
+    __m256i u[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                    _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+    for (int r = 0; r < 4; r++) {
+        __m256i v = _mm256_shuffle_epi8(u[r], pack);
+        _mm_mask_storeu_epi8(out + (size_t)r * pitch, mask, _mm256_castsi256_si128(v));
+        _mm_mask_storeu_epi8(out + (size_t)(r + 4) * pitch, mask, _mm256_extracti128_si256(v, 1));
+    }
+}
+
+/* The horizontal pass of eight rows, four output pixels at a time. */
+__attribute__((target(TSOCK__AVX512_TARGET))) static void
+rows8_rgb_avx512(const struct tsock__coeffs *c, const uint8_t *const in[8], size_t in_bytes,
+                 int first, int stride, uint8_t *out, size_t out_pitch)
+{
+    const __m512i shuf01 = _mm512_broadcast_i32x4(
+        _mm_loadu_si128((const __m128i *)(const void *)pair_shuffle[stride == 4][0]));
+    const __m512i shuf23 = _mm512_broadcast_i32x4(
+        _mm_loadu_si128((const __m128i *)(const void *)pair_shuffle[stride == 4][1]));
+    const __m256i z = _mm256_setzero_si256();
+
+    for (int i = 0; i < c->win_n; i += 4) {
+        const int m = c->win_n - i < 4 ? c->win_n - i : 4;
+        __m256i p0 = pixel8_any(c, i, in, in_bytes, first, stride, shuf01, shuf23);
+        __m256i p1 = m > 1 ? pixel8_any(c, i + 1, in, in_bytes, first, stride, shuf01, shuf23) : z;
+        __m256i p2 = m > 2 ? pixel8_any(c, i + 2, in, in_bytes, first, stride, shuf01, shuf23) : z;
+        __m256i p3 = m > 3 ? pixel8_any(c, i + 3, in, in_bytes, first, stride, shuf01, shuf23) : z;
+        store4x8(p0, p1, p2, p3, out + (size_t)i * 3, out_pitch, m);
+    }
+}
+#endif
+
 void
 tsock__resample_rows(const struct tsock__coeffs *c, const uint8_t *in, size_t in_pitch,
                      size_t in_bytes, int first, int stride, int nch, uint8_t *out,
@@ -531,6 +662,17 @@ tsock__resample_rows(const struct tsock__coeffs *c, const uint8_t *in, size_t in
     int y = 0;
 
 #ifdef TSOCK__AVX2
+    if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx512 && has_avx512()) {
+        for (; y + 7 < rows; y += 8) {
+            const uint8_t *const src[8] = {
+                in + (size_t)y * in_pitch,       in + (size_t)(y + 1) * in_pitch,
+                in + (size_t)(y + 2) * in_pitch, in + (size_t)(y + 3) * in_pitch,
+                in + (size_t)(y + 4) * in_pitch, in + (size_t)(y + 5) * in_pitch,
+                in + (size_t)(y + 6) * in_pitch, in + (size_t)(y + 7) * in_pitch};
+            rows8_rgb_avx512(c, src, in_bytes, first, stride, out + (size_t)y * out_pitch,
+                             out_pitch);
+        }
+    }
     if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx2 && __builtin_cpu_supports("avx2")) {
         for (; y + 3 < rows; y += 4) {
             const uint8_t *const src[4] = {
@@ -624,6 +766,57 @@ col_avx2(const int32_t *kp, int n, const uint8_t *src, size_t pitch, size_t len,
 }
 #endif
 
+#ifdef TSOCK__AVX2
+/* combine256 on sixteen lanes. */
+__attribute__((target(TSOCK__AVX512_TARGET), always_inline)) static inline __m512i
+combine512(__m512i h, __m512i l, __m512i round)
+{
+    return _mm512_srai_epi32(_mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(h, 11), l), round),
+                             PRECISION_BITS);
+}
+
+/* col_avx2 at twice the width again, 64 samples at a time, with vpdpwssd's multiply-add. */
+__attribute__((target(TSOCK__AVX512_TARGET))) static size_t
+col_avx512(const int32_t *kp, int n, const uint8_t *src, size_t pitch, size_t len, uint8_t *out)
+{
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i round = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
+    size_t i = 0;
+
+    for (; i + 64 <= len; i += 64) {
+        __m512i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
+        const uint8_t *r = src + i;
+        for (int t = 0; t < n; t += 2, r += 2 * pitch) {
+            __m512i a = _mm512_loadu_si512((const void *)r);
+            __m512i b = t + 1 < n ? _mm512_loadu_si512((const void *)(r + pitch))
+                                  : a; /* odd tail: its tap is 0 */
+            __m512i alo = _mm512_unpacklo_epi8(a, z), ahi = _mm512_unpackhi_epi8(a, z);
+            __m512i blo = _mm512_unpacklo_epi8(b, z), bhi = _mm512_unpackhi_epi8(b, z);
+            __m512i kh = _mm512_broadcast_i32x4(
+                _mm_loadu_si128((const __m128i *)(const void *)(kp + 4 * t)));
+            __m512i kl = _mm512_broadcast_i32x4(
+                _mm_loadu_si128((const __m128i *)(const void *)(kp + 4 * t + 4)));
+            __m512i x = _mm512_unpacklo_epi16(alo, blo);
+            h0 = _mm512_dpwssd_epi32(h0, x, kh);
+            l0 = _mm512_dpwssd_epi32(l0, x, kl);
+            x = _mm512_unpackhi_epi16(alo, blo);
+            h1 = _mm512_dpwssd_epi32(h1, x, kh);
+            l1 = _mm512_dpwssd_epi32(l1, x, kl);
+            x = _mm512_unpacklo_epi16(ahi, bhi);
+            h2 = _mm512_dpwssd_epi32(h2, x, kh);
+            l2 = _mm512_dpwssd_epi32(l2, x, kl);
+            x = _mm512_unpackhi_epi16(ahi, bhi);
+            h3 = _mm512_dpwssd_epi32(h3, x, kh);
+            l3 = _mm512_dpwssd_epi32(l3, x, kl);
+        }
+        __m512i lo = _mm512_packs_epi32(combine512(h0, l0, round), combine512(h1, l1, round));
+        __m512i hi = _mm512_packs_epi32(combine512(h2, l2, round), combine512(h3, l3, round));
+        _mm512_storeu_si512((void *)(out + i), _mm512_packus_epi16(lo, hi));
+    }
+    return i;
+}
+#endif
+
 void
 tsock__resample_col(const struct tsock__coeffs *c, int y, const uint8_t *rows, int rows_first,
                     size_t pitch, size_t len, int32_t *acc, uint8_t *out)
@@ -635,8 +828,10 @@ tsock__resample_col(const struct tsock__coeffs *c, int y, const uint8_t *rows, i
     size_t i = 0;
 
 #ifdef TSOCK__AVX2
+    if (!c->no_avx512 && has_avx512())
+        i = col_avx512(kp, n, src, pitch, len, out);
     if (!c->no_avx2 && __builtin_cpu_supports("avx2"))
-        i = col_avx2(kp, n, src, pitch, len, out);
+        i += col_avx2(kp, n, src + i, pitch, len - i, out + i);
 #endif
 #ifdef TSOCK__SSE2
     /* 16 samples at a time: two rows (a pair of taps) interleaved into pmaddwd, with the

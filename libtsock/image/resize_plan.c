@@ -8,8 +8,9 @@
 
 #include "image/image_int.h"
 
-/* Output rows per group in a vertical-first resize (tsock__resample_rows takes four at once). */
-#define VFIRST_ROWS 4
+/* Output rows per group in a vertical-first resize (tsock__resample_rows takes eight at once
+ * with AVX-512, four with AVX2). */
+#define VFIRST_ROWS 8
 
 int
 tsock__resize_plan_make(struct tsock__decoder *d, struct tsock__resize_plan *pl, int src_w,
@@ -72,7 +73,7 @@ tsock__resize_plan_finish(struct tsock__decoder *d, const struct tsock__resize_p
     }
     /* Vertical first: output rows VFIRST_ROWS at a time, each a vertical pass over the decoded
      * columns the horizontal pass will read, then the horizontal pass over the group (whose
-     * SIMD code shares each output pixel's taps across four rows). */
+     * SIMD code shares each output pixel's taps across the rows of a group). */
     const size_t len = (size_t)(pl->need_x1 - pl->need_x0) * (size_t)px;
     const uint8_t *base = rows + (size_t)(pl->need_x0 - rows_x0) * (size_t)px;
     uint8_t *mid = tsock__buf_get(&d->conv, len * VFIRST_ROWS);
@@ -84,8 +85,9 @@ tsock__resize_plan_finish(struct tsock__decoder *d, const struct tsock__resize_p
         int k = pl->out_h - y < VFIRST_ROWS ? pl->out_h - y : VFIRST_ROWS;
         for (int i = 0; i < k; i++)
             tsock__resample_col(&d->cv, y + i, base, rows_first, pitch, len, acc, mid + i * len);
-        tsock__resample_rows(&d->ch, mid, len, len, pl->need_x0 - pl->clamp_x, px, pl->nch, lines,
-                             out_row, k);
+        /* mid's rows are followed by each other and its slack (see jpeg.c) */
+        tsock__resample_rows(&d->ch, mid, len, len + TSOCK__BUF_SLACK, pl->need_x0 - pl->clamp_x,
+                             px, pl->nch, lines, out_row, k);
         for (int i = 0; i < k; i++)
             tsock__emit_row(lines + i * out_row, pl->out_w, pl->nch,
                             out + (size_t)(y + i) * pl->out_w * 3);

@@ -21,6 +21,7 @@
 #include "check.h"
 #include "core/core.h"
 #include "image/image.h"
+#include "image/image_int.h"
 #include "photos.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -571,7 +572,10 @@ test_partial_and_resample(struct tsock__decoder *d)
             tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE | TSOCK__DECODE_NO_PARTIAL);
             CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, ow, oh, 0, c), 0);
             mismatches_partial += memcmp(a, c, (size_t)ow * oh * 3) != 0;
-            /* The SSE2 and plain passes give the same bytes as the AVX2 one. */
+            /* The AVX2, SSE2 and plain passes give the same bytes as the AVX-512 one. */
+            tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE | TSOCK__DECODE_NO_AVX512);
+            CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, ow, oh, 0, c), 0);
+            mismatches_partial += memcmp(a, c, (size_t)ow * oh * 3) != 0;
             tsock__decoder_set_flags(d, TSOCK__DECODE_NO_DCT_SCALE | TSOCK__DECODE_NO_AVX2);
             CHECK_EQ(tsock__decode_crop_resize(d, jpeg, n, &b, ow, oh, 0, c), 0);
             mismatches_partial += memcmp(a, c, (size_t)ow * oh * 3) != 0;
@@ -791,6 +795,113 @@ test_rgba_resize(struct tsock__decoder *d)
     free(png4);
     free(rgba);
     free(rgb);
+}
+
+/* The resampling passes' three implementations (horizontal: AVX-512, eight rows at once;
+ * AVX2, four; SSE2 and plain C, one; vertical: 64, 32 and 16 samples at a time, then plain C)
+ * give the same bytes, on their own, for every table shape: enlarging and
+ * reducing, partial windows, flipped tables, the bicubic filter's negative taps, 3- and
+ * 4-byte pixels, row counts that leave remainders of eight and four, and rows that end
+ * exactly where the last tap's data does (so the last pixels take the paths that may not
+ * load past the row) or have the 16 bytes of slack the decoders give them. Outputs are
+ * written into rows exactly 3 * win_n bytes apart, so a store past a row's end would show. */
+static void
+test_resample_paths(void)
+{
+    static const int in_sizes[] = {1, 2, 5, 17, 120, 274, 455, 1000};
+    static const int out_sizes[] = {1, 3, 7, 224, 301};
+    static const int row_counts[] = {1, 7, 8, 9, 13, 16};
+    const int have_avx512 =
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vnni");
+#else
+        0;
+#endif
+    struct tsock__rng rng;
+    int cases = 0, mismatches = 0;
+
+    if (!have_avx512)
+        fprintf(stderr, "test_resample_paths: this CPU has no AVX-512 (BW, VL, VNNI): its "
+                        "pass is not tested here, only AVX2 against the plain one\n");
+    tsock__rng_seed(&rng, 7);
+    for (size_t a = 0; a < sizeof in_sizes / sizeof *in_sizes; a++) {
+        for (size_t b = 0; b < sizeof out_sizes / sizeof *out_sizes; b++) {
+            const int in_w = in_sizes[a], out_w = out_sizes[b];
+            const int kind = (int)tsock__rng_below(&rng, 4); /* whole or part, flipped or not */
+            const int win0 = kind & 1 ? out_w / 4 : 0, win_n = kind & 1 ? out_w - out_w / 2 : out_w;
+            const int reverse = (kind & 2) != 0, bicubic = (int)tsock__rng_below(&rng, 2);
+            const double in0 = in_w > 2 ? 0.25 : 0.0, in1 = in_w > 2 ? in_w - 0.5 : in_w;
+            struct tsock__coeffs c[3];
+            memset(c, 0, sizeof c);
+            int first = 0, end = 0;
+            for (int m = 0; m < 3; m++) { /* 0: plain/SSE2, 1: AVX2, 2: AVX-512 */
+                c[m].bicubic = bicubic;
+                c[m].no_avx2 = m == 0;
+                c[m].no_avx512 = m < 2;
+                CHECK_EQ(tsock__coeffs_compute(&c[m], in0, in1, in_w, out_w, win0, win_n, reverse),
+                         0);
+            }
+            tsock__coeffs_span(&c[0], &first, &end);
+            if (end <= first)
+                end = first + 1;
+            for (int stride = 3; stride <= 4; stride++) {
+                for (size_t r = 0; r < sizeof row_counts / sizeof *row_counts; r++) {
+                    const int rows = row_counts[r];
+                    const size_t row_bytes = (size_t)(end - first) * (size_t)stride;
+                    for (int slack = 0; slack <= 16; slack += 16) {
+                        const size_t pitch = row_bytes + (size_t)slack;
+                        /* exactly sized: ASan sees a load past the last row's readable bytes */
+                        uint8_t *in = malloc(pitch * (size_t)rows);
+                        for (size_t i = 0; i < pitch * (size_t)rows; i++)
+                            in[i] = (uint8_t)tsock__rng_below(&rng, 256);
+                        const size_t out_pitch = (size_t)win_n * 3, out_bytes = out_pitch * rows;
+                        uint8_t *out[3];
+                        for (int m = 0; m < 3; m++) {
+                            /* + slack: the AVX2 and SSE2 passes may write one byte past */
+                            out[m] = malloc(out_bytes + TSOCK__BUF_SLACK);
+                            tsock__resample_rows(&c[m], in, pitch, pitch, first, stride, 3, out[m],
+                                                 out_pitch, rows);
+                        }
+                        mismatches += memcmp(out[0], out[1], out_bytes) != 0;
+                        mismatches += memcmp(out[0], out[2], out_bytes) != 0;
+                        cases++;
+                        for (int m = 0; m < 3; m++)
+                            free(out[m]);
+                        free(in);
+                    }
+                }
+            }
+            /* The vertical pass with the same table: every output row of `len` samples. */
+            static const size_t lens[] = {1, 31, 64, 65, 200, 673};
+            for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+                const size_t len = lens[l], src_rows = (size_t)(end - first);
+                uint8_t *src = malloc(len * src_rows), *out[3];
+                int32_t *acc = malloc(len * sizeof *acc);
+                for (size_t i = 0; i < len * src_rows; i++)
+                    src[i] = (uint8_t)tsock__rng_below(&rng, 256);
+                for (int m = 0; m < 3; m++) {
+                    out[m] = malloc(len * (size_t)win_n);
+                    for (int y = 0; y < win_n; y++)
+                        tsock__resample_col(&c[m], y, src, first, len, len, acc,
+                                            out[m] + (size_t)y * len);
+                }
+                mismatches += memcmp(out[0], out[1], len * (size_t)win_n) != 0;
+                mismatches += memcmp(out[0], out[2], len * (size_t)win_n) != 0;
+                cases++;
+                for (int m = 0; m < 3; m++)
+                    free(out[m]);
+                free(acc);
+                free(src);
+            }
+            for (int m = 0; m < 3; m++)
+                tsock__coeffs_free(&c[m]);
+        }
+    }
+    if (mismatches)
+        fprintf(stderr, "test_resample_paths: %d of %d cases differ\n", mismatches, cases);
+    CHECK_EQ(mismatches, 0);
+    CHECK(cases > 1100);
 }
 
 /* Golden outputs of Pillow 13 (Image.resize(..., BILINEAR), crop first as torchvision's
@@ -1313,6 +1424,7 @@ main(void)
     test_photos(d);
     test_flip(d);
     test_rgba_resize(d);
+    test_resample_paths();
     test_pil_golden(d);
     test_dct_scaling(d);
     test_truncated(d);
