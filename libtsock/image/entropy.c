@@ -99,19 +99,20 @@ struct bitreader {
     const uint8_t *p, *end;
 };
 
-/* Where the decoder stood before one MCU: the register, where it reads next, the DC
- * predictions. Restoring it resumes the decode there exactly as if every MCU before it had just
- * been decoded (the register's bits past nbits are data a later refill ORs in again, or zero).
- * `check` holds the 8 bytes before the read position when it was recorded, compared before a
- * restore: a file rewritten since is not decoded from the old file's positions. */
+/* Where the decoder stood before one MCU: the next bit it decodes and the DC predictions, 16
+ * bytes. Restoring it refills the register from that bit, so the decode resumes exactly as if
+ * every MCU before it had just been decoded. `check` folds the 8 bytes around the bit's byte (4
+ * before it, 4 from it), compared before a restore: a file rewritten since is not decoded from
+ * the old file's positions. (The register itself, 8 bytes more, need not be kept: its bits are
+ * the data's.) */
 struct entry_point {
-    uint64_t bits;
-    uint64_t check;
-    uint32_t offset; /* of the next byte to read, from the scan data's start */
-    int16_t nbits;
-    uint16_t col; /* a crop start's column + 1; 0: none (grid points: unused) */
+    uint32_t pos; /* the byte holding the next bit (from the scan data's start) << 3 | the bit */
+    uint32_t check;
     int16_t dc_pred[MAX_COMPS_IN_SCAN]; /* within 16 bits in any sensible file (see save) */
 };
+
+/* Positions are kept in 29 bits of bytes: larger scans (512 MiB) go without entry points. */
+#define POINT_MAX_BYTES ((size_t)1 << 29)
 
 /* The grid: an entry point every ENTRY_STRIDE MCUs of a row, from its start. A decode that
  * needs columns x0 .. x1 of a row starts at most ENTRY_STRIDE - 1 MCUs left of x0, or at x0
@@ -130,6 +131,7 @@ struct tsock__entry_points {
     unsigned count;         /* grid points: per_row * mcu_rows */
     unsigned known;         /* at[0 .. known-1] are recorded: always a prefix (see learn) */
     struct entry_point *at; /* the grid, then each row's crop start: count + mcu_rows */
+    uint16_t *start_col;    /* per row, its crop start's column + 1; 0: none (in at's block) */
 };
 
 struct tsock__entropy {
@@ -184,12 +186,14 @@ push_byte(struct bitreader *br, unsigned byte)
 
 /* Byte by byte, for the bytes at a 0xFF: an FF 00 pair is one FF data byte; an FF before
  * anything else is a marker, where reading stops (`end` moves to it) and fake bits fill the
- * register. Takes and returns the register by value: a decoder whose register's address is
- * never taken keeps it in machine registers, and this path is rare. */
+ * register. Data bytes fill it to 56 bits at most, so that a fill right after this one (a
+ * restored entry point's first) still has room. Takes and returns the register by value: a
+ * decoder whose register's address is never taken keeps it in machine registers, and this
+ * path is rare. */
 static __attribute__((noinline)) struct bitreader
 refill_slow(struct bitreader br)
 {
-    while (br.nbits <= 56) {
+    while (br.nbits <= 48) {
         if (br.p < br.end && br.p[0] != 0xFF) {
             push_byte(&br, *br.p++);
         } else if (br.p + 1 < br.end && br.p[1] == 0x00) {
@@ -453,8 +457,8 @@ static void
 forget(struct tsock__entry_points *p)
 {
     p->known = 0;
-    for (unsigned r = 0; r < p->mcu_rows; p->at[p->count + r++].col = 0)
-        ;
+    for (unsigned r = 0; r < p->mcu_rows; r++)
+        p->start_col[r] = 0;
 }
 
 /* Data a valid stream cannot hold: the entry points learnt so far may be what led here (a file
@@ -531,6 +535,17 @@ known_end(const struct tsock__entry_points *p)
     return p->known < p->count ? point_mcu(p, p->known) : UINT_MAX;
 }
 
+/* A point's check: the 8 bytes from 4 before `offset`, folded to 32 bits; 0 where they are not
+ * all in the data. */
+static uint32_t
+around(const struct tsock__entropy *e, size_t offset)
+{
+    if (offset < 4 || (size_t)(e->data_end - e->data) - offset < 4)
+        return 0;
+    uint64_t w = load_be64(e->data + offset - 4);
+    return (uint32_t)(w ^ (w >> 32));
+}
+
 /* Records where the register stands into `a`. Returns 0, recording nothing, where it cannot
  * be: once the register has met a marker (the scan's end is near, and fake bits may be in
  * it), or where a DC prediction has left 16 bits (libjpeg keeps them in an int; an 8-bit JPEG
@@ -543,10 +558,17 @@ save(const struct tsock__entropy *e, struct entry_point *a)
     for (int c = 0; c < MAX_COMPS_IN_SCAN; c++)
         if (e->dc_pred[c] < INT16_MIN || e->dc_pred[c] > INT16_MAX)
             return 0;
-    a->bits = e->br.bits;
-    a->nbits = (int16_t)e->br.nbits;
-    a->offset = (uint32_t)(e->br.p - e->data);
-    a->check = a->offset >= 8 ? load_be64(e->br.p - 8) : 0;
+    /* The register's nbits bits are the data's last bits before br.p: back over them, a byte
+     * at a time (an FF 00 pair is one FF data byte; a 00 after anything else is data), to the
+     * byte holding the next bit. */
+    const uint8_t *q = e->br.p;
+    int n = e->br.nbits;
+    for (; n > 0; n -= 8)
+        if (*--q == 0x00 && q > e->data && q[-1] == 0xFF)
+            q--;
+    size_t offset = (size_t)(q - e->data);
+    a->pos = (uint32_t)(offset << 3 | (unsigned)-n);
+    a->check = around(e, offset);
     for (int c = 0; c < MAX_COMPS_IN_SCAN; c++)
         a->dc_pred[c] = (int16_t)e->dc_pred[c];
     return 1;
@@ -575,16 +597,18 @@ learn(struct tsock__entropy *e)
 static void
 restore(struct tsock__entropy *e, const struct entry_point *a, unsigned m)
 {
-    if (a->offset >= 8 && load_be64(e->data + a->offset - 8) != a->check) {
+    size_t offset = a->pos >> 3;
+    if (offset > (size_t)(e->data_end - e->data) || around(e, offset) != a->check) {
         forget(e->points);
         e->next_learn = UINT_MAX;
         return;
     }
-    e->br.bits = a->bits;
-    e->br.nbits = a->nbits;
-    e->br.fake = 0;
-    e->br.p = e->data + a->offset;
+    e->br.bits = 0;
+    e->br.nbits = e->br.fake = 0;
+    e->br.p = e->data + offset;
     e->br.end = e->data_end;
+    fill(&e->br);
+    drop(&e->br, (int)(a->pos & 7));
     for (int c = 0; c < MAX_COMPS_IN_SCAN; c++)
         e->dc_pred[c] = a->dc_pred[c];
     e->synced = m;
@@ -601,8 +625,8 @@ catch_up(struct tsock__entropy *e, j_decompress_ptr cinfo, unsigned m)
 {
     struct tsock__entry_points *p = e->points;
     unsigned r = m / p->mcus_per_row, c = m % p->mcus_per_row, best = e->synced;
-    struct entry_point *start = &p->at[p->count + r];
     const struct entry_point *from = NULL;
+    unsigned start_col = p->start_col[r];
 
     if (p->known > 0) {
         unsigned s = r * p->per_row + c / ENTRY_STRIDE;
@@ -613,11 +637,11 @@ catch_up(struct tsock__entropy *e, j_decompress_ptr cinfo, unsigned m)
             from = &p->at[s];
         }
     }
-    if (start->col && start->col - 1u <= c) {
-        unsigned at = r * p->mcus_per_row + start->col - 1u;
+    if (start_col && start_col - 1u <= c) {
+        unsigned at = r * p->mcus_per_row + start_col - 1u;
         if (at > best && at < known_end(p)) {
             best = at;
-            from = start;
+            from = &p->at[p->count + r];
         }
     }
     if (from)
@@ -627,7 +651,7 @@ catch_up(struct tsock__entropy *e, j_decompress_ptr cinfo, unsigned m)
         decode_one(e, cinfo, NULL);
     }
     if (c % ENTRY_STRIDE != 0)
-        start->col = save(e, start) ? (uint16_t)(c + 1) : 0;
+        p->start_col[r] = save(e, &p->at[p->count + r]) ? (uint16_t)(c + 1) : 0;
 }
 
 /* decode_mcu with entry points: only the MCUs whose coefficients libjpeg uses are decoded,
@@ -737,7 +761,8 @@ tsock__entry_points_destroy(struct tsock__entry_points *p)
 size_t
 tsock__entry_points_bytes(const struct tsock__entry_points *p)
 {
-    return sizeof *p + ((size_t)p->count + p->mcu_rows) * sizeof(struct entry_point);
+    return sizeof *p + ((size_t)p->count + p->mcu_rows) * sizeof(struct entry_point) +
+           (size_t)p->mcu_rows * sizeof *p->start_col;
 }
 
 /* A cheap fingerprint of the scan data: its first and last bytes (FNV-1a). With the length,
@@ -756,7 +781,8 @@ sample_bytes(const uint8_t *data, size_t size)
 
 /* Makes `p` the entry points of this decode: kept when learnt from the same data and grid,
  * else forgotten and made room for anew. Without the room (out of memory), or for a scan too
- * large to count its MCUs or bytes in 32 bits, the decode runs in order without them. */
+ * large to count its MCUs in 32 bits or its bytes in 29, the decode runs in order without
+ * them. */
 static void
 use_points(struct tsock__entropy *e, j_decompress_ptr cinfo, struct tsock__entry_points *p)
 {
@@ -765,7 +791,7 @@ use_points(struct tsock__entropy *e, j_decompress_ptr cinfo, struct tsock__entry
     unsigned mpr = cinfo->MCUs_per_row, rows = cinfo->MCU_rows_in_scan;
     unsigned per_row = (mpr + ENTRY_STRIDE - 1) / ENTRY_STRIDE;
 
-    if (size > UINT32_MAX || mpr == 0 || mpr > UINT16_MAX - 1 || rows == 0 ||
+    if (size >= POINT_MAX_BYTES || mpr == 0 || mpr > UINT16_MAX - 1 || rows == 0 ||
         (uint64_t)mpr * rows >= UINT_MAX)
         return;
     if (p->size != size || p->sample != sample || p->mcus_per_row != mpr || p->mcu_rows != rows ||
@@ -774,8 +800,11 @@ use_points(struct tsock__entropy *e, j_decompress_ptr cinfo, struct tsock__entry
         if (count != p->count || rows != p->mcu_rows) {
             free(p->at);
             p->count = p->mcu_rows = 0;
-            if (!(p->at = malloc(((size_t)count + rows) * sizeof *p->at)))
+            /* one block: the points, then the rows' crop start columns */
+            if (!(p->at = malloc(((size_t)count + rows) * sizeof *p->at +
+                                 (size_t)rows * sizeof *p->start_col)))
                 return;
+            p->start_col = (uint16_t *)(void *)(p->at + count + rows);
             p->count = count;
             p->mcu_rows = rows;
         }
