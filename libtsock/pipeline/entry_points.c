@@ -6,9 +6,11 @@
  * two decodes use one set, even when a small dataset puts a file twice in flight) and puts it
  * back after. The sets' memory is capped by tsock_pipeline_set_entry_points: once the sets
  * hold that much, files without one get none (a set only grows to its file's grid, so the cap
- * is passed by at most one set per worker). */
+ * is passed by at most one set per worker), and a warning says so once: those files are
+ * decoded from their start every epoch, which a larger budget would spare. */
 #include <stdlib.h>
 
+#include "core/core.h"
 #include "pipeline/pipeline_int.h"
 
 int
@@ -43,6 +45,13 @@ tsock__pipeline_points_take(struct tsock_pipeline *pl, uint64_t id, size_t *byte
         *bytes = tsock__entry_points_bytes(p);
     else if (atomic_load_explicit(&pl->st_points_bytes, memory_order_relaxed) < pl->points_budget)
         p = tsock__entry_points_create(); /* NULL when out of memory: the decode goes without */
+    else if (!atomic_exchange_explicit(&pl->points_full, 1, memory_order_relaxed))
+        tsock__log(TSOCK_LOG_WARN,
+                   "pipeline: the JPEGs' entry points fill their budget, %llu MiB: files decoded "
+                   "from now on get none, and every epoch decodes them from their start (a "
+                   "budget of about 2 KiB per file keeps them all: tsock_pipeline_set_entry_points"
+                   ", tsock-producer --entry-points-mb)",
+                   (unsigned long long)(pl->points_budget >> 20));
     return p;
 }
 

@@ -107,6 +107,8 @@ struct tsock_pipeline {
 
     /* tsock_pipeline_cancel: set from any thread or a signal handler, never cleared. */
     atomic_int cancel;
+    /* The entry points reached points_budget, and it was said (once: entry_points.c). */
+    atomic_int points_full;
 
     /* Statistics. */
     _Atomic uint64_t st_samples, st_files, st_bytes, st_bad_files, st_replaced, st_decode_ns,

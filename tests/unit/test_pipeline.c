@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,7 @@ static char tmp_dir[256];
 
 /* Counts log lines that contain `needle` (set before a call, read after). */
 static const char *log_needle;
-static int log_hits;
+static atomic_int log_hits; /* the pipeline's workers log too */
 
 static void
 on_log(void *user, int level, const char *message)
@@ -472,13 +473,26 @@ test_entry_points(void)
         if (!on || !off || !tiny)
             return;
         struct batch a = batch_new(n), b = batch_new(n), c = batch_new(n);
+        int full_said[3] = {0, 0, 0}; /* the budget's warning: on, off, tiny */
+        log_needle = "entry points fill their budget";
         for (uint64_t e = 0; e < 3; e++) {
+            log_hits = 0;
             CHECK_EQ(load(on, e, &a), (int)n);
+            full_said[0] += log_hits;
+            log_hits = 0;
             CHECK_EQ(load(off, e, &b), (int)n);
+            full_said[1] += log_hits;
+            log_hits = 0;
             CHECK_EQ(load(tiny, e, &c), (int)n);
+            full_said[2] += log_hits;
             CHECK(memcmp(a.images, b.images, n * IMAGE_BYTES) == 0);
             CHECK(memcmp(c.images, b.images, n * IMAGE_BYTES) == 0);
         }
+        log_needle = NULL;
+        /* said once, by the pipeline whose budget was reached */
+        CHECK_EQ(full_said[0], 0);
+        CHECK_EQ(full_said[1], 0);
+        CHECK_EQ(full_said[2], 1);
         uint64_t own = stat_of(on, TSOCK_PIPELINE_OWN_ENTROPY);
         fprintf(stderr,
                 "entry points, %s: %llu of %llu decodes by tsock's Huffman decoder "
