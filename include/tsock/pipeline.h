@@ -165,13 +165,14 @@ TSOCK_API int tsock_pipeline_set_shard_options(tsock_pipeline *pl, const char *s
  * for later epochs, let a decode start at the MCU rows and columns its crop needs instead of
  * entropy-decoding everything above and beside it: from the second epoch on, the producer's
  * CPU per image was 12-18 % lower for the train preset and 8-13 % for val on photographs,
- * with the same bytes (docs/benchmarks.md). They cost 32 bytes per 8 MCUs of a row and per
- * MCU row (3.8 KiB for a 500 x 375 photograph), held for the pipeline's lifetime, up to
+ * with the same bytes (docs/benchmarks.md). They cost 16 bytes per 8 MCUs of a row and per
+ * MCU row (2.0 KiB for a 500 x 375 photograph), held for the pipeline's lifetime, up to
  * `max_bytes` in all (default TSOCK_PIPELINE_DEFAULT_ENTRY_POINT_BYTES; ImageNet's 1.28
- * million files would take about 5 GiB); files beyond it are decoded from their start. 0
- * keeps none. A file rewritten in place between epochs is noticed by its length, its first
- * and last bytes and the bytes before each point; one changed elsewhere with all of those
- * kept would decode its crop from the old file's points (docs/pipeline.md). */
+ * million files would take about 2.5 GiB); files beyond it are decoded from their start, and
+ * a warning says so when the budget fills. 0 keeps none. A file rewritten in place between
+ * epochs is noticed by its length, its first and last bytes and the bytes around each point;
+ * one changed elsewhere with all of those kept would decode its crop from the old file's
+ * points (docs/pipeline.md). */
 #define TSOCK_PIPELINE_DEFAULT_ENTRY_POINT_BYTES (1024ull << 20)
 TSOCK_API int tsock_pipeline_set_entry_points(tsock_pipeline *pl, uint64_t max_bytes);
 

@@ -156,20 +156,21 @@ void tsock__decoder_set_flags(struct tsock__decoder *d, int flags);
  * the previous block's end, and its DC coefficient is a difference to the previous block's. So
  * jpeg_skip_scanlines still decodes every MCU above a crop, and a cropped decode every MCU
  * left and right of it. What a decoder needs to start at an MCU is only where it stood there:
- * its bit register, the position it reads from, each component's last DC value. A decode
+ * the position of the next bit it decodes and each component's last DC value. A decode
  * given entry points records that state at every 8th MCU of each row (from the row's start),
  * as far as it goes, and where its crop began in each row; a later decode of the same file
  * (another epoch's crop) restores the state at the last point before each MCU it needs, and
  * decodes nothing that libjpeg does not use. Exact: the coefficients are those of a decode
  * from the start. The val preset's crop is the same every epoch, so it starts exactly there.
  *
- * 32 bytes a point: a 500 x 375 4:2:0 photograph (32 x 24 MCUs) has 96 grid points and 24
- * crop starts, 3.8 KiB. A set is kept with the scan data's length, a sample of its first and
- * last bytes and the MCU grid; a file that differs in any is decoded from its start and learnt
- * anew, and so is one whose 8 bytes before a point differ at its restore. Not noticed: a file
- * rewritten in place with all of those unchanged (the same length, the same bytes at both
- * ends and before the points used): its crop is decoded from the old file's states, as if the
- * bytes before the point were the old ones. One decode at a time may use a set. */
+ * 16 bytes a point and 2 a row: a 500 x 375 4:2:0 photograph (32 x 24 MCUs) has 96 grid
+ * points and 24 crop starts, 2.0 KiB. A set is kept with the scan data's length, a sample of
+ * its first and last bytes and the MCU grid; a file that differs in any is decoded from its
+ * start and learnt anew, and so is one whose 8 bytes around a point (a 32-bit fold of them)
+ * differ at its restore. Not noticed: a file rewritten in place with all of those unchanged
+ * (the same length, the same bytes at both ends and around the points used): its crop is
+ * decoded from the old file's states, as if the bytes before the point were the old ones. One
+ * decode at a time may use a set. */
 struct tsock__entry_points;
 
 /* An empty set, which the first decode that uses it fills. NULL when out of memory. */
