@@ -487,7 +487,7 @@ class Producer:
         index_cache: a file to keep the index in between runs.
         entry_points_mb: memory (MiB) for the JPEGs' entry points kept across epochs, which let
             later epochs decode only what their crop needs (None: the library's default, 1024;
-            0: none; docs/pipeline.md, "Entry points").
+            0: none; about 2 KiB per ImageNet-sized file; docs/pipeline.md, "Entry points").
         split, label_key (webdataset): the split of the directory's timm info file, and the
             json field holding labels instead of the cls member.
         shuffle: "samples" (a permutation of all samples per epoch) or "shards" (webdataset:
