@@ -409,6 +409,28 @@ row_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *in, size_t in_bytes, 
 #endif
 
 #ifdef TSOCK__AVX2
+/* combine() on eight lanes: (high << 11) + low + rounding, shifted. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+combine256(__m256i h, __m256i l, __m256i round)
+{
+    return _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), round),
+                             PRECISION_BITS);
+}
+
+/* Output pixel i's taps for the passes that load 16 source bytes per quad of taps: its first
+ * source byte's offset, its tap count and its table; NULL (nothing to do here) for a pixel
+ * without taps or whose loads would pass in_bytes. */
+static inline const __m128i *
+quad_taps(const struct tsock__coeffs *c, int i, size_t in_bytes, int first, int stride, size_t *off,
+          int *n)
+{
+    *n = c->bounds[2 * i + 1];
+    *off = (size_t)(c->bounds[2 * i] - first) * (size_t)stride;
+    if (*n <= 0 || *off + (size_t)((*n + 3) / 4 - 1) * 4 * (size_t)stride + 16 > in_bytes)
+        return NULL;
+    return (const __m128i *)(const void *)(c->kp + (size_t)i * (size_t)(c->ksize + 1) * 4);
+}
+
 /* One pair of taps of one output pixel in four rows: x01 and x23 hold 16 source bytes of
  * rows 0 and 1, 2 and 3; shuf picks the pair's pixels; kp points at the pair's high and low
  * halves. */
@@ -435,15 +457,14 @@ pixel4_rgb_avx2(const struct tsock__coeffs *c, int i, const uint8_t *const in[4]
                 int first, int stride, __m256i shuf01, __m256i shuf23, __m128i *px)
 {
     const size_t quad = 4 * (size_t)stride; /* bytes of four source pixels */
-    const int n = c->bounds[2 * i + 1], quads = (n + 3) / 4;
-    size_t off = (size_t)(c->bounds[2 * i] - first) * (size_t)stride;
+    size_t off;
+    int n;
+    const __m128i *kp = quad_taps(c, i, in_bytes, first, stride, &off, &n);
 
-    if (n <= 0 || off + (size_t)(quads - 1) * quad + 16 > in_bytes)
+    if (!kp)
         return 0;
-    const __m128i *kp =
-        (const __m128i *)(const void *)(c->kp + (size_t)i * (size_t)(c->ksize + 1) * 4);
     __m256i h01 = _mm256_setzero_si256(), l01 = h01, h23 = h01, l23 = h01;
-    for (int q = 0; q < quads; q++, off += quad, kp += 4) {
+    for (int q = 0; q < (n + 3) / 4; q++, off += quad, kp += 4) {
         __m256i x01 = _mm256_inserti128_si256(
             _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(in[0] + off))),
             _mm_loadu_si128((const __m128i *)(const void *)(in[1] + off)), 1);
@@ -455,11 +476,8 @@ pixel4_rgb_avx2(const struct tsock__coeffs *c, int i, const uint8_t *const in[4]
             tap_pair(x01, x23, shuf23, kp + 2, &h01, &l01, &h23, &l23);
     }
     const __m256i round = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
-    __m256i v01 = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h01, 11), l01), round);
-    __m256i v23 = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h23, 11), l23), round);
     /* int32 lanes [r0 | r1] and [r2 | r3] -> bytes, lane 0: r0 r2, lane 1: r1 r3 */
-    __m256i v = _mm256_packs_epi32(_mm256_srai_epi32(v01, PRECISION_BITS),
-                                   _mm256_srai_epi32(v23, PRECISION_BITS));
+    __m256i v = _mm256_packs_epi32(combine256(h01, l01, round), combine256(h23, l23, round));
     v = _mm256_packus_epi16(v, v);
     /* rows 0 2 | 1 3 in the low dwords of the lanes: interleaved into rows 0 1 2 3 */
     *px = _mm_unpacklo_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -537,6 +555,14 @@ has_avx512(void)
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
+/* combine256 on sixteen lanes. */
+__attribute__((target(TSOCK__AVX512_TARGET), always_inline)) static inline __m512i
+combine512(__m512i h, __m512i l, __m512i round)
+{
+    return _mm512_srai_epi32(_mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(h, 11), l), round),
+                             PRECISION_BITS);
+}
+
 /* 16 bytes at off of four rows, one row per 128-bit lane. */
 __attribute__((target(TSOCK__AVX512_TARGET), always_inline)) static inline __m512i
 lanes4(const uint8_t *const in[4], size_t off)
@@ -570,27 +596,23 @@ pixel8_rgb_avx512(const struct tsock__coeffs *c, int i, const uint8_t *const in[
                   int first, int stride, __m512i shuf01, __m512i shuf23, __m256i *px)
 {
     const size_t quad = 4 * (size_t)stride;
-    const int n = c->bounds[2 * i + 1], quads = (n + 3) / 4;
-    size_t off = (size_t)(c->bounds[2 * i] - first) * (size_t)stride;
+    size_t off;
+    int n;
+    const __m128i *kp = quad_taps(c, i, in_bytes, first, stride, &off, &n);
 
-    if (n <= 0 || off + (size_t)(quads - 1) * quad + 16 > in_bytes)
+    if (!kp)
         return 0;
-    const __m128i *kp =
-        (const __m128i *)(const void *)(c->kp + (size_t)i * (size_t)(c->ksize + 1) * 4);
     __m512i ha = _mm512_setzero_si512(), la = ha, hb = ha, lb = ha;
-    for (int q = 0; q < quads; q++, off += quad, kp += 4) {
+    for (int q = 0; q < (n + 3) / 4; q++, off += quad, kp += 4) {
         __m512i xa = lanes4(in, off), xb = lanes4(in + 4, off);
         tap_pair8(xa, xb, shuf01, kp, &ha, &la, &hb, &lb);
         if (4 * q + 2 < n) /* taps 2 and 3 of the quad */
             tap_pair8(xa, xb, shuf23, kp + 2, &ha, &la, &hb, &lb);
     }
     const __m512i round = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
-    __m512i va = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(ha, 11), la), round);
-    __m512i vb = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(hb, 11), lb), round);
     /* lane L: row L's channels, then row L + 4's, as words, then bytes: dword 4L is row L's
      * pixel and dword 4L + 1 row L + 4's */
-    __m512i v = _mm512_packs_epi32(_mm512_srai_epi32(va, PRECISION_BITS),
-                                   _mm512_srai_epi32(vb, PRECISION_BITS));
+    __m512i v = _mm512_packs_epi32(combine512(ha, la, round), combine512(hb, lb, round));
     v = _mm512_packus_epi16(v, v);
     const __m512i rows = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
     *px = _mm512_castsi512_si256(_mm512_permutexvar_epi32(rows, v));
@@ -712,14 +734,6 @@ tsock__horizontal_first(int in_w, int in_h, int out_w, int out_h)
 }
 
 #ifdef TSOCK__AVX2
-/* combine() on eight lanes: (high << 11) + low + rounding, shifted. */
-__attribute__((target("avx2"), always_inline)) static inline __m256i
-combine256(__m256i h, __m256i l, __m256i round)
-{
-    return _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), round),
-                             PRECISION_BITS);
-}
-
 /* The SSE2 vertical loop of tsock__resample_col at twice the width, 32 samples at a time.
  * Unpacking and packing both work within 128-bit lanes and each undoes the other, so the
  * samples come out in order. Returns the number of samples done. */
@@ -767,14 +781,6 @@ col_avx2(const int32_t *kp, int n, const uint8_t *src, size_t pitch, size_t len,
 #endif
 
 #ifdef TSOCK__AVX2
-/* combine256 on sixteen lanes. */
-__attribute__((target(TSOCK__AVX512_TARGET), always_inline)) static inline __m512i
-combine512(__m512i h, __m512i l, __m512i round)
-{
-    return _mm512_srai_epi32(_mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(h, 11), l), round),
-                             PRECISION_BITS);
-}
-
 /* col_avx2 at twice the width again, 64 samples at a time, with vpdpwssd's multiply-add. */
 __attribute__((target(TSOCK__AVX512_TARGET))) static size_t
 col_avx512(const int32_t *kp, int n, const uint8_t *src, size_t pitch, size_t len, uint8_t *out)
