@@ -70,6 +70,10 @@ void tsock__resample_rows(const struct tsock__coeffs *c, const uint8_t *in, size
                           size_t in_bytes, int first, int stride, int nch, uint8_t *out,
                           size_t out_pitch, int rows);
 
+/* The widest SIMD the passes use in this process: "avx512" (AVX-512 BW, VL and VNNI, unless
+ * the environment's TSOCK_NO_AVX512 is "1"), "avx2", "sse2" or "plain". */
+const char *tsock__resample_simd(void);
+
 /* Whether PIL resizes in_w x in_h to out_w x out_h horizontal pass first (else vertical). */
 int tsock__horizontal_first(int in_w, int in_h, int out_w, int out_h);
 

@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -545,14 +546,38 @@ rows4_rgb_avx2(const struct tsock__coeffs *c, const uint8_t *const in[4], size_t
 /* The AVX-512 horizontal pass: eight rows at once, four in each 512-bit vector (one per
  * 128-bit lane), so each broadcast of a pair of taps serves eight rows, and vpdpwssd (VNNI)
  * multiplies and adds in one instruction. Same loads, shuffles and sums as pixel4_rgb_avx2,
- * so the same bytes; about half the instructions per pixel. */
+ * so the same bytes; 0.84 x its time in a microbenchmark of the pass (docs/benchmarks.md). */
 #define TSOCK__AVX512_TARGET "avx512f,avx512bw,avx512vl,avx512vnni"
+
+static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
+static int avx512_on;
+
+/* Whether the AVX-512 passes run: the CPU has AVX-512 BW, VL and VNNI, and TSOCK_NO_AVX512 is
+ * not "1". Intel's Skylake-SP and Cascade Lake lower a core's clock while it runs 512-bit
+ * multiplies, which may cost the rest of a decode more than the passes save (not measured: no
+ * such machine here); the variable is the way out there. Decided once per process. */
+static void
+choose_avx512(void)
+{
+    const char *v = getenv("TSOCK_NO_AVX512");
+    int cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    if (v && strcmp(v, "1") == 0) {
+        if (cpu)
+            tsock__log(TSOCK_LOG_INFO, "TSOCK_NO_AVX512=1: resampling with AVX2, not AVX-512");
+        return;
+    }
+    if (v && *v && strcmp(v, "0") != 0)
+        tsock__log(TSOCK_LOG_WARN,
+                   "TSOCK_NO_AVX512=%s ignored: only \"1\" turns the AVX-512 passes off", v);
+    avx512_on = cpu;
+}
 
 static int
 has_avx512(void)
 {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    pthread_once(&avx512_once, choose_avx512);
+    return avx512_on;
 }
 
 /* combine256 on sixteen lanes. */
@@ -721,6 +746,22 @@ tsock__resample_row(const struct tsock__coeffs *c, const uint8_t *in, size_t in_
 #endif
     for (; i < c->win_n; i++)
         one_pixel(c, i, in, in_bytes, first, stride, nch, out);
+}
+
+const char *
+tsock__resample_simd(void)
+{
+#ifdef TSOCK__AVX2
+    if (has_avx512())
+        return "avx512";
+    if (__builtin_cpu_supports("avx2"))
+        return "avx2";
+#endif
+#ifdef TSOCK__SSE2
+    return "sse2";
+#else
+    return "plain";
+#endif
 }
 
 int

@@ -1405,11 +1405,46 @@ test_presets(struct tsock__decoder *d)
     free(again);
 }
 
+/* `test_image no-avx512`, run by ctest with TSOCK_NO_AVX512=1: the passes leave AVX-512 out,
+ * and give the same bytes as every other path (test_resample_paths, whose AVX-512 side is
+ * then AVX2 too). A skip (77) on a CPU without AVX-512, where there is nothing to turn off. */
+static int
+no_avx512_part(void)
+{
+    const char *simd = tsock__resample_simd();
+    const int cpu =
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vnni");
+#else
+        0;
+#endif
+    const char *v = getenv("TSOCK_NO_AVX512");
+    fprintf(stderr, "TSOCK_NO_AVX512=%s: the passes use %s\n", v ? v : "(unset)", simd);
+    if (!cpu) {
+        printf("SKIP: this CPU has no AVX-512 (BW, VL, VNNI): nothing to turn off\n");
+        return 77;
+    }
+    CHECK(v && strcmp(v, "1") == 0); /* ctest sets it */
+    CHECK(strcmp(simd, "avx512") != 0);
+    test_resample_paths();
+    return CHECK_DONE();
+}
+
 int
-main(void)
+main(int argc, char **argv)
 {
     struct tsock__decoder *d;
 
+    if (argc > 1 && strcmp(argv[1], "no-avx512") == 0)
+        return no_avx512_part();
+    if (argc > 1) {
+        fprintf(stderr, "usage: test_image [no-avx512]\n");
+        return 2;
+    }
+    /* without TSOCK_NO_AVX512, a CPU that has AVX-512 uses it */
+    if (!getenv("TSOCK_NO_AVX512"))
+        fprintf(stderr, "the passes use %s\n", tsock__resample_simd());
     CHECK_EQ(tsock__decoder_create(&d), 0);
     test_probe();
     test_decode_kinds(d);
