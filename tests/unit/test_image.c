@@ -797,6 +797,18 @@ test_rgba_resize(struct tsock__decoder *d)
     free(rgb);
 }
 
+/* Whether this CPU has what the AVX-512 passes need (BW, VL, VNNI). */
+static int
+cpu_has_avx512(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
 /* The resampling passes' three implementations (horizontal: AVX-512, eight rows at once;
  * AVX2, four; SSE2 and plain C, one; vertical: 64, 32 and 16 samples at a time, then plain C)
  * give the same bytes, on their own, for every table shape: enlarging and
@@ -811,13 +823,7 @@ test_resample_paths(void)
     static const int in_sizes[] = {1, 2, 5, 17, 120, 274, 455, 1000};
     static const int out_sizes[] = {1, 3, 7, 224, 301};
     static const int row_counts[] = {1, 7, 8, 9, 13, 16};
-    const int have_avx512 =
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512vnni");
-#else
-        0;
-#endif
+    const int have_avx512 = cpu_has_avx512();
     struct tsock__rng rng;
     int cases = 0, mismatches = 0;
 
@@ -1412,13 +1418,7 @@ static int
 no_avx512_part(void)
 {
     const char *simd = tsock__resample_simd();
-    const int cpu =
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512vnni");
-#else
-        0;
-#endif
+    const int cpu = cpu_has_avx512();
     const char *v = getenv("TSOCK_NO_AVX512");
     fprintf(stderr, "TSOCK_NO_AVX512=%s: the passes use %s\n", v ? v : "(unset)", simd);
     if (!cpu) {
