@@ -1431,6 +1431,32 @@ no_avx512_part(void)
     return CHECK_DONE();
 }
 
+static int ignored_said;
+
+static void
+on_log(void *user, int level, const char *message)
+{
+    (void)user;
+    if (level == TSOCK_LOG_WARN && strstr(message, "TSOCK_NO_AVX512=yes ignored"))
+        ignored_said++;
+}
+
+/* `test_image bad-no-avx512`, run by ctest with TSOCK_NO_AVX512=yes: a value other than "1"
+ * or "0" is said to be ignored, once, and changes nothing. */
+static int
+bad_no_avx512_part(void)
+{
+    tsock_set_log(on_log, NULL, TSOCK_LOG_WARN);
+    const char *simd = tsock__resample_simd();
+    tsock__resample_simd(); /* decided once: said once */
+    tsock_set_log(NULL, NULL, TSOCK_LOG_WARN);
+    fprintf(stderr, "TSOCK_NO_AVX512=%s: the passes use %s\n", getenv("TSOCK_NO_AVX512"), simd);
+    CHECK_EQ(ignored_said, 1);
+    if (cpu_has_avx512())
+        CHECK(strcmp(simd, "avx512") == 0);
+    return CHECK_DONE();
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1438,13 +1464,18 @@ main(int argc, char **argv)
 
     if (argc > 1 && strcmp(argv[1], "no-avx512") == 0)
         return no_avx512_part();
+    if (argc > 1 && strcmp(argv[1], "bad-no-avx512") == 0)
+        return bad_no_avx512_part();
     if (argc > 1) {
-        fprintf(stderr, "usage: test_image [no-avx512]\n");
+        fprintf(stderr, "usage: test_image [no-avx512 | bad-no-avx512]\n");
         return 2;
     }
     /* without TSOCK_NO_AVX512, a CPU that has AVX-512 uses it */
-    if (!getenv("TSOCK_NO_AVX512"))
+    if (!getenv("TSOCK_NO_AVX512")) {
         fprintf(stderr, "the passes use %s\n", tsock__resample_simd());
+        if (cpu_has_avx512())
+            CHECK(strcmp(tsock__resample_simd(), "avx512") == 0);
+    }
     CHECK_EQ(tsock__decoder_create(&d), 0);
     test_probe();
     test_decode_kinds(d);
