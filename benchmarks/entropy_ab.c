@@ -73,7 +73,7 @@ decode_direct(const struct file *f, int own, int entropy_only)
     ci.dct_method = JDCT_ISLOW;
     jpeg_start_decompress(&ci);
     if (own)
-        took = tsock__entropy_attach(g_direct.entropy, &ci, on_fail, NULL);
+        took = tsock__entropy_attach(g_direct.entropy, &ci, on_fail, NULL, 1);
     if (entropy_only && ci.output_height > 16)
         jpeg_skip_scanlines(&ci, ci.output_height - 16);
     while (ci.output_scanline < ci.output_height) {

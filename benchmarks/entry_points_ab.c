@@ -1,17 +1,21 @@
 /* Entry points into each file's Huffman data (libtsock/image/entropy.c), with against without,
  * on the same files, in one process; or, with --compare avx512, the AVX-512 resampling passes
- * against the AVX2 ones (libtsock/image/resize.c), both with entry points.
+ * against the AVX2 ones (libtsock/image/resize.c), both with entry points; or, with --compare
+ * skip-table, tsock's Huffman decoder with its skip tables for the MCUs it drops against
+ * without them (entropy.c), both with entry points.
  *
- *   tsock-bench-entry-points --root DIR [--repeat 5] [--epochs 4] [--compare entry-points|avx512]
+ *   tsock-bench-entry-points --root DIR [--repeat 5] [--epochs 4]
+ *                            [--compare entry-points|avx512|skip-table]
  *
  * Every .JPEG/.jpg/.jpeg file under DIR is read into memory. Then, `repeat` rounds; in each,
  * for each preset (train: RandomResizedCrop 224 and flip, a new crop per file and epoch; val:
  * Resize 256, CenterCrop 224), `epochs` epochs over every file, each epoch decoded twice in
  * turn: "without" (no entry points; or AVX2 resampling) and "with" (one set of entry points per
  * file kept across the round's epochs, new sets every round so that every round's first epoch
- * learns; or AVX-512 resampling, the sets shared by both sides). CPU time of this thread per
- * image (CLOCK_THREAD_CPUTIME_ID) is summed separately for the first epoch and for the later
- * ones, and so is the decoder's resampling stage. Prints one JSON object: per preset the
+ * learns; or AVX-512 resampling, or the skip tables, each side with sets of its own, so that
+ * both sides' first epochs learn). CPU time of
+ * this thread per image (CLOCK_THREAD_CPUTIME_ID) is summed separately for the first epoch and for
+ * the later ones, and so is the decoder's resampling stage. Prints one JSON object: per preset the
  * medians over the rounds (first epoch and later epochs, with and without, and their ratios),
  * the memory the sets held at the end of a round per file, and every round. The outputs with
  * and without are compared, every epoch: any difference fails the run (exit status 1). */
@@ -31,20 +35,30 @@
 enum preset { TRAIN, VAL, PRESETS };
 static const char *const preset_name[PRESETS] = {"train", "val"};
 
-/* What the two sides differ in: --compare entry-points (the default) or avx512. */
-enum compare { ENTRY_POINTS, AVX512 };
+/* What the two sides differ in: --compare entry-points (the default), avx512 or skip-table. */
+enum compare { ENTRY_POINTS, AVX512, SKIP_TABLE, COMPARES };
+static const struct {
+    const char *name, *without, *with;
+    int without_flags; /* the decoder's flags on the "without" side */
+} compares[COMPARES] = {
+    {"entry-points", "no entry points", "entry points", 0},
+    {"avx512", "AVX2 resampling, entry points", "AVX-512 resampling, entry points",
+     TSOCK__DECODE_NO_AVX512},
+    {"skip-table", "MCUs dropped symbol by symbol, entry points",
+     "MCUs dropped through skip tables, entry points", TSOCK__DECODE_NO_SKIP_TABLE},
+};
 
 /* The decoder's flags and whether it gets the files' sets, for each side. */
 static int
 side_flags(enum compare cmp, int with)
 {
-    return cmp == AVX512 && !with ? TSOCK__DECODE_NO_AVX512 : 0;
+    return with ? 0 : compares[cmp].without_flags;
 }
 
 static int
 side_uses_sets(enum compare cmp, int with)
 {
-    return cmp == AVX512 || with;
+    return cmp != ENTRY_POINTS || with;
 }
 
 /* One epoch of preset p over every file, with the files' sets (NULL: without) and the
@@ -92,9 +106,9 @@ static size_t
 one_round(enum compare cmp, enum preset p, struct tsock__decoder *d, int round, int epochs,
           struct figures *fig, uint8_t *a, uint8_t *b)
 {
-    struct tsock__entry_points **sets = calloc(g_count, sizeof *sets);
+    struct tsock__entry_points **sets = calloc(2 * g_count, sizeof *sets); /* per side */
     size_t differ = 0;
-    for (size_t i = 0; i < g_count; i++)
+    for (size_t i = 0; i < 2 * g_count; i++)
         if (!sets || !(sets[i] = tsock__entry_points_create())) {
             fprintf(stderr, "tsock-bench-entry-points: out of memory\n");
             exit(1);
@@ -106,8 +120,8 @@ one_round(enum compare cmp, enum preset p, struct tsock__decoder *d, int round, 
         double ms[2], resample[2] = {0, 0};
         for (int k = 0; k < 2; k++) {
             int with = k ^ !with_first;
-            ms[with] = epoch(p, d, side_uses_sets(cmp, with) ? sets : NULL, side_flags(cmp, with),
-                             round, e, with ? a : b, &resample[with]);
+            ms[with] = epoch(p, d, side_uses_sets(cmp, with) ? sets + with * g_count : NULL,
+                             side_flags(cmp, with), round, e, with ? a : b, &resample[with]);
         }
         for (size_t i = 0; i < g_count; i++)
             differ += memcmp(a + i * OUT_BYTES, b + i * OUT_BYTES, OUT_BYTES) != 0;
@@ -120,9 +134,9 @@ one_round(enum compare cmp, enum preset p, struct tsock__decoder *d, int round, 
             }
         }
     }
-    size_t bytes = 0;
-    for (size_t i = 0; i < g_count; i++) {
-        bytes += tsock__entry_points_bytes(sets[i]);
+    size_t bytes = 0; /* the "with" side's */
+    for (size_t i = 0; i < 2 * g_count; i++) {
+        bytes += i >= g_count ? tsock__entry_points_bytes(sets[i]) : 0;
         tsock__entry_points_destroy(sets[i]);
     }
     fig->bytes[round] = (double)bytes / (double)g_count;
@@ -151,7 +165,7 @@ print_preset(enum preset p, const struct figures *f, int repeat)
 
 #define USAGE                                                                                      \
     "usage: tsock-bench-entry-points --root DIR [--repeat R] [--epochs E] "                        \
-    "[--compare entry-points|avx512]"
+    "[--compare entry-points|avx512|skip-table]"
 
 int
 main(int argc, char **argv)
@@ -166,12 +180,14 @@ main(int argc, char **argv)
     int parsed = bench_parse(argc, argv, opts, sizeof opts / sizeof *opts, USAGE);
     if (parsed != 0)
         return parsed == 1 ? 0 : 2;
-    const int known = !strcmp(compare, "entry-points") || !strcmp(compare, "avx512");
-    if (!root || repeat < 1 || repeat > MAX_REPEAT || epochs < 2 || epochs > MAX_EPOCHS || !known) {
+    enum compare cmp = ENTRY_POINTS;
+    while (cmp < COMPARES && strcmp(compare, compares[cmp].name) != 0)
+        cmp++;
+    if (!root || repeat < 1 || repeat > MAX_REPEAT || epochs < 2 || epochs > MAX_EPOCHS ||
+        cmp == COMPARES) {
         fprintf(stderr, "%s\n", USAGE);
         return 2;
     }
-    const enum compare cmp = strcmp(compare, "avx512") ? ENTRY_POINTS : AVX512;
     if (load_jpeg_tree("tsock-bench-entry-points", root) == 0)
         return 1;
 
@@ -187,8 +203,7 @@ main(int argc, char **argv)
 
     printf("{\"benchmark\": \"entry_points_ab\", \"compare\": \"%s\", \"without\": \"%s\", "
            "\"with\": \"%s\", \"root\": ",
-           compare, cmp == AVX512 ? "AVX2 resampling, entry points" : "no entry points",
-           cmp == AVX512 ? "AVX-512 resampling, entry points" : "entry points");
+           compare, compares[cmp].without, compares[cmp].with);
     json_string(root);
     printf(", \"files\": %zu, \"repeat\": %d, \"epochs\": %d, \"outputs_differing\": %zu,\n "
            "\"results\": {\n",

@@ -41,12 +41,19 @@ struct tsock__entry_points;
  * 8-bit samples in a single scan of every component. Reads the data from cinfo->src, which
  * must hold all of it. `fail` is called, with cinfo, on data that is not valid. `points` (may
  * be NULL) are the file's entry points, used and extended by this decode; a scan with restart
- * markers does not use them (restart.c gives it better ones). Call after jpeg_crop_scanline.
- * Returns 1 when attached, 0 when the scan is left to libjpeg. */
+ * markers does not use them (restart.c gives it better ones). `skip_table`: MCUs decoded and
+ * dropped (jpeg_skip_scanlines, entry points' catch-up) go through the skip table of each AC
+ * table that has one (made once a second image uses the table); 0 decodes them
+ * symbol by symbol, as the MCUs kept are (for tests and benchmarks: the same bits either way).
+ * Call after jpeg_crop_scanline. Returns 1 when attached, 0 when the scan is left to libjpeg. */
 int tsock__entropy_attach(struct tsock__entropy *e, j_decompress_ptr cinfo,
-                          void (*fail)(j_decompress_ptr cinfo), struct tsock__entry_points *points);
+                          void (*fail)(j_decompress_ptr cinfo), struct tsock__entry_points *points,
+                          int skip_table);
 
 /* Whether the decode since the last attach started at a learnt entry point. */
 int tsock__entropy_jumped(const struct tsock__entropy *e);
+
+/* MCUs the decode since the last attach decoded and dropped through skip tables. */
+unsigned tsock__entropy_skipped(const struct tsock__entropy *e);
 
 #endif

@@ -147,6 +147,7 @@ void tsock__decoder_set_limits(struct tsock__decoder *d, uint64_t max_pixels, in
 #define TSOCK__DECODE_NO_RESTARTS 8     /* never decode a JPEG from its restart intervals */
 #define TSOCK__DECODE_NO_OWN_ENTROPY 16 /* leave a JPEG's Huffman data to libjpeg's decoder */
 #define TSOCK__DECODE_NO_AVX512 32      /* resample with AVX2 even where AVX-512 is there */
+#define TSOCK__DECODE_NO_SKIP_TABLE 64  /* drop MCUs symbol by symbol (entropy.h) */
 void tsock__decoder_set_flags(struct tsock__decoder *d, int flags);
 
 /* Entry points into one file's Huffman data (entropy.c), learnt while decoding it, so that a
@@ -215,6 +216,9 @@ struct tsock__decode_report {
     /* 1 when tsock's decoder started at an entry point learnt by an earlier decode of the file
      * (tsock__decoder_set_entry_points), skipping MCUs it would otherwise have decoded. */
     int entry_jump;
+    /* MCUs tsock's decoder decoded only to drop them (above and beside the crop) through its
+     * skip tables, several symbols per lookup (entropy.h); not those it dropped without. */
+    int skip_table_mcus;
     /* Monotonic time of this decode inside the codec (libjpeg: entropy decoding, IDCT,
      * upsampling, YCbCr-to-RGB; libpng) and inside tsock's own passes (CMYK conversion,
      * resampling, the window's rows), in ns. Only their ratio is meant to be used: the

@@ -427,7 +427,8 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
     /* A file that may be truncated keeps libjpeg's decoder, which decides how far it is valid. */
     d->report.own_entropy = !suspect && !j->entropy_off &&
                             !(d->flags & TSOCK__DECODE_NO_OWN_ENTROPY) &&
-                            tsock__entropy_attach(j->entropy, cinfo, on_entropy_fail, d->points);
+                            tsock__entropy_attach(j->entropy, cinfo, on_entropy_fail, d->points,
+                                                  !(d->flags & TSOCK__DECODE_NO_SKIP_TABLE));
 
     /* Where the rows go. Horizontal pass first: each needed line is resampled as it arrives
      * and only the out_w-wide result is kept. Vertical first: the needed lines themselves are
@@ -498,6 +499,8 @@ decode(struct tsock__decoder *d, struct tsock__jpeg *j, const struct tsock__imag
         }
         d->report.rows_read = o.y + (int)cinfo->output_scanline;
         d->report.entry_jump = d->report.own_entropy && tsock__entropy_jumped(j->entropy);
+        d->report.skip_table_mcus =
+            d->report.own_entropy ? (int)tsock__entropy_skipped(j->entropy) : 0;
         if (!suspect && partial && cinfo->output_scanline < cinfo->output_height)
             stop_early(cinfo);
         stage_switch(&clk, &d->report.codec_ns);

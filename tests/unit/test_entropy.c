@@ -8,7 +8,10 @@
  * MCUs; standard and optimized Huffman tables
  * (codes longer than the decoder's lookup); crops that skip rows (jpeg_skip_scanlines hands
  * tsock's decoder MCUs to drop) and columns, DCT scaling; a decoder reused across files with
- * different tables. Damage: bits flipped all over the entropy-coded data, markers out of
+ * different tables; MCUs dropped through the skip tables (several symbols per lookup), on
+ * blocks that end at their 64th coefficient, at an EOB, and after ZRLs, with standard and
+ * optimized tables, against dropping them symbol by symbol. Damage: bits flipped all over the
+ * entropy-coded data, markers out of
  * sequence, a byte too many before a marker, fill bytes before markers (legal: tsock's
  * decoder keeps them), and truncation.
  * Wherever tsock's decoder gives the data back, the image is decoded again by libjpeg alone
@@ -31,7 +34,8 @@
 /* What the decodes of one test saw. */
 struct tally {
     int decodes, own, redone, differ, eighth; /* eighth: decoded at 1/8 scale (DC only) */
-    int jumps; /* started at a learnt entry point (report.entry_jump) */
+    int jumps;   /* started at a learnt entry point (report.entry_jump) */
+    int skipped; /* MCUs dropped through skip tables (report.skip_table_mcus) */
 };
 
 /* Decodes box -> ow x oh with tsock's decoder and with libjpeg's; both must agree. */
@@ -50,7 +54,10 @@ both_ways(struct tsock__decoder *d, const uint8_t *jpeg, size_t n, const struct 
     t->redone += rep->entropy_redone;
     t->eighth += rep->scale_num == 1;
     t->jumps += rep->entry_jump;
+    t->skipped += rep->skip_table_mcus;
     CHECK(!(rep->own_entropy && rep->entropy_redone));
+    if (flags & TSOCK__DECODE_NO_SKIP_TABLE)
+        CHECK_EQ(rep->skip_table_mcus, 0);
     tsock__decoder_set_flags(d, flags | TSOCK__DECODE_NO_OWN_ENTROPY);
     int rb = tsock__decode_crop_resize(d, jpeg, n, box, ow, oh, 0, b);
     CHECK_EQ(tsock__decoder_report(d)->own_entropy, 0);
@@ -77,6 +84,7 @@ test_layouts(struct tsock__decoder *d)
     static const int dims[2][2] = {{411, 333}, {256, 128}};
     static const int flags[3] = {0, TSOCK__DECODE_NO_PARTIAL, TSOCK__DECODE_NO_RESTARTS};
     struct tally t = {0};
+    int skipped_opt = 0;
 
     for (int l = 0; l < L_COUNT; l++)
         for (size_t s = 0; s < sizeof spacing / sizeof *spacing; s++)
@@ -94,20 +102,24 @@ test_layouts(struct tsock__decoder *d)
                         {w / 5, 0, w / 3, h},         /* skips columns */
                         {0, 0, w, h}};                /* everything: 1/8 scale (1/2) */
                     static const int sizes[4][2] = {{37, 29}, {224, 224}, {50, 120}, {24, 18}};
+                    int skipped = t.skipped;
                     for (int b = 0; b < 4; b++)
                         both_ways(d, jpeg, n, &boxes[b], sizes[b][0], sizes[b][1],
                                   flags[(b + (int)s) % 3], &t);
+                    if (opt) /* a file's own tables: made into skip tables at its 2nd decode */
+                        skipped_opt += t.skipped - skipped;
                     free(jpeg);
                     free(pix);
                 }
     fprintf(stderr,
             "layouts: %d decodes (%d at 1/8 scale), %d by tsock's Huffman decoder, %d redone, "
-            "%d differ\n",
-            t.decodes, t.eighth, t.own, t.redone, t.differ);
+            "%d differ, %d MCUs dropped through skip tables (%d with optimized tables)\n",
+            t.decodes, t.eighth, t.own, t.redone, t.differ, t.skipped, skipped_opt);
     CHECK_EQ(t.differ, 0);
     CHECK_EQ(t.redone, 0);
     CHECK_EQ(t.own, t.decodes); /* every file here is sequential Huffman, and whole */
     CHECK(t.eighth > 0);
+    CHECK(skipped_opt > 0);
 }
 
 /* A progressive JPEG is left to libjpeg; so is a truncated one (its decode must find out how
@@ -170,10 +182,13 @@ test_flipped_bits(struct tsock__decoder *d)
         free(jpeg);
         free(pix);
     }
-    fprintf(stderr, "flipped bits: %d decodes, %d by tsock's decoder, %d redone, %d differ\n",
-            t.decodes, t.own, t.redone, t.differ);
+    fprintf(stderr,
+            "flipped bits: %d decodes, %d by tsock's decoder, %d redone, %d differ, %d MCUs "
+            "dropped through skip tables\n",
+            t.decodes, t.own, t.redone, t.differ, t.skipped);
     CHECK_EQ(t.differ, 0);
     CHECK(t.redone > 0);
+    CHECK(t.skipped > 0); /* corrupt data met in MCUs dropped through them, too */
 }
 
 /* Markers: out of sequence, or a marker that does not belong in a scan, make tsock's decoder
@@ -296,8 +311,11 @@ test_entry_points(struct tsock__decoder *d)
             free(jpeg);
             free(pix);
         }
-    fprintf(stderr, "entry points: %d files, %d decodes, %d started at a learnt point, %d differ\n",
-            files, t.decodes, t.jumps, t.differ);
+    fprintf(stderr,
+            "entry points: %d files, %d decodes, %d started at a learnt point, %d differ, %d "
+            "MCUs dropped through skip tables\n",
+            files, t.decodes, t.jumps, t.differ, t.skipped);
+    CHECK(t.skipped > 0); /* the catch-up from a point to a crop's first column */
     CHECK_EQ(t.differ, 0);
     CHECK_EQ(t.redone, 0);
     CHECK_EQ(t.own, t.decodes);
@@ -361,6 +379,98 @@ test_entry_points_stale(struct tsock__decoder *d)
     free(b);
     free(pa);
     free(pb);
+}
+
+/* The skip tables on the blocks they must get right: grain at quality 100, where most blocks
+ * end at their 64th coefficient with no EOB (a skip-table entry must not run on into the next
+ * block's DC code), and a picture of flat patches with sparse detail at quality 30, where
+ * blocks end at an early EOB or hold runs of 16 zeros (ZRL); standard and optimized tables (the
+ * latter with codes longer than the lookup). Each file is decoded six times in a row with crops
+ * that drop rows and columns, so that its tables get skip tables from the second decode on;
+ * each decode also without them (TSOCK__DECODE_NO_SKIP_TABLE) and by libjpeg: same bytes. */
+static uint8_t *
+sparse_picture(int w, int h, uint32_t seed)
+{
+    uint8_t *p = malloc((size_t)w * h * 3);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            uint64_t r = tsock__mix64(((uint64_t)seed << 40) ^ ((uint64_t)y << 20) ^ (uint64_t)x);
+            int v = ((x / 40) * 37 + (y / 24) * 53) & 255;
+            if ((r & 63) == 0) /* a speck now and then: a few high frequencies after zeros */
+                v ^= 0x40;
+            for (int c = 0; c < 3; c++)
+                p[((size_t)y * w + x) * 3 + c] = (uint8_t)(v + c * 20);
+        }
+    return p;
+}
+
+static void
+test_skip_tables(struct tsock__decoder *d)
+{
+    static const int quality[2] = {100, 30};
+    struct tally t = {0}, plain = {0};
+    int w = 331, h = 250;
+    for (int kind = 0; kind < 2; kind++)
+        for (int opt = 0; opt < 2; opt++)
+            for (int l = 0; l < L_CMYK; l++) {
+                int comps = l == L_GRAY ? 1 : 3;
+                uint8_t *pix = kind == 0 || comps == 1 ? picture(w, h, comps, (uint32_t)(l + 7))
+                                                       : sparse_picture(w, h, (uint32_t)l);
+                size_t n;
+                uint8_t *jpeg =
+                    encode_quality(pix, w, h, (enum layout)l, 0, 0, opt, quality[kind], &n);
+                for (int k = 0; k < 6; k++) {
+                    const struct tsock__box box = {w / 3 + k * 9, h / 4 + k * 11, w / 3, h / 3};
+                    both_ways(d, jpeg, n, &box, 48, 40, 0, &t);
+                    both_ways(d, jpeg, n, &box, 48, 40, TSOCK__DECODE_NO_SKIP_TABLE, &plain);
+                }
+                free(jpeg);
+                free(pix);
+            }
+    fprintf(stderr,
+            "skip tables: %d decodes, %d MCUs dropped through them, %d redone, %d differ; "
+            "without: %d redone, %d differ\n",
+            t.decodes, t.skipped, t.redone, t.differ, plain.redone, plain.differ);
+    CHECK_EQ(t.differ, 0);
+    CHECK_EQ(t.redone, 0);
+    CHECK_EQ(t.own, t.decodes);
+    CHECK_EQ(plain.differ, 0);
+    CHECK_EQ(plain.redone, 0);
+    CHECK(t.skipped > 0);
+    CHECK_EQ(plain.skipped, 0);
+}
+
+/* Skip tables are made for the tables a second image uses, and kept by content: a file with
+ * tables of its own (optimized) decoded once gets none, and the standard tables' skip tables
+ * outlive three such files in between. */
+static void
+test_skip_cache(struct tsock__decoder *d)
+{
+    struct tally t = {0};
+    const int w = 200, h = 160;
+    const struct tsock__box box = {w / 2, h / 2, w / 3, h / 3};
+    uint8_t *pix = picture(w, h, 3, 77);
+    size_t ns;
+    uint8_t *standard = encode(pix, w, h, L_420, 0, 0, 0, &ns);
+    both_ways(d, standard, ns, &box, 32, 32, 0, &t);
+    both_ways(d, standard, ns, &box, 32, 32, 0, &t); /* made by now */
+    int before = t.skipped;
+    CHECK(before > 0);
+    for (int k = 0; k < 3; k++) {
+        uint8_t *other = picture(w, h, 3, (uint32_t)(200 + k));
+        size_t no;
+        uint8_t *own = encode(other, w, h, L_420, 0, 0, 1, &no);
+        both_ways(d, own, no, &box, 32, 32, 0, &t);
+        free(own);
+        free(other);
+    }
+    CHECK_EQ(t.skipped, before); /* once each: none made */
+    both_ways(d, standard, ns, &box, 32, 32, 0, &t);
+    CHECK(t.skipped > before); /* kept across them */
+    CHECK_EQ(t.differ, 0);
+    CHECK_EQ(t.redone, 0);
+    free(standard);
+    free(pix);
 }
 
 /* Photographs, as they are and with a marker after every MCU: the presets' bytes. */
@@ -436,6 +546,8 @@ main(void)
     test_flipped_bits(d);
     test_markers(d);
     test_tables_change(d);
+    test_skip_tables(d);
+    test_skip_cache(d);
     test_entry_points(d);
     test_entry_points_stale(d);
     test_photos(d);

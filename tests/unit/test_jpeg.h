@@ -33,13 +33,13 @@ picture(int w, int h, int comps, uint32_t seed)
     return p;
 }
 
-/* libjpeg's compressor with restart markers: every `interval` MCUs, or every `rows` MCU rows
- * when rows > 0; with `optimize`, Huffman tables made for the image (longer codes for rare
- * symbols) instead of the standard ones. Returns the JPEG in an exactly sized block
- * (AddressSanitizer sees overreads). */
+/* libjpeg's compressor at `quality` with restart markers: every `interval` MCUs, or every
+ * `rows` MCU rows when rows > 0; with `optimize`, Huffman tables made for the image (longer
+ * codes for rare symbols) instead of the standard ones. Returns the JPEG in an exactly sized
+ * block (AddressSanitizer sees overreads). */
 static inline uint8_t *
-encode(const uint8_t *pix, int w, int h, enum layout l, int interval, int rows, int optimize,
-       size_t *size)
+encode_quality(const uint8_t *pix, int w, int h, enum layout l, int interval, int rows,
+               int optimize, int quality, size_t *size)
 {
     struct jpeg_compress_struct c;
     struct jpeg_error_mgr err;
@@ -55,7 +55,7 @@ encode(const uint8_t *pix, int w, int h, enum layout l, int interval, int rows, 
     c.input_components = comps;
     c.in_color_space = comps == 1 ? JCS_GRAYSCALE : comps == 4 ? JCS_CMYK : JCS_RGB;
     jpeg_set_defaults(&c); /* CMYK is written as YCCK, with an Adobe marker */
-    jpeg_set_quality(&c, 88, TRUE);
+    jpeg_set_quality(&c, quality, TRUE);
     if (comps == 3) {
         static const int hv[4][2] = {{2, 2}, {2, 1}, {1, 1}, {4, 1}};
         c.comp_info[0].h_samp_factor = hv[l][0];
@@ -76,6 +76,14 @@ encode(const uint8_t *pix, int w, int h, enum layout l, int interval, int rows, 
     free(buf);
     *size = n;
     return out;
+}
+
+/* encode_quality at quality 88. */
+static inline uint8_t *
+encode(const uint8_t *pix, int w, int h, enum layout l, int interval, int rows, int optimize,
+       size_t *size)
+{
+    return encode_quality(pix, w, h, l, interval, rows, optimize, 88, size);
 }
 
 static inline uint8_t *
