@@ -357,11 +357,12 @@ build_whole(struct table *t, int is_dc)
     }
 }
 
-/* The skip table (see skip_entry), from the lookup table, for prefixes of every width w up to
- * SKIP_BITS in turn: a w-bit prefix's entry is its first symbol followed by the entry of the
- * w - l bits after it (l: the symbol's code and extra bits), already made. `narrower` holds the
- * entries of the widths below SKIP_BITS, width w from offset 2^w - 1. A code longer than
- * LOOKUP_BITS ends an entry: such symbols are rare, and the decode takes them one at a time. */
+/* The skip table (entries: SKIP_ENTRY), from the lookup table, for prefixes of every width w
+ * up to SKIP_BITS in turn: a w-bit prefix's entry is its first symbol followed by the entry of
+ * the w - l bits after it (l: the symbol's code and extra bits), already made. `narrower`
+ * holds the entries of the widths below SKIP_BITS, width w from offset 2^w - 1. A code longer
+ * than LOOKUP_BITS ends an entry: such symbols are rare, and the decode takes them one at a
+ * time. */
 static void
 build_skip(struct skip_table *st, const struct table *t, uint16_t narrower[SKIP_SIZE])
 {
