@@ -196,7 +196,8 @@ keyset_add(struct keyset *s, const char *k, size_t n)
         if (len == n && memcmp(s->bytes + off, k, n) == 0)
             return 1;
     }
-    if (s->len + n > s->cap) {
+    if (!s->bytes || s->len + n > s->cap) { /* allocated even for an empty first key: a null
+                                               pointer plus 0 is undefined (fuzz_tar found it) */
         size_t cap = s->cap ? s->cap : 4096;
         while (cap < s->len + n)
             cap *= 2;
