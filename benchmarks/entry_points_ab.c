@@ -13,12 +13,12 @@
  * turn: "without" (no entry points; or AVX2 resampling) and "with" (one set of entry points per
  * file kept across the round's epochs, new sets every round so that every round's first epoch
  * learns; or AVX-512 resampling, or the skip tables, each side with sets of its own, so that
- * both sides' first epochs learn). CPU time of
- * this thread per image (CLOCK_THREAD_CPUTIME_ID) is summed separately for the first epoch and for
- * the later ones, and so is the decoder's resampling stage. Prints one JSON object: per preset the
- * medians over the rounds (first epoch and later epochs, with and without, and their ratios),
- * the memory the sets held at the end of a round per file, and every round. The outputs with
- * and without are compared, every epoch: any difference fails the run (exit status 1). */
+ * both sides' first epochs learn). CPU time of this thread per image (CLOCK_THREAD_CPUTIME_ID)
+ * is summed separately for the first epoch and for the later ones, and so is the decoder's
+ * resampling stage. Prints one JSON object: per preset the medians over the rounds (first
+ * epoch and later epochs, with and without, and their ratios), the memory the sets held at the
+ * end of a round per file, and every round. The outputs with and without are compared, every
+ * epoch: any difference fails the run (exit status 1). */
 #define _XOPEN_SOURCE 700
 #include <stdint.h>
 #include <stdio.h>

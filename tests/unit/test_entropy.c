@@ -381,7 +381,7 @@ test_entry_points_stale(struct tsock__decoder *d)
     free(pb);
 }
 
-/* The skip tables on the blocks they must get right: grain at quality 100, where most blocks
+/* The skip tables on the blocks they must get right: grain at quality 100, where many blocks
  * end at their 64th coefficient with no EOB (a skip-table entry must not run on into the next
  * block's DC code), and a picture of flat patches with sparse detail at quality 30, where
  * blocks end at an early EOB or hold runs of 16 zeros (ZRL); standard and optimized tables (the
