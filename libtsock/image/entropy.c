@@ -392,6 +392,16 @@ build_skip(struct skip_table *st, const struct table *t, uint16_t narrower[SKIP_
     st->ready = 1;
 }
 
+/* Whether two Huffman tables are the same: their counts per code length and their symbols
+ * (`count` of them in a, the DHT segment's values). */
+static int
+same_code(const uint8_t a_bits[17], const uint8_t *a_values, int a_count, const uint8_t b_bits[17],
+          const uint8_t *b_values, int b_count)
+{
+    return a_count == b_count && memcmp(a_bits, b_bits, 17) == 0 &&
+           memcmp(a_values, b_values, (size_t)a_count) == 0;
+}
+
 /* The canonical code of a DHT table (T.81, Annex C): codes of each length are consecutive,
  * and the first of the next length is one past the last, doubled. Returns 1 when t was (re)built,
  * 0 when it already held this table, or -1 for a table libjpeg would refuse as well (more than
@@ -404,8 +414,7 @@ build_table(struct table *t, const JHUFF_TBL *h, int is_dc)
         count += h->bits[l];
     if (count > 256)
         return -1;
-    if (t->built && t->count == count && memcmp(t->bits, h->bits, sizeof t->bits) == 0 &&
-        memcmp(t->values, h->huffval, (size_t)count) == 0)
+    if (t->built && same_code(t->bits, t->values, t->count, h->bits, h->huffval, count))
         return 0; /* the last image's table: most files share theirs */
     t->built = 0;
     memset(t->lookup, 0, sizeof t->lookup);
@@ -851,8 +860,7 @@ find_skip(struct tsock__entropy *e, int n)
     struct skip_table *lru = &e->skips[0];
     for (int i = 0; i < SKIP_CACHE; i++) {
         struct skip_table *st = &e->skips[i];
-        if (st->count == t->count && memcmp(st->bits, t->bits, sizeof st->bits) == 0 &&
-            memcmp(st->values, t->values, (size_t)t->count) == 0)
+        if (same_code(st->bits, st->values, st->count, t->bits, t->values, t->count))
             return st;
         if (st->last_image < lru->last_image)
             lru = st;
