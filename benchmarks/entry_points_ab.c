@@ -2,10 +2,11 @@
  * on the same files, in one process; or, with --compare avx512, the AVX-512 resampling passes
  * against the AVX2 ones (libtsock/image/resize.c), both with entry points; or, with --compare
  * skip-table, tsock's Huffman decoder with its skip tables for the MCUs it drops against
- * without them (entropy.c), both with entry points.
+ * without them (entropy.c), both with entry points; or, with --compare gather, the horizontal
+ * gather pass (resize_gather.c) against the eight-row AVX-512 pass, both with entry points.
  *
  *   tsock-bench-entry-points --root DIR [--repeat 5] [--epochs 4]
- *                            [--compare entry-points|avx512|skip-table]
+ *                            [--compare entry-points|avx512|skip-table|gather]
  *
  * Every .JPEG/.jpg/.jpeg file under DIR is read into memory. Then, `repeat` rounds; in each,
  * for each preset (train: RandomResizedCrop 224 and flip, a new crop per file and epoch; val:
@@ -35,8 +36,9 @@
 enum preset { TRAIN, VAL, PRESETS };
 static const char *const preset_name[PRESETS] = {"train", "val"};
 
-/* What the two sides differ in: --compare entry-points (the default), avx512 or skip-table. */
-enum compare { ENTRY_POINTS, AVX512, SKIP_TABLE, COMPARES };
+/* What the two sides differ in: --compare entry-points (the default), avx512, skip-table or
+ * gather. */
+enum compare { ENTRY_POINTS, AVX512, SKIP_TABLE, GATHER, COMPARES };
 static const struct {
     const char *name, *without, *with;
     int without_flags; /* the decoder's flags on the "without" side */
@@ -46,6 +48,8 @@ static const struct {
      TSOCK__DECODE_NO_AVX512},
     {"skip-table", "MCUs dropped symbol by symbol, entry points",
      "MCUs dropped through skip tables, entry points", TSOCK__DECODE_NO_SKIP_TABLE},
+    {"gather", "eight-row AVX-512 horizontal pass, entry points",
+     "gather horizontal pass, entry points", TSOCK__DECODE_NO_GATHER},
 };
 
 /* The decoder's flags and whether it gets the files' sets, for each side. */
@@ -165,7 +169,7 @@ print_preset(enum preset p, const struct figures *f, int repeat)
 
 #define USAGE                                                                                      \
     "usage: tsock-bench-entry-points --root DIR [--repeat R] [--epochs E] "                        \
-    "[--compare entry-points|avx512|skip-table]"
+    "[--compare entry-points|avx512|skip-table|gather]"
 
 int
 main(int argc, char **argv)

@@ -62,6 +62,7 @@ tsock__decoder_set_flags(struct tsock__decoder *d, int flags)
     /* without AVX2, without AVX-512 too: the tests' "plain passes" are what they say */
     d->ch.no_avx512 = d->cv.no_avx512 =
         (flags & (TSOCK__DECODE_NO_AVX2 | TSOCK__DECODE_NO_AVX512)) != 0;
+    d->ch.no_gather = (flags & TSOCK__DECODE_NO_GATHER) != 0;
 }
 
 void

@@ -148,6 +148,7 @@ void tsock__decoder_set_limits(struct tsock__decoder *d, uint64_t max_pixels, in
 #define TSOCK__DECODE_NO_OWN_ENTROPY 16 /* leave a JPEG's Huffman data to libjpeg's decoder */
 #define TSOCK__DECODE_NO_AVX512 32      /* resample with AVX2 even where AVX-512 is there */
 #define TSOCK__DECODE_NO_SKIP_TABLE 64  /* drop MCUs symbol by symbol (entropy.h) */
+#define TSOCK__DECODE_NO_GATHER 128     /* the eight-row AVX-512 pass, not resize_gather.c's */
 void tsock__decoder_set_flags(struct tsock__decoder *d, int flags);
 
 /* Entry points into one file's Huffman data (entropy.c), learnt while decoding it, so that a

@@ -45,7 +45,11 @@ struct tsock__coeffs {
      * 4 times so that one 128-bit load broadcasts them. Products of 8-bit samples with these
      * fit pmaddwd, and high * 2048 + low gives PIL's exact sums. */
     int32_t *kp;
-    struct tsock__buf bounds_buf, k_buf, kp_buf, work_buf;
+    /* The gather pass's tables (resize_gather.c), built at its first use for a stride: */
+    int no_gather;     /* take the eight-row AVX-512 pass even where the gather pass can (tests) */
+    int gather_stride; /* the stride they were built for; 0: none since the taps changed */
+    int gather_groups; /* their groups; 0: the gather pass cannot take these taps */
+    struct tsock__buf bounds_buf, k_buf, kp_buf, work_buf, gather_buf;
 };
 
 /* Computes (or keeps, when the key is unchanged) the table. Returns 0 or -ENOMEM / -EINVAL. */
@@ -66,9 +70,19 @@ void tsock__resample_row(const struct tsock__coeffs *c, const uint8_t *in, size_
 /* The horizontal pass of `rows` rows, in_pitch bytes apart in `in` and out_pitch apart in
  * `out`, as tsock__resample_row of each (the same bytes), faster: every row must have
  * in_bytes bytes readable from its start. */
-void tsock__resample_rows(const struct tsock__coeffs *c, const uint8_t *in, size_t in_pitch,
+void tsock__resample_rows(struct tsock__coeffs *c, const uint8_t *in, size_t in_pitch,
                           size_t in_bytes, int first, int stride, int nch, uint8_t *out,
                           size_t out_pitch, int rows);
+
+/* The gather pass (resize_gather.c), which tsock__resample_rows picks for 3-channel rows
+ * where the CPU has AVX-512 with VBMI and VNNI (tsock__gather_cpu) and the AVX-512 passes are
+ * on. tsock__gather_prepare builds its tables for `stride` (kept until the taps change) and
+ * returns 1 when the pass can take them: every output's taps within 64 bytes, at most 10. */
+int tsock__gather_cpu(void);
+int tsock__gather_prepare(struct tsock__coeffs *c, int stride);
+void tsock__gather_rows(const struct tsock__coeffs *c, const uint8_t *in, size_t in_pitch,
+                        size_t in_bytes, int first, int stride, uint8_t *out, size_t out_pitch,
+                        int rows);
 
 /* The widest SIMD the passes use in this process: "avx512" (AVX-512 BW, VL and VNNI, unless
  * the environment's TSOCK_NO_AVX512 is "1"), "avx2", "sse2" or "plain". */

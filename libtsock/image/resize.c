@@ -100,6 +100,7 @@ tsock__coeffs_compute(struct tsock__coeffs *c, double in0, double in1, int in_si
         c->computed_bicubic == c->bicubic)
         return 0;
     c->valid = 0;
+    c->gather_stride = 0;
     if (in_size < 1 || out_size < 1 || win_n < 1 || win0 < 0 || win0 > out_size - win_n ||
         !(in1 > in0))
         return -EINVAL;
@@ -191,6 +192,7 @@ tsock__coeffs_free(struct tsock__coeffs *c)
     tsock__buf_free(&c->k_buf);
     tsock__buf_free(&c->kp_buf);
     tsock__buf_free(&c->work_buf);
+    tsock__buf_free(&c->gather_buf);
     memset(c, 0, sizeof *c);
 }
 
@@ -701,14 +703,38 @@ rows8_rgb_avx512(const struct tsock__coeffs *c, const uint8_t *const in[8], size
 }
 #endif
 
+#ifdef TSOCK__AVX2
+static pthread_once_t gather_once = PTHREAD_ONCE_INIT;
+static int gather_on;
+
+static void
+choose_gather(void)
+{
+    gather_on = tsock__gather_cpu();
+}
+
+/* Whether the gather pass runs in this process: the AVX-512 passes are on (has_avx512) and the
+ * CPU has VBMI too. */
+static int
+has_gather(void)
+{
+    pthread_once(&gather_once, choose_gather);
+    return has_avx512() && gather_on;
+}
+#endif
+
 void
-tsock__resample_rows(const struct tsock__coeffs *c, const uint8_t *in, size_t in_pitch,
-                     size_t in_bytes, int first, int stride, int nch, uint8_t *out,
-                     size_t out_pitch, int rows)
+tsock__resample_rows(struct tsock__coeffs *c, const uint8_t *in, size_t in_pitch, size_t in_bytes,
+                     int first, int stride, int nch, uint8_t *out, size_t out_pitch, int rows)
 {
     int y = 0;
 
 #ifdef TSOCK__AVX2
+    if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx512 && !c->no_gather &&
+        has_gather() && tsock__gather_prepare(c, stride)) {
+        tsock__gather_rows(c, in, in_pitch, in_bytes, first, stride, out, out_pitch, rows);
+        return;
+    }
     if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx512 && has_avx512()) {
         for (; y + 7 < rows; y += 8) {
             const uint8_t *const src[8] = {

@@ -809,8 +809,20 @@ cpu_has_avx512(void)
 #endif
 }
 
-/* The resampling passes' three implementations (horizontal: AVX-512, eight rows at once;
- * AVX2, four; SSE2 and plain C, one; vertical: 64, 32 and 16 samples at a time, then plain C)
+/* Whether this CPU has what the gather pass needs: the AVX-512 passes' and VBMI. */
+static int
+cpu_has_gather(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    return cpu_has_avx512() && __builtin_cpu_supports("avx512vbmi");
+#else
+    return 0;
+#endif
+}
+
+/* The resampling passes' implementations (horizontal: the AVX-512 gather pass, a group of up
+ * to five pixels per 64-byte load; AVX-512, eight rows at once; AVX2, four; SSE2 and plain C,
+ * one; vertical: 64, 32 and 16 samples at a time, then plain C)
  * give the same bytes, on their own, for every table shape: enlarging and
  * reducing, partial windows, flipped tables, the bicubic filter's negative taps, 3- and
  * 4-byte pixels, row counts that leave remainders of eight and four, and rows that end
@@ -825,7 +837,7 @@ test_resample_paths(void)
     static const int row_counts[] = {1, 7, 8, 9, 13, 16};
     const int have_avx512 = cpu_has_avx512();
     struct tsock__rng rng;
-    int cases = 0, mismatches = 0;
+    int cases = 0, mismatches = 0, gathered = 0;
 
     if (!have_avx512)
         fprintf(stderr, "test_resample_paths: this CPU has no AVX-512 (BW, VL, VNNI): its "
@@ -838,13 +850,15 @@ test_resample_paths(void)
             const int win0 = kind & 1 ? out_w / 4 : 0, win_n = kind & 1 ? out_w - out_w / 2 : out_w;
             const int reverse = (kind & 2) != 0, bicubic = (int)tsock__rng_below(&rng, 2);
             const double in0 = in_w > 2 ? 0.25 : 0.0, in1 = in_w > 2 ? in_w - 0.5 : in_w;
-            struct tsock__coeffs c[3];
+            struct tsock__coeffs c[4];
             memset(c, 0, sizeof c);
             int first = 0, end = 0;
-            for (int m = 0; m < 3; m++) { /* 0: plain/SSE2, 1: AVX2, 2: AVX-512 */
+            /* 0: plain/SSE2, 1: AVX2, 2: AVX-512 eight rows, 3: the gather pass where it can */
+            for (int m = 0; m < 4; m++) {
                 c[m].bicubic = bicubic;
                 c[m].no_avx2 = m == 0;
                 c[m].no_avx512 = m < 2;
+                c[m].no_gather = m < 3;
                 CHECK_EQ(tsock__coeffs_compute(&c[m], in0, in1, in_w, out_w, win0, win_n, reverse),
                          0);
             }
@@ -862,8 +876,8 @@ test_resample_paths(void)
                         for (size_t i = 0; i < pitch * (size_t)rows; i++)
                             in[i] = (uint8_t)tsock__rng_below(&rng, 256);
                         const size_t out_pitch = (size_t)win_n * 3, out_bytes = out_pitch * rows;
-                        uint8_t *out[3];
-                        for (int m = 0; m < 3; m++) {
+                        uint8_t *out[4];
+                        for (int m = 0; m < 4; m++) {
                             /* + slack: the AVX2 and SSE2 passes may write one byte past */
                             out[m] = malloc(out_bytes + TSOCK__BUF_SLACK);
                             tsock__resample_rows(&c[m], in, pitch, pitch, first, stride, 3, out[m],
@@ -871,8 +885,10 @@ test_resample_paths(void)
                         }
                         mismatches += memcmp(out[0], out[1], out_bytes) != 0;
                         mismatches += memcmp(out[0], out[2], out_bytes) != 0;
+                        mismatches += memcmp(out[0], out[3], out_bytes) != 0;
+                        gathered += c[3].gather_groups > 0;
                         cases++;
-                        for (int m = 0; m < 3; m++)
+                        for (int m = 0; m < 4; m++)
                             free(out[m]);
                         free(in);
                     }
@@ -900,7 +916,7 @@ test_resample_paths(void)
                 free(acc);
                 free(src);
             }
-            for (int m = 0; m < 3; m++)
+            for (int m = 0; m < 4; m++)
                 tsock__coeffs_free(&c[m]);
         }
     }
@@ -908,6 +924,12 @@ test_resample_paths(void)
         fprintf(stderr, "test_resample_paths: %d of %d cases differ\n", mismatches, cases);
     CHECK_EQ(mismatches, 0);
     CHECK(cases > 1100);
+    fprintf(stderr, "test_resample_paths: the gather pass took %d of the horizontal cases\n",
+            gathered);
+    if (cpu_has_gather() && !getenv("TSOCK_NO_AVX512"))
+        CHECK(gathered > 200);
+    else
+        CHECK_EQ(gathered, 0);
 }
 
 /* Golden outputs of Pillow 13 (Image.resize(..., BILINEAR), crop first as torchvision's
