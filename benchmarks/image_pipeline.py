@@ -34,7 +34,8 @@ Every measurement is repeated --repeat times (3), interleaved: each round runs t
 once, then every producer run, then (c). Medians are reported and the ratios are computed
 from this run's medians; beside them, each round's (b) over the same round's (a), the median
 of those ratios (a shared machine's load drifts between rounds, and both sides of a round
-see the same). Targets (issue 21): train <= 0.75 x (a), val <= 1.0 x (a), (b) per image at
+see the same). The in-process tsock_pipeline_load line comes from one more run of (a) before
+the rounds, with --repeat passes in one process: its median is a pass with entry points. Targets (issue 21): train <= 0.75 x (a), val <= 1.0 x (a), (b) per image at
 the largest worker count, from the medians. A missed target is printed, not an error:
 the exit status is non-zero only when something failed to run.
 
@@ -175,18 +176,6 @@ def run_floor(args, root, repeat=None):
     if r.returncode != 0:
         raise RuntimeError(f"tsock-bench-decode failed ({r.returncode}): {r.stderr}")
     return json.loads(r.stdout), cmd
-
-
-def merge_floors(floors):
-    """The floor's rounds (one run each) as one record: the first round's description, the
-    median of each figure over the rounds, every round's runs."""
-    merged = dict(floors[0])
-    for k, v in floors[0].items():
-        if isinstance(v, float):
-            merged[k] = statistics.median(f[k] for f in floors)
-    merged["repeat"] = len(floors)
-    merged["runs"] = [r for f in floors for r in f.get("runs", [])]
-    return merged
 
 
 def epochs_for(args, workers):
@@ -675,12 +664,19 @@ def main():
     try:
         root = dataset_root(args, workdir, out)
 
+        floor, cmd = run_floor(args, root)
+        out["floor"] = floor
+        out["floor"]["command"] = " ".join(cmd)
+        out["dataset"].update({"decodable_jpegs": floor["decodable"],
+                               "mean_bytes": floor["mean_bytes"],
+                               "mean_width": floor["mean_width"],
+                               "mean_height": floor["mean_height"]})
+
         scaling = {(p, w): [] for p in args.presets for w in args.workers}
         tv, floors = [], []
         commands = {}
         for n in range(args.repeat):  # interleaved: drift of the shared machine hits all
-            f, cmd = run_floor(args, root, repeat=1)
-            floors.append(f)
+            floors.append(run_floor(args, root, repeat=1)[0])
             for (preset, w) in scaling:
                 res, pcmd, ccmd = run_tsock(args, root, preset, w, workdir, f"{preset}{w}-{n}")
                 scaling[(preset, w)].append(res)
@@ -690,18 +686,13 @@ def main():
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     out["run_s"] = time.monotonic() - t_start
-    floor = merge_floors(floors)
-    out["floor"] = floor
-    out["floor"]["command"] = " ".join(cmd)
-    out["dataset"].update({"decodable_jpegs": floor["decodable"],
-                           "mean_bytes": floor["mean_bytes"],
-                           "mean_width": floor["mean_width"],
-                           "mean_height": floor["mean_height"]})
+    # (a): each round's run, the same program as the up-front one with one pass
+    out["floor_rounds_cpu_ms_per_image"] = [f["floor_cpu_ms_per_image"] for f in floors]
 
     keys = ("cpu_ms_per_image", "decode_ms_per_image", "decode_share_of_cpu", "images_per_s",
             "consumer_cpu_ms_per_image", "index_s", "read_s", "wall_s")
     nested = ("stage_cpu_ms_per_image", "thread_cpu_ms_per_image")
-    a_ms = floor["floor_cpu_ms_per_image"]
+    a_ms = statistics.median(out["floor_rounds_cpu_ms_per_image"])
     out["floor_cpu_ms_per_image"] = a_ms
     out["presets"] = {}
     out["targets"] = {}
