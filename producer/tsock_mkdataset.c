@@ -836,7 +836,12 @@ main(int argc, char **argv)
     first_error_destroy(&j.err);
     double seconds = now_s() - t0;
     if (first_error_seen(&j.err)) {
-        fprintf(stderr, PROG ": %s\n", j.err.text);
+        char first[256];
+        /* a failed file is removed (write_whole); the ones written before it stay */
+        fprintf(stderr, PROG ": %s%s\n", j.err.text,
+                !o.webdataset && count_entries(o.out, first, sizeof first) > 0
+                    ? " (OUT holds a partial tree: rerun with --force)"
+                    : "");
         if (o.webdataset)
             nftw(o.out, remove_tree_entry, 32, FTW_DEPTH | FTW_PHYS);
         return 1;

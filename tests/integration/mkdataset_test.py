@@ -1,13 +1,20 @@
 """tsock-mkdataset writes the tree it describes: regular images of ImageNet-like sizes in
 sorted class folders, the edge cases it lists (each really what it claims to be, by its
 leading bytes), deterministic output for a seed, a refusal to write into a non-empty directory
-unless --force empties it, and clear errors for bad options."""
+unless --force empties it, clear errors for bad options, and a clear error with no truncated
+file left behind when the disk fills."""
 import hashlib
 import json
 import os
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
+
+# A file may grow to this many bytes, then write() fails (RLIMIT_FSIZE, EFBIG): how a full disk
+# meets each of mkdataset's writers, every time at the same byte, without a filesystem to fill.
+FILE_LIMIT = 40000
 
 
 def run(mk, *args):
@@ -23,6 +30,51 @@ def tree_digest(root):
             with open(path, "rb") as f:
                 h.update(f.read())
     return h.hexdigest()
+
+
+def limited_files():
+    """preexec_fn: files stop growing at FILE_LIMIT bytes; SIGXFSZ, ignored, stays ignored
+    across exec, so the write fails with EFBIG instead of killing the process."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
+
+
+def whole_image(path):
+    """Whether the file ends as a JPEG or a PNG does (a truncated one does not)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data.startswith(b"\xff\xd8"):
+        return data.endswith(b"\xff\xd9")
+    return data.startswith(b"\x89PNG") and data[-8:-4] == b"IEND"
+
+
+def full_disk(mk, tmp, photos):
+    """Every writer of tsock-mkdataset meets a write that fails part way: it exits 1 naming
+    the file and the reason, leaves no truncated image (a folder tree says it is partial and
+    keeps only whole files) and no shard."""
+    src = os.path.join(tmp, "src")
+    r = run(mk, src, "--images", "24", "--classes", "3", "--seed", "5")
+    assert r.returncode == 0, r.stderr
+    cases = [("generated", ["--images", "40", "--classes", "4", "--seed", "5"], True),
+             ("restart copy", ["--from-folder", src, "--restart-interval", "1"], True),
+             ("shards", ["--from-folder", src, "--format", "webdataset", "--shard-samples",
+                         "20"], False)]
+    if photos:
+        cases.append(("photographs", ["--images", "40", "--classes", "4", "--photos", photos],
+                      True))
+    for name, args, folder in cases:
+        out = os.path.join(tmp, "full-" + name.replace(" ", "-"))
+        r = subprocess.run([mk, out, *args], capture_output=True, text=True, timeout=120,
+                           preexec_fn=limited_files)
+        assert r.returncode == 1, (name, r.returncode, r.stderr)
+        assert "cannot write" in r.stderr and os.strerror(27) in r.stderr, (name, r.stderr)
+        left = [os.path.join(d, f) for d, _, files in os.walk(out) for f in files]
+        if folder:
+            assert "partial" in r.stderr and "--force" in r.stderr, (name, r.stderr)
+            bad = [p for p in left if not whole_image(p)]
+            assert not bad, (name, "truncated files left", bad)
+        else:
+            assert not left, (name, "files left", left)
 
 
 def main(mk):
@@ -82,7 +134,12 @@ def main(mk):
             r = run(mk, os.path.join(tmp, "bad"), *bad)
             assert r.returncode == 2, (bad, r.returncode, r.stderr)
             assert bad[0] in r.stderr, (bad, r.stderr)
-    print("mkdataset: 1 passed, 0 failed")
+        photos = "/usr/share/backgrounds" if os.path.isdir("/usr/share/backgrounds") else None
+        if not photos:
+            print("mkdataset: no /usr/share/backgrounds: the full-disk case of --photos is "
+                  "not run")
+        full_disk(mk, tmp, photos)
+    print("mkdataset: 2 passed, 0 failed")
 
 
 if __name__ == "__main__":
