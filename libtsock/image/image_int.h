@@ -2,8 +2,9 @@
  *
  * Calls between the files go one way: decoder.c (checks, dispatch) -> jpeg.c, png.c (codec
  * back ends) -> resize_plan.c (the resize plan they follow) -> resize.c (resampler, scratch
- * buffers); probe.c is called by decoder.c and jpeg.c and calls none of them; jpeg.c alone
- * calls restart.c (entry points) and entropy.c (tsock's Huffman decoder, entropy.h). */
+ * buffers) -> resize_gather.c (its horizontal pass with AVX-512 VBMI); probe.c is called by
+ * decoder.c and jpeg.c and calls none of them; jpeg.c alone calls restart.c (entry points)
+ * and entropy.c (tsock's Huffman decoder, entropy.h). */
 #ifndef TSOCK_IMAGE_INT_H
 #define TSOCK_IMAGE_INT_H
 
@@ -69,7 +70,8 @@ void tsock__resample_row(const struct tsock__coeffs *c, const uint8_t *in, size_
 
 /* The horizontal pass of `rows` rows, in_pitch bytes apart in `in` and out_pitch apart in
  * `out`, as tsock__resample_row of each (the same bytes), faster: every row must have
- * in_bytes bytes readable from its start. */
+ * in_bytes bytes readable from its start. `c` is not const: the gather pass keeps the tables
+ * it builds at its first use in it. */
 void tsock__resample_rows(struct tsock__coeffs *c, const uint8_t *in, size_t in_pitch,
                           size_t in_bytes, int first, int stride, int nch, uint8_t *out,
                           size_t out_pitch, int rows);
