@@ -262,10 +262,11 @@ def make_tree(args, workdir):
     return out, summary, cmd
 
 
-def add_tree_args(ap, classes=10):
+def add_tree_args(ap, classes=10, images=800):
     """The options of the image tree a benchmark reads (see make_tree)."""
     ap.add_argument("--root", help="an existing ImageFolder tree (default: make one)")
-    ap.add_argument("--images", type=int, default=800, help="images in the tree made (800)")
+    ap.add_argument("--images", type=int, default=images,
+                    help=f"images in the tree made ({images})")
     ap.add_argument("--classes", type=int, default=classes)
     add_photos_args(ap)
 
