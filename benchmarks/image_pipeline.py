@@ -35,9 +35,10 @@ once, then every producer run, then (c). Medians are reported and the ratios are
 from this run's medians; beside them, each round's (b) over the same round's (a), the median
 of those ratios (a shared machine's load drifts between rounds, and both sides of a round
 see the same). The in-process tsock_pipeline_load line comes from one more run of (a) before
-the rounds, with --repeat passes in one process: its median is a pass with entry points. Targets (issue 21): train <= 0.75 x (a), val <= 1.0 x (a), (b) per image at
-the largest worker count, from the medians. A missed target is printed, not an error:
-the exit status is non-zero only when something failed to run.
+the rounds, with --repeat passes in one process: its median is a pass with entry points.
+Targets (issue 21): train <= 0.75 x (a), val <= 1.0 x (a), (b) per image at the largest worker
+count, from the medians. A missed target is printed, not an error: the exit status is
+non-zero only when something failed to run.
 
     python3 benchmarks/image_pipeline.py [--images 2000] [--repeat 3] [--root DIR]
         [--workers 1,2,4] [--presets train,val] [--build-dir build/normal] [--skip-torchvision]

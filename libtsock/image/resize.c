@@ -703,26 +703,6 @@ rows8_rgb_avx512(const struct tsock__coeffs *c, const uint8_t *const in[8], size
 }
 #endif
 
-#ifdef TSOCK__AVX2
-static pthread_once_t gather_once = PTHREAD_ONCE_INIT;
-static int gather_on;
-
-static void
-choose_gather(void)
-{
-    gather_on = tsock__gather_cpu();
-}
-
-/* Whether the gather pass runs in this process: the AVX-512 passes are on (has_avx512) and the
- * CPU has VBMI too. */
-static int
-has_gather(void)
-{
-    pthread_once(&gather_once, choose_gather);
-    return has_avx512() && gather_on;
-}
-#endif
-
 void
 tsock__resample_rows(struct tsock__coeffs *c, const uint8_t *in, size_t in_pitch, size_t in_bytes,
                      int first, int stride, int nch, uint8_t *out, size_t out_pitch, int rows)
@@ -730,12 +710,12 @@ tsock__resample_rows(struct tsock__coeffs *c, const uint8_t *in, size_t in_pitch
     int y = 0;
 
 #ifdef TSOCK__AVX2
-    if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx512 && !c->no_gather &&
-        has_gather() && tsock__gather_prepare(c, stride)) {
-        tsock__gather_rows(c, in, in_pitch, in_bytes, first, stride, out, out_pitch, rows);
-        return;
-    }
     if (nch == 3 && (stride == 3 || stride == 4) && !c->no_avx512 && has_avx512()) {
+        /* the gather pass where the CPU also has VBMI and the taps fit it */
+        if (!c->no_gather && tsock__gather_cpu() && tsock__gather_prepare(c, stride)) {
+            tsock__gather_rows(c, in, in_pitch, in_bytes, first, stride, out, out_pitch, rows);
+            return;
+        }
         for (; y + 7 < rows; y += 8) {
             const uint8_t *const src[8] = {
                 in + (size_t)y * in_pitch,       in + (size_t)(y + 1) * in_pitch,

@@ -23,11 +23,11 @@
 /* The group's header, then per pair of taps: 64 vpermb indices, 16 high-half and 16 low-half
  * tap pairs (one per lane). Records are GATHER_RECORD bytes apart. */
 struct gather_group {
-    int32_t i0;    /* first output pixel */
-    int32_t npix;  /* output pixels, 1..GATHER_PIXELS */
-    int32_t pairs; /* pairs of taps, up to the group's largest tap count */
-    int32_t base;  /* source pixel of byte 0 of the 64-byte load */
-    uint8_t pad[48];
+    int32_t i0;      /* first output pixel */
+    int32_t npix;    /* output pixels, 1..GATHER_PIXELS */
+    int32_t pairs;   /* pairs of taps, up to the group's largest tap count */
+    int32_t base;    /* source pixel of byte 0 of the 64-byte load */
+    uint8_t pad[48]; /* the pairs' 64-byte vectors start a whole vector after the record's */
 };
 
 #define GATHER_PIXELS 5 /* 15 of the 16 lanes: three channels each */
@@ -86,10 +86,8 @@ fill_group(const struct tsock__coeffs *c, struct gather_group *g, int stride)
                     idx[4 * lane] = (uint8_t)((d + 2 * t) * stride + ch);
                 if (2 * t + 1 < n)
                     idx[4 * lane + 2] = (uint8_t)((d + 2 * t + 1) * stride + ch);
-                if (2 * t < c->ksize) {
-                    hi[lane] = kp[8 * t];
-                    lo[lane] = kp[8 * t + 4];
-                }
+                hi[lane] = kp[8 * t]; /* t < pairs <= (ksize + 1) / 2: within the pixel's kp */
+                lo[lane] = kp[8 * t + 4];
             }
         }
         memcpy(idx + GATHER_BYTES, hi, sizeof hi);
@@ -185,9 +183,10 @@ tsock__gather_rows(const struct tsock__coeffs *c, const uint8_t *in, size_t in_p
             (const struct gather_group *)(const void *)(tab + (size_t)k * GATHER_RECORD);
         const uint8_t *pairs = (const uint8_t *)(g + 1);
         /* A group without taps has base 0, which may lie before `first`: it loads nothing. */
-        const size_t off = g->base >= first ? (size_t)(g->base - first) * (size_t)stride : 0;
+        const int taps = g->base >= first;
+        const size_t off = taps ? (size_t)(g->base - first) * (size_t)stride : 0;
         /* only the row's bytes: the ones past in_bytes are loaded as 0 and weigh 0 */
-        const size_t avail = g->base >= first && in_bytes > off ? in_bytes - off : 0;
+        const size_t avail = taps && in_bytes > off ? in_bytes - off : 0;
         const __mmask64 load = avail >= GATHER_BYTES ? ~0ull : (1ull << avail) - 1;
         const __mmask16 store = (__mmask16)((1u << (3 * g->npix)) - 1);
         const uint8_t *src = in + off;

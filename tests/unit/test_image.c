@@ -809,17 +809,6 @@ cpu_has_avx512(void)
 #endif
 }
 
-/* Whether this CPU has what the gather pass needs: the AVX-512 passes' and VBMI. */
-static int
-cpu_has_gather(void)
-{
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    return cpu_has_avx512() && __builtin_cpu_supports("avx512vbmi");
-#else
-    return 0;
-#endif
-}
-
 /* The resampling passes' implementations (horizontal: the AVX-512 gather pass, a group of up
  * to five pixels per 64-byte load; AVX-512, eight rows at once; AVX2, four; SSE2 and plain C,
  * one; vertical: 64, 32 and 16 samples at a time, then plain C)
@@ -926,7 +915,7 @@ test_resample_paths(void)
     CHECK(cases > 1100);
     fprintf(stderr, "test_resample_paths: the gather pass took %d of the horizontal cases\n",
             gathered);
-    if (cpu_has_gather() && !getenv("TSOCK_NO_AVX512"))
+    if (tsock__gather_cpu() && !getenv("TSOCK_NO_AVX512"))
         CHECK(gathered > 200);
     else
         CHECK_EQ(gathered, 0);
